@@ -1,0 +1,62 @@
+// The forward kernel's single by-value argument. One field list serves both
+// the host struct (runtime/ fills it) and the struct text the emitters write
+// into the generated source, so their layouts cannot drift apart.
+// Every field is 8 bytes wide, so both sides lay it out identically.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+// X(type_host, type_device, name)
+#define FLASHGEN_FWD_PARAMS(X)                                  \
+  X(const void*, const void*, q)                                \
+  X(const void*, const void*, k)                                \
+  X(const void*, const void*, v)                                \
+  X(void*, void*, o)                                            \
+  X(const void*, const void*, bias)                             \
+  X(float*, float*, lse)                                        \
+  X(int64_t, long long, q_stride_batch)                         \
+  X(int64_t, long long, q_stride_seq)                           \
+  X(int64_t, long long, q_stride_head)                          \
+  X(int64_t, long long, k_stride_batch)                         \
+  X(int64_t, long long, k_stride_seq)                           \
+  X(int64_t, long long, k_stride_head)                          \
+  X(int64_t, long long, v_stride_batch)                         \
+  X(int64_t, long long, v_stride_seq)                           \
+  X(int64_t, long long, v_stride_head)                          \
+  X(int64_t, long long, o_stride_batch)                         \
+  X(int64_t, long long, o_stride_seq)                           \
+  X(int64_t, long long, o_stride_head)                          \
+  X(int64_t, long long, bias_stride_batch)                      \
+  X(int64_t, long long, bias_stride_head)                       \
+  X(int64_t, long long, bias_stride_q)                          \
+  X(int64_t, long long, bias_stride_k)                          \
+  X(int64_t, long long, lse_stride_batch)                       \
+  X(int64_t, long long, lse_stride_head)                        \
+  X(int64_t, long long, batch)                                  \
+  X(int64_t, long long, heads_q)                                \
+  X(int64_t, long long, heads_kv)                               \
+  X(int64_t, long long, seqlen_q)                               \
+  X(int64_t, long long, seqlen_k)                               \
+  X(int64_t, long long, num_m_blocks)                           \
+  X(double, double, softmax_scale)
+
+namespace flashgen::detail {
+
+struct FwdParams {
+#define FLASHGEN_X(th, td, name) th name;
+  FLASHGEN_FWD_PARAMS(FLASHGEN_X)
+#undef FLASHGEN_X
+};
+
+/// The same struct as CUDA source text ("struct FwdParams { ... };").
+inline std::string fwd_params_source() {
+  std::string s = "struct FwdParams {\n";
+#define FLASHGEN_X(th, td, name) s += "  " #td " " #name ";\n";
+  FLASHGEN_FWD_PARAMS(FLASHGEN_X)
+#undef FLASHGEN_X
+  s += "};\n";
+  return s;
+}
+
+}  // namespace flashgen::detail

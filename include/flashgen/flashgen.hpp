@@ -1,0 +1,105 @@
+// libflashgen — public C++ API: plan, generate, compile/load, launch, forward.
+//
+//   AttentionProblem p = make_bshd_problem(...);        // device pointers
+//   KernelSpec spec    = flashgen::plan(p);             // current device's profile
+//   Kernel kernel      = flashgen::load_kernel(spec);   // cache or NVRTC, then cuModuleLoadData
+//   flashgen::launch(kernel, p, stream);                // asynchronous on `stream`
+// or simply flashgen::forward(p, stream).
+//
+// The CUDA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12, or the file
+// named by FLASHGEN_NVRTC_LIBRARY) are opened with dlopen on first use, so
+// programs linked with libflashgen start on machines without a GPU.
+// All functions are thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashgen/problem.hpp"
+#include "flashgen/profile.hpp"
+#include "flashgen/spec.hpp"
+#include "flashgen/types.hpp"
+
+// Same declaration as cuda.h, so users need not include it.
+typedef struct CUstream_st* CUstream;
+
+namespace flashgen {
+
+/// Version of the code generator; part of every cache key.
+inline constexpr const char* kGeneratorVersion = "0.1.0";
+
+/// The CUDA device current in the calling thread (its current context, else
+/// device 0's primary context, which is then made current).
+struct DeviceInfo {
+  int ordinal = 0;
+  int arch = 0;                   ///< 10*major + minor
+  std::string name;
+  int sm_count = 0;
+  int64_t smem_per_block_optin = 0;  ///< bytes
+  int clock_khz = 0;              ///< current SM clock if known, else max
+};
+/// Throws Unavailable when there is no driver or GPU, DriverError on a failed call.
+DeviceInfo current_device();
+
+/// True when libcuda.so.1 loads and at least one device is present. Never throws.
+bool gpu_available();
+
+/// Choose a KernelSpec for `problem` on compute capability `arch`: the profile's
+/// matrix unit and its tile for max(head_dim, head_dim_v). Checks the problem
+/// (check_problem) and the spec (validate). Throws InvalidArgument / Unsupported.
+KernelSpec plan(const AttentionProblem& problem, int arch);
+/// plan() for the current device.
+KernelSpec plan(const AttentionProblem& problem);
+
+/// The generated CUDA source for `spec` (self-contained, deterministic; begins
+/// with a comment listing the spec; extern "C" symbol = spec.kernel_name()).
+/// Throws Unsupported if the spec is invalid for the profile of its arch.
+std::string generate(const KernelSpec& spec);
+
+/// A compiled kernel image (no GPU needed to produce it).
+struct CompiledKernel {
+  KernelSpec spec;
+  std::string name;            ///< spec.kernel_name()
+  std::string key;             ///< cache key (hex)
+  std::vector<char> cubin;     ///< ELF image for sm_<arch>
+  bool from_cache = false;     ///< true: read from a disk cache entry, no NVRTC call
+  std::string cache_path;      ///< entry file, empty when memory-only
+  std::string compile_log;     ///< NVRTC log incl. ptxas report (empty if from cache and no log file)
+};
+
+/// Generate + compile `spec`, consulting the disk cache first (see DESIGN.md,
+/// "Cache"). Throws CompileError (with spec, name, options, log, dumped source
+/// path), Unavailable (no NVRTC), Unsupported (invalid spec).
+CompiledKernel compile(const KernelSpec& spec);
+
+/// A kernel loaded into the current CUDA context (cheap to copy; owned by the
+/// library's per-context module cache, valid until process exit).
+struct Kernel {
+  KernelSpec spec;
+  void* function = nullptr;    ///< CUfunction
+  void* context = nullptr;     ///< CUcontext it was loaded into
+  bool from_cache = false;     ///< the cubin came from disk, no NVRTC call
+};
+
+/// compile() then load into the current context (memoized per context and spec).
+/// Throws as compile(), plus Unavailable / DriverError.
+Kernel load_kernel(const KernelSpec& spec);
+
+/// Launch `kernel` for `problem` on `stream` (asynchronous). Checks the problem
+/// (check_problem) and that it matches the kernel's spec before launching.
+/// seqlen_q == 0 or batch == 0 or heads_q == 0 launches nothing.
+/// Throws InvalidArgument / DriverError.
+void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream);
+
+/// What forward() did.
+struct ForwardInfo {
+  KernelSpec spec;
+  bool launched = false;       ///< false for empty problems (seqlen_q == 0 ...)
+  bool from_cache = false;     ///< kernel image came from the disk cache
+};
+
+/// plan + load_kernel + launch in one call.
+ForwardInfo forward(const AttentionProblem& problem, CUstream stream);
+
+}  // namespace flashgen

@@ -1,0 +1,68 @@
+// libflashgen — hardware profiles (profiles/*.yml).
+//
+// A profile describes one GPU generation as data: its matrix unit, the default
+// flash-attention tiles by head_dim bound, its SM resources and the numbers
+// needed to compute its matrix-unit ceiling. No code in libflashgen names a GPU.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "flashgen/types.hpp"
+
+namespace flashgen {
+
+/// One row of a profile's `flash:` list: the tile used for head dims
+/// <= head_dim_le (rows are sorted by head_dim_le; the first that covers the
+/// problem's max(head_dim, head_dim_v) wins).
+struct FlashTile {
+  int head_dim_le = 0;  ///< inclusive head-dim bound, elements
+  int block_m = 0;      ///< query rows per thread block (multiple of 16 * warps)
+  int block_n = 0;      ///< key rows per pipeline step (multiple of 16)
+  int warps = 0;        ///< warps per block; each owns block_m / warps query rows
+  int stages = 0;       ///< K/V shared-memory pipeline depth (>= 1)
+};
+
+/// The matrix-multiply-accumulate instruction a profile's kernels use.
+struct MatrixUnitDesc {
+  MatrixUnit shape = MatrixUnit::m16n8k16;
+  std::vector<DType> operand_dtypes;    ///< operand dtypes the unit accepts
+  std::string accumulator_dtype = "float32";
+};
+
+/// A hardware generation (see profiles/*.yml for the field documentation).
+struct Profile {
+  std::string name;                 ///< e.g. "hopper"
+  std::string source;               ///< file the profile was read from ("<builtin>/hopper.yml")
+  std::vector<int> archs;           ///< compute capabilities as 10*major+minor, e.g. {90}
+  MatrixUnitDesc matrix_unit;
+  std::vector<FlashTile> flash;     ///< sorted by head_dim_le ascending
+  int64_t smem_per_block = 0;       ///< bytes of shared memory one block may opt into
+  int64_t smem_per_sm = 0;          ///< bytes of shared memory per SM
+  int64_t registers_per_sm = 0;     ///< 32-bit registers per SM
+  int max_threads_per_sm = 0;
+  int64_t mma_flop_per_clock_per_sm = 0;  ///< dense matrix-unit FLOP per clock per SM
+
+  bool supports_dtype(DType d) const;
+  /// The tile for `head_dim`; throws Unsupported when no row covers it.
+  const FlashTile& tile_for(int head_dim) const;
+};
+
+/// Parse a profile from YAML text. Every field is validated; unknown keys are
+/// rejected. Throws InvalidArgument naming `origin` (file name), the key and the reason.
+Profile parse_profile(const std::string& yaml_text, const std::string& origin);
+
+/// Read and parse a profile file. Throws IoError if unreadable.
+Profile load_profile_file(const std::string& path);
+
+/// The profiles compiled into the library (profiles/*.yml at build time).
+const std::vector<Profile>& builtin_profiles();
+
+/// The profile for compute capability `arch` (10*major+minor).
+/// If the environment variable FLASHGEN_PROFILE names a file, that profile is
+/// used instead (it must list `arch`). Throws Unsupported naming the nearest
+/// profiles when none matches.
+const Profile& profile_for_arch(int arch);
+
+}  // namespace flashgen

@@ -1,0 +1,58 @@
+// libflashgen — KernelSpec: everything that changes the generated code.
+//
+// Batch, seqlens, heads, strides, pointers and softmax_scale are kernel
+// arguments, not specialization; they live in AttentionProblem (problem.hpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashgen/profile.hpp"
+#include "flashgen/types.hpp"
+
+namespace flashgen {
+
+/// A head dimension written as a sum of powers of two, largest first, each at
+/// least `min_chunk` (96 -> {64, 32}, 72 -> {64, 8}); never padded.
+std::vector<int> split_head_dim(int head_dim, int min_chunk = 8);
+
+/// The specialization of one generated forward kernel (a plain value type).
+struct KernelSpec {
+  int arch = 80;                          ///< target compute capability, 10*major+minor
+  MatrixUnit unit = MatrixUnit::m16n8k16;
+  DType dtype = DType::f16;               ///< Q, K, V, O element type
+  int head_dim = 64;                      ///< Q/K head dim, multiple of 8 in [16, 256]
+  int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256]
+  int block_m = 64;                       ///< query rows per block
+  int block_n = 64;                       ///< keys per pipeline step
+  int warps = 4;                          ///< warps per block
+  int stages = 2;                         ///< K/V pipeline depth
+  MaskKind mask = MaskKind::none;
+  BiasKind bias = BiasKind::none;
+  bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
+
+  /// Head-dim splits (derived, never stored): split_head_dim(head_dim).
+  std::vector<int> qk_chunks() const { return split_head_dim(head_dim); }
+  std::vector<int> v_chunks() const { return split_head_dim(head_dim_v); }
+  int threads() const { return warps * 32; }
+  /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile).
+  int64_t smem_bytes() const;
+
+  /// Canonical string, fixed field order and versioned tag, e.g.
+  /// "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1".
+  std::string canonical() const;
+  /// Parse a canonical string; throws InvalidArgument naming the bad field.
+  static KernelSpec parse(const std::string& text);
+  /// Readable name, the extern "C" symbol, NVRTC program name and cache stem, e.g.
+  /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_biasf32", "_lse").
+  std::string kernel_name() const;
+
+  bool operator==(const KernelSpec&) const = default;
+};
+
+/// Every rule `spec` breaks for `profile`, one sentence each (empty = valid).
+std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile);
+/// Throws Unsupported (listing every broken rule) if validate() is non-empty.
+void require_valid(const KernelSpec& spec, const Profile& profile);
+
+}  // namespace flashgen

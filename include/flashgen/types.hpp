@@ -1,0 +1,119 @@
+// libflashgen — basic vocabulary types and the error hierarchy.
+//
+// Every public function of libflashgen reports failure by throwing one of the
+// exception types below (the C ABI in flashgen.h maps them to error codes).
+// Each message names the offending argument, its value and what is allowed.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace flashgen {
+
+/// Element type of Q, K, V and O. fp16 is IEEE binary16, bf16 is bfloat16
+/// (8-bit exponent, 7-bit mantissa). Accumulation is always float32.
+enum class DType { f16, bf16 };
+
+/// Attention mask applied on top of the optional additive bias.
+///  - none:                every query row sees every key.
+///  - causal_top_left:     query i sees keys j <= i.
+///  - causal_bottom_right: query i sees keys j <= i + seqlen_k - seqlen_q
+///                         (the FlashAttention-2 convention for seqlen_q != seqlen_k).
+enum class MaskKind { none, causal_top_left, causal_bottom_right };
+
+/// Element type of the optional additive bias [batch, heads_q, seqlen_q, seqlen_k].
+///  - none:  no bias.
+///  - input: same dtype as Q (fp16 or bf16).
+///  - f32:   float32.
+enum class BiasKind { none, input, f32 };
+
+/// Tensor-core instruction shape a kernel is built around (PTX ISA, "Warp-level
+/// matrix multiply-accumulate instructions", mma.sync.aligned.<shape>).
+///  - m16n8k16: sm_80 and later, f16/bf16 operands, f32 accumulator.
+///  - m16n8k8:  sm_75 and later, f16 (bf16 from sm_80) operands, f32 accumulator.
+///  - m8n8k4:   sm_70 (Volta) quadpair layout, f16 operands, f32 accumulator.
+enum class MatrixUnit { m16n8k16, m16n8k8, m8n8k4 };
+
+std::string_view to_string(DType);       ///< "f16" | "bf16"
+std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr"
+std::string_view to_string(BiasKind);    ///< "none" | "input" | "f32"
+std::string_view to_string(MatrixUnit);  ///< "m16n8k16" | "m16n8k8" | "m8n8k4"
+
+/// Parse the names printed by to_string (DType also accepts "float16",
+/// "fp16", "bfloat16", "bf16"). Throws InvalidArgument naming `what` on an
+/// unknown name.
+DType parse_dtype(std::string_view text, std::string_view what = "dtype");
+MaskKind parse_mask(std::string_view text, std::string_view what = "mask");
+BiasKind parse_bias(std::string_view text, std::string_view what = "bias");
+MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what = "matrix_unit");
+
+/// Size in bytes of one element of `d` (2 for both f16 and bf16).
+constexpr int dtype_bytes(DType) { return 2; }
+
+/// Error categories; the C ABI returns these numbers (see flashgen.h).
+enum class ErrorCode {
+  invalid_argument = 1,  ///< a caller-supplied value breaks a documented rule
+  unsupported = 2,       ///< valid request the selected profile/device cannot serve
+  compile_failed = 3,    ///< NVRTC rejected the generated source
+  driver = 4,            ///< a CUDA driver call failed
+  unavailable = 5,       ///< no GPU / no driver / no NVRTC on this machine
+  io = 6,                ///< a file could not be read or written
+  internal = 7,          ///< a bug in libflashgen
+};
+
+/// Base of all libflashgen exceptions.
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  ErrorCode code() const noexcept { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+/// A caller-supplied value is outside what is allowed. Raised before any
+/// launch; output buffers are untouched.
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& m) : Error(ErrorCode::invalid_argument, m) {}
+};
+
+/// A well-formed request the chosen profile cannot serve (e.g. bf16 on a
+/// matrix unit without bf16 operands). Raised before any launch.
+class Unsupported : public Error {
+ public:
+  explicit Unsupported(const std::string& m) : Error(ErrorCode::unsupported, m) {}
+};
+
+/// NVRTC failed to compile a generated kernel. The message holds the spec,
+/// kernel name, NVRTC options, the compile log and the path of the dumped source.
+class CompileError : public Error {
+ public:
+  explicit CompileError(const std::string& m) : Error(ErrorCode::compile_failed, m) {}
+};
+
+/// A CUDA driver API call failed; the message names the call and the CUresult.
+class DriverError : public Error {
+ public:
+  DriverError(const std::string& m, int cu_result) : Error(ErrorCode::driver, m), result_(cu_result) {}
+  int cu_result() const noexcept { return result_; }
+
+ private:
+  int result_;
+};
+
+/// A facility is missing on this machine: no libcuda.so.1 / no GPU, or no
+/// loadable NVRTC. The message says what is missing and how to provide it.
+class Unavailable : public Error {
+ public:
+  explicit Unavailable(const std::string& m) : Error(ErrorCode::unavailable, m) {}
+};
+
+/// A file could not be read or written (profiles, tune files, dumps).
+class IoError : public Error {
+ public:
+  explicit IoError(const std::string& m) : Error(ErrorCode::io, m) {}
+};
+
+}  // namespace flashgen
