@@ -26,11 +26,10 @@ struct RowId {
 /// bias) point to HOST memory in the problem's dtypes and strides.
 /// Writes o_out[r * head_dim_v + d] and lse_out[r] for each r-th row id
 /// (lse = -inf and o = 0 for rows that see no key). Uses `threads` host
-/// threads (0 = hardware concurrency). Exactly: Qs = round_to_dtype(Q*scale)
-/// (product in float32, like the kernel), S = Qs.K (float64) + bias,
-/// masks, P = softmax(S) in float64, P rounded to the dtype (after
-/// normalisation by the row's running max, as the kernel does: p = exp(S - rowmax),
-/// rounded, O = sum p V / sum p with the unrounded sum), LSE = rowmax + log(sum).
+/// threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale) with the
+/// product in float32 (as the kernel does); everything after that in float64:
+/// S = Qs.K + bias (+ mask), P = softmax(S), O = P V, LSE = log(sum exp S).
+/// (The kernel also rounds P to the dtype before P V; that is inside the tests' tolerance.)
 void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows,
                   double* o_out, double* lse_out, int threads = 0);
 
