@@ -1,0 +1,276 @@
+// AttentionProblem: default scale, contiguous BSHD construction, argument checks.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "flashgen/problem.hpp"
+
+namespace flashgen {
+namespace {
+
+constexpr int64_t kMinHeadDim = 16;
+constexpr int64_t kMaxHeadDim = 256;
+constexpr int64_t kHeadDimMultiple = 8;
+constexpr int64_t kStrideMultiple = 8;   // 8 fp16/bf16 elements = 16 bytes
+constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
+
+int64_t sat_mul(int64_t a, int64_t b) {
+  int64_t r;
+  if (__builtin_mul_overflow(a, b, &r)) return std::numeric_limits<int64_t>::max();
+  return r;
+}
+
+[[noreturn]] void fail(const std::string& message) { throw InvalidArgument(message); }
+
+std::string ptr_text(const void* p) { return fmt::format("{}", p); }
+
+// Largest byte offset of a strided tensor: sum over dims of (extent-1)*stride,
+// plus the contiguous last dim, times the element size. Every extent is >= 1
+// and every stride >= 0 here. Returns false on signed 64-bit overflow.
+struct Dim {
+  int64_t extent;
+  int64_t stride;
+};
+bool max_byte_offset(std::initializer_list<Dim> dims, int64_t elem_bytes, int64_t* out) {
+  int64_t total = 0;
+  for (const Dim& d : dims) {
+    int64_t term;
+    if (__builtin_mul_overflow(d.extent - 1, d.stride, &term)) return false;
+    if (__builtin_add_overflow(total, term, &total)) return false;
+  }
+  // + 1 so that the end of the last element is addressable too.
+  if (__builtin_add_overflow(total, int64_t{1}, &total)) return false;
+  return !__builtin_mul_overflow(total, elem_bytes, out);
+}
+
+void check_head_dim(const char* name, int64_t v) {
+  if (v < kMinHeadDim || v > kMaxHeadDim || v % kHeadDimMultiple != 0) {
+    fail(fmt::format("{} ({}) must be a multiple of {} in [{}, {}]", name, v, kHeadDimMultiple,
+                     kMinHeadDim, kMaxHeadDim));
+  }
+}
+
+// Checks one of Q, K, V, O. `needed`: the tensor has at least one element the
+// kernel touches (so its pointer must be valid). `is_output`: no broadcasting.
+void check_tensor(const char* name, const TensorRef& t, bool needed, bool is_output, int64_t batch,
+                  int64_t seqlen, const char* seqlen_name, int64_t heads, const char* heads_name,
+                  int64_t dim, const char* dim_name) {
+  const struct {
+    const char* field;
+    int64_t value;
+    int64_t extent;
+    const char* extent_name;
+  } strides[] = {{"stride_batch", t.stride_batch, batch, "batch"},
+                 {"stride_seq", t.stride_seq, seqlen, seqlen_name},
+                 {"stride_head", t.stride_head, heads, heads_name}};
+  for (const auto& s : strides) {
+    if (s.value < 0) {
+      fail(fmt::format("{}.{} ({}) must be >= 0; negative strides are not supported", name, s.field,
+                       s.value));
+    }
+    if (s.value % kStrideMultiple != 0) {
+      fail(fmt::format("{}.{} ({}) must be a multiple of {} elements (16 bytes) or 0", name, s.field,
+                       s.value, kStrideMultiple));
+    }
+  }
+  if (!needed) return;
+  if (t.data == nullptr) {
+    fail(fmt::format("{}.data is null; a non-empty problem (batch {}, {} {}) needs a device pointer",
+                     name, batch, seqlen_name, seqlen));
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % kTensorAlign != 0) {
+    fail(fmt::format("{}.data ({}) must be {}-byte aligned", name, ptr_text(t.data), kTensorAlign));
+  }
+  if (is_output) {
+    for (const auto& s : strides) {
+      if (s.value == 0 && s.extent > 1) {
+        fail(fmt::format("{}.{} (0) must be positive when {} ({}) > 1: an output cannot broadcast",
+                         name, s.field, s.extent_name, s.extent));
+      }
+    }
+  }
+  int64_t bytes;
+  if (!max_byte_offset({{batch, t.stride_batch}, {seqlen, t.stride_seq}, {heads, t.stride_head},
+                        {dim, 1}},
+                       2, &bytes)) {
+    fail(fmt::format("{}: the largest offset (batch-1)*stride_batch + ({}-1)*stride_seq + "
+                     "({}-1)*stride_head + {} = ({}-1)*{} + ({}-1)*{} + ({}-1)*{} + {} elements "
+                     "overflows a signed 64-bit byte offset",
+                     name, seqlen_name, heads_name, dim_name, batch, t.stride_batch, seqlen,
+                     t.stride_seq, heads, t.stride_head, dim));
+  }
+}
+
+}  // namespace
+
+float AttentionProblem::scale() const {
+  if (softmax_scale) return *softmax_scale;
+  if (head_dim <= 0) return 1.0f;
+  return static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+}
+
+AttentionProblem make_bshd_problem(DType dtype, int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
+                                   int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                                   int64_t head_dim_v, MaskKind mask, const void* q, const void* k,
+                                   const void* v, void* o) {
+  AttentionProblem p;
+  p.dtype = dtype;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.seqlen_k = seqlen_k;
+  p.heads_q = heads_q;
+  p.heads_kv = heads_kv;
+  p.head_dim = head_dim;
+  p.head_dim_v = head_dim_v;
+  p.mask = mask;
+  // Saturating products: absurd sizes give strides check_problem rejects
+  // (overflow) instead of undefined behaviour here.
+  auto fill = [](TensorRef& t, const void* data, int64_t seqlen, int64_t heads, int64_t dim) {
+    t.data = data;
+    t.stride_head = dim;
+    t.stride_seq = sat_mul(heads, dim);
+    t.stride_batch = sat_mul(seqlen, t.stride_seq);
+  };
+  fill(p.q, q, seqlen_q, heads_q, head_dim);
+  fill(p.k, k, seqlen_k, heads_kv, head_dim);
+  fill(p.v, v, seqlen_k, heads_kv, head_dim_v);
+  fill(p.o, o, seqlen_q, heads_q, head_dim_v);
+  return p;
+}
+
+void check_problem(const AttentionProblem& p) {
+  if (p.dtype != DType::f16 && p.dtype != DType::bf16) {
+    fail(fmt::format("dtype ({}) is not a dtype; allowed: f16, bf16", static_cast<int>(p.dtype)));
+  }
+  if (p.mask != MaskKind::none && p.mask != MaskKind::causal_top_left &&
+      p.mask != MaskKind::causal_bottom_right) {
+    fail(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr",
+                     static_cast<int>(p.mask)));
+  }
+  if (p.batch < 0) fail(fmt::format("batch ({}) must be >= 0", p.batch));
+  if (p.seqlen_q < 0) fail(fmt::format("seqlen_q ({}) must be >= 0", p.seqlen_q));
+  if (p.seqlen_k < 0) fail(fmt::format("seqlen_k ({}) must be >= 0", p.seqlen_k));
+  if (p.heads_q < 1) fail(fmt::format("heads_q ({}) must be >= 1", p.heads_q));
+  if (p.heads_kv < 1) fail(fmt::format("heads_kv ({}) must be >= 1", p.heads_kv));
+  check_head_dim("head_dim", p.head_dim);
+  check_head_dim("head_dim_v", p.head_dim_v);
+  if (p.heads_q % p.heads_kv != 0) {
+    fail(fmt::format("heads_q ({}) must be a multiple of heads_kv ({})", p.heads_q, p.heads_kv));
+  }
+  if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
+    fail(fmt::format("softmax_scale ({}) must be finite", *p.softmax_scale));
+  }
+
+  // Nothing is read or written when there is no query row (pointers may be
+  // null); K, V and the bias are not read when there is no key (rows then get
+  // O = 0, LSE = -inf), so those may be null too.
+  const bool has_rows = p.batch > 0 && p.seqlen_q > 0;
+  const bool has_keys = has_rows && p.seqlen_k > 0;
+  check_tensor("q", p.q, has_rows, false, p.batch, p.seqlen_q, "seqlen_q", p.heads_q, "heads_q",
+               p.head_dim, "head_dim");
+  check_tensor("k", p.k, has_keys, false, p.batch, p.seqlen_k, "seqlen_k", p.heads_kv, "heads_kv",
+               p.head_dim, "head_dim");
+  check_tensor("v", p.v, has_keys, false, p.batch, p.seqlen_k, "seqlen_k", p.heads_kv, "heads_kv",
+               p.head_dim_v, "head_dim_v");
+  check_tensor("o", p.o, has_rows, true, p.batch, p.seqlen_q, "seqlen_q", p.heads_q, "heads_q",
+               p.head_dim_v, "head_dim_v");
+
+  // Bias [batch, heads_q, seqlen_q, seqlen_k].
+  const BiasRef& b = p.bias;
+  switch (b.kind) {
+    case BiasKind::none:
+      if (b.data != nullptr) {
+        fail(fmt::format("bias.data ({}) must be null when bias.kind is none; set bias.kind to "
+                         "input or f32 to add a bias",
+                         ptr_text(b.data)));
+      }
+      break;
+    case BiasKind::input:
+    case BiasKind::f32: {
+      const char* kind = to_string(b.kind).data();
+      const int64_t elem = b.kind == BiasKind::f32 ? 4 : 2;
+      const struct {
+        const char* field;
+        int64_t value;
+      } strides[] = {{"stride_batch", b.stride_batch},
+                     {"stride_head", b.stride_head},
+                     {"stride_q", b.stride_q},
+                     {"stride_k", b.stride_k}};
+      for (const auto& s : strides) {
+        if (s.value < 0) {
+          fail(fmt::format("bias.{} ({}) must be >= 0; negative strides are not supported", s.field,
+                           s.value));
+        }
+      }
+      if (!has_keys) break;  // never read
+      if (b.data == nullptr) {
+        fail(fmt::format("bias.data is null but bias.kind is {}; pass the bias tensor or set "
+                         "bias.kind to none",
+                         kind));
+      }
+      if (reinterpret_cast<uintptr_t>(b.data) % static_cast<uintptr_t>(elem) != 0) {
+        fail(fmt::format("bias.data ({}) must be {}-byte aligned for bias.kind {}", ptr_text(b.data),
+                         elem, kind));
+      }
+      int64_t bytes;
+      if (!max_byte_offset({{p.batch, b.stride_batch},
+                            {p.heads_q, b.stride_head},
+                            {p.seqlen_q, b.stride_q},
+                            {p.seqlen_k, b.stride_k}},
+                           elem, &bytes)) {
+        fail(fmt::format("bias: the largest offset (batch-1)*stride_batch + (heads_q-1)*stride_head "
+                         "+ (seqlen_q-1)*stride_q + (seqlen_k-1)*stride_k = ({}-1)*{} + ({}-1)*{} + "
+                         "({}-1)*{} + ({}-1)*{} elements overflows a signed 64-bit byte offset",
+                         p.batch, b.stride_batch, p.heads_q, b.stride_head, p.seqlen_q, b.stride_q,
+                         p.seqlen_k, b.stride_k));
+      }
+      break;
+    }
+    default:
+      fail(fmt::format("bias.kind ({}) is not a bias kind; allowed: none, input, f32",
+                       static_cast<int>(b.kind)));
+  }
+
+  // LSE [batch, heads_q, seqlen_q] float32; ignored entirely when data is null.
+  const LseRef& l = p.lse;
+  if (l.data != nullptr) {
+    const struct {
+      const char* field;
+      int64_t value;
+      int64_t extent;
+      const char* extent_name;
+    } strides[] = {{"stride_batch", l.stride_batch, p.batch, "batch"},
+                   {"stride_head", l.stride_head, p.heads_q, "heads_q"}};
+    for (const auto& s : strides) {
+      if (s.value < 0) {
+        fail(fmt::format("lse.{} ({}) must be >= 0; negative strides are not supported", s.field,
+                         s.value));
+      }
+    }
+    if (has_rows) {
+      if (reinterpret_cast<uintptr_t>(l.data) % alignof(float) != 0) {
+        fail(fmt::format("lse.data ({}) must be {}-byte aligned (float32)",
+                         ptr_text(static_cast<const void*>(l.data)), alignof(float)));
+      }
+      for (const auto& s : strides) {
+        if (s.value == 0 && s.extent > 1) {
+          fail(fmt::format("lse.{} (0) must be positive when {} ({}) > 1: an output cannot broadcast",
+                           s.field, s.extent_name, s.extent));
+        }
+      }
+      int64_t bytes;
+      if (!max_byte_offset({{p.batch, l.stride_batch}, {p.heads_q, l.stride_head}, {p.seqlen_q, 1}},
+                           4, &bytes)) {
+        fail(fmt::format("lse: the largest offset (batch-1)*stride_batch + (heads_q-1)*stride_head + "
+                         "seqlen_q-1 = ({}-1)*{} + ({}-1)*{} + {}-1 elements overflows a signed "
+                         "64-bit byte offset",
+                         p.batch, l.stride_batch, p.heads_q, l.stride_head, p.seqlen_q));
+      }
+    }
+  }
+}
+
+}  // namespace flashgen
