@@ -1,0 +1,392 @@
+// The public C++ API (include/flashgen/flashgen.hpp): plan, generate, compile,
+// load_kernel, launch, forward.
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "flashgen/flashgen.hpp"
+#include "gen/emit.hpp"
+#include "gen/params.hpp"
+#include "runtime/cache.hpp"
+#include "runtime/compile.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+
+namespace flashgen {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i != 0) out += sep;
+    out += v[i];
+  }
+  return out;
+}
+
+bool is_empty_problem(const AttentionProblem& p) {
+  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0;
+}
+
+// One mutex per key, so that concurrent requests for the same thing do the
+// work once while different keys proceed in parallel. Slots are never erased
+// (one per distinct kernel; small).
+class KeyedMutexes {
+ public:
+  std::shared_ptr<std::mutex> get(const std::string& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = slots_[key];
+    if (!slot) slot = std::make_shared<std::mutex>();
+    return slot;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::shared_ptr<std::mutex>> slots_;
+};
+
+KeyedMutexes& compile_locks() {
+  static auto* m = new KeyedMutexes();  // leaked on purpose: usable from any thread at exit
+  return *m;
+}
+
+// ---- per-context module cache ----------------------------------------------
+
+struct LoadedKernel {
+  bool loaded = false;
+  CUmodule module = nullptr;
+  CUfunction function = nullptr;
+  bool from_cache = false;
+};
+
+struct ModuleSlot {
+  std::mutex mu;
+  LoadedKernel k;
+};
+
+struct ModuleCache {
+  std::mutex mu;
+  std::map<std::pair<CUcontext, std::string>, std::shared_ptr<ModuleSlot>> slots;
+};
+
+ModuleCache& module_cache() {
+  static auto* c = new ModuleCache();  // modules stay loaded until process exit
+  return *c;
+}
+
+std::string mismatch(const char* what, const std::string& problem_value, const std::string& spec_value,
+                     const KernelSpec& spec) {
+  return fmt::format(
+      "launch: problem.{} = {} but the kernel was generated for {} = {} (spec {}); plan a kernel for "
+      "this problem (flashgen::plan) or pass a matching problem",
+      what, problem_value, what, spec_value, spec.canonical());
+}
+
+}  // namespace
+
+// ---- device ------------------------------------------------------------------
+
+DeviceInfo current_device() {
+  const rt::Driver& d = rt::driver();
+  rt::ensure_context();
+  CUdevice dev = 0;
+  rt::check(d.cuCtxGetDevice(&dev), "cuCtxGetDevice");
+  auto attr = [&](CUdevice_attribute a, const char* name) {
+    int v = 0;
+    rt::check(d.cuDeviceGetAttribute(&v, a, dev), name);
+    return v;
+  };
+  DeviceInfo info;
+  info.ordinal = static_cast<int>(dev);
+  int major = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR,
+                   "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)");
+  int minor = attr(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR,
+                   "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)");
+  info.arch = 10 * major + minor;
+  info.sm_count = attr(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+                       "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)");
+  info.smem_per_block_optin =
+      attr(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+           "cuDeviceGetAttribute(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)");
+  // The driver API only reports the maximum clock; leave 0 if even that is refused.
+  int clock = 0;
+  if (d.cuDeviceGetAttribute(&clock, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) == CUDA_SUCCESS)
+    info.clock_khz = clock;
+  char name[256] = {};
+  rt::check(d.cuDeviceGetName(name, static_cast<int>(sizeof name) - 1, dev), "cuDeviceGetName");
+  info.name = name;
+  return info;
+}
+
+bool gpu_available() { return rt::driver_available(); }
+
+// ---- plan / generate ---------------------------------------------------------
+
+KernelSpec plan(const AttentionProblem& problem, int arch) {
+  check_problem(problem);
+  const Profile& profile = profile_for_arch(arch);
+  const int d = static_cast<int>(problem.head_dim);
+  const int dv = static_cast<int>(problem.head_dim_v);
+  const FlashTile& tile = profile.tile_for(std::max(d, dv));
+  KernelSpec spec;
+  spec.arch = arch;
+  spec.unit = profile.matrix_unit.shape;
+  spec.dtype = problem.dtype;
+  spec.head_dim = d;
+  spec.head_dim_v = dv;
+  spec.block_m = tile.block_m;
+  spec.block_n = tile.block_n;
+  spec.warps = tile.warps;
+  spec.stages = tile.stages;
+  spec.mask = problem.mask;
+  spec.bias = problem.bias.kind;
+  spec.has_lse = problem.lse.data != nullptr;
+  require_valid(spec, profile);
+  return spec;
+}
+
+KernelSpec plan(const AttentionProblem& problem) {
+  check_problem(problem);  // bad input is reported before the device is looked at
+  return plan(problem, current_device().arch);
+}
+
+std::string generate(const KernelSpec& spec) {
+  require_valid(spec, profile_for_arch(spec.arch));
+  return gen::emit_forward(spec);
+}
+
+// ---- compile -------------------------------------------------------------------
+
+CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recompile) {
+  CompiledKernel out;
+  out.spec = spec;
+  out.name = spec.kernel_name();
+  const std::string source = gen::emit_forward(spec);
+  const std::vector<std::string> options = rt::nvrtc_options(spec.arch);
+  const rt::NvrtcVersion version = rt::nvrtc_version();  // Unavailable without NVRTC
+  out.key = rt::cache_key(source, options, spec.arch, version);
+
+  // One compile per key within this process: later callers wait, then hit.
+  std::shared_ptr<std::mutex> slot = compile_locks().get(out.key);
+  std::lock_guard<std::mutex> lock(*slot);
+
+  if (!force_recompile) {
+    if (auto hit = rt::cache_lookup(out.name, out.key)) {
+      out.cubin = std::move(hit->cubin);
+      out.compile_log = std::move(hit->log);
+      out.cache_path = std::move(hit->path);
+      out.from_cache = true;
+      return out;
+    }
+  }
+
+  rt::NvrtcOutput compiled;
+  try {
+    compiled = rt::compile_to_cubin(source, out.name, options);
+  } catch (const rt::NvrtcCompileFailure& e) {
+    const std::string dump =
+        rt::cache_entry_path(rt::dump_dir(), out.name, out.key, ".cu");
+    std::string err = rt::write_file_atomic(dump, source.data(), source.size());
+    const std::string where =
+        err.empty() ? dump : fmt::format("(not dumped: {})", err);
+    throw CompileError(fmt::format(
+        "NVRTC {} failed to compile kernel {}: {}\n"
+        "  spec:    {}\n"
+        "  kernel:  {}\n"
+        "  options: {}\n"
+        "  source:  {}\n"
+        "NVRTC log:\n{}",
+        version.str(), out.name, e.result(), spec.canonical(), out.name, join(options, " "), where,
+        e.log().empty() ? std::string("(empty)") : e.log()));
+  }
+  out.cubin = std::move(compiled.cubin);
+  out.compile_log = std::move(compiled.log);
+  out.cache_path = rt::cache_store(out.name, out.key, out.cubin, source, out.compile_log);
+  out.from_cache = false;
+  return out;
+}
+
+CompiledKernel compile(const KernelSpec& spec) {
+  require_valid(spec, profile_for_arch(spec.arch));
+  return rt::compile_unvalidated(spec);
+}
+
+// ---- load ----------------------------------------------------------------------
+
+Kernel load_kernel(const KernelSpec& spec) {
+  require_valid(spec, profile_for_arch(spec.arch));
+  const rt::Driver& d = rt::driver();
+  CUcontext ctx = rt::ensure_context();
+  const std::string canonical = spec.canonical();
+
+  std::shared_ptr<ModuleSlot> slot;
+  {
+    ModuleCache& mc = module_cache();
+    std::lock_guard<std::mutex> lock(mc.mu);
+    auto& s = mc.slots[{ctx, canonical}];
+    if (!s) s = std::make_shared<ModuleSlot>();
+    slot = s;
+  }
+  std::lock_guard<std::mutex> lock(slot->mu);
+  if (!slot->k.loaded) {
+    CompiledKernel ck = rt::compile_unvalidated(spec);
+    CUmodule module = nullptr;
+    CUresult r = d.cuModuleLoadData(&module, ck.cubin.data());
+    if (r != CUDA_SUCCESS && ck.from_cache) {
+      // An entry that verifies but does not load (e.g. written by a broken
+      // toolchain) is recompiled and replaced, never an error.
+      const char* name = nullptr;
+      if (d.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr) name = "CUDA error";
+      std::fprintf(stderr, "flashgen: cache entry %s is unloadable (%s); recompiling\n",
+                   ck.cache_path.empty() ? "(memory)" : ck.cache_path.c_str(), name);
+      ck = rt::compile_unvalidated(spec, /*force_recompile=*/true);
+      r = d.cuModuleLoadData(&module, ck.cubin.data());
+    }
+    rt::check(r, fmt::format("cuModuleLoadData({})", ck.name).c_str());
+    CUfunction fn = nullptr;
+    rt::check(d.cuModuleGetFunction(&fn, module, ck.name.c_str()),
+              fmt::format("cuModuleGetFunction({})", ck.name).c_str());
+    const int64_t smem = spec.smem_bytes();
+    if (smem > 48 * 1024) {
+      rt::check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     static_cast<int>(smem)),
+                fmt::format("cuFuncSetAttribute({}, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {})",
+                            ck.name, smem)
+                    .c_str());
+    }
+    slot->k.module = module;
+    slot->k.function = fn;
+    slot->k.from_cache = ck.from_cache;
+    slot->k.loaded = true;
+  }
+  Kernel k;
+  k.spec = spec;
+  k.function = slot->k.function;
+  k.context = ctx;
+  k.from_cache = slot->k.from_cache;
+  return k;
+}
+
+// ---- launch --------------------------------------------------------------------
+
+void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream) {
+  check_problem(problem);
+  const KernelSpec& s = kernel.spec;
+  if (kernel.function == nullptr)
+    throw InvalidArgument(
+        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
+  if (problem.dtype != s.dtype)
+    throw InvalidArgument(mismatch("dtype", std::string(to_string(problem.dtype)),
+                                   std::string(to_string(s.dtype)), s));
+  if (problem.head_dim != s.head_dim)
+    throw InvalidArgument(
+        mismatch("head_dim", std::to_string(problem.head_dim), std::to_string(s.head_dim), s));
+  if (problem.head_dim_v != s.head_dim_v)
+    throw InvalidArgument(mismatch("head_dim_v", std::to_string(problem.head_dim_v),
+                                   std::to_string(s.head_dim_v), s));
+  if (problem.mask != s.mask)
+    throw InvalidArgument(
+        mismatch("mask", std::string(to_string(problem.mask)), std::string(to_string(s.mask)), s));
+  if (problem.bias.kind != s.bias)
+    throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
+                                   std::string(to_string(s.bias)), s));
+  const bool has_lse = problem.lse.data != nullptr;
+  if (has_lse != s.has_lse)
+    throw InvalidArgument(fmt::format(
+        "launch: problem.lse.data is {} but the kernel was generated {} an LSE output (spec {}); "
+        "plan a kernel for this problem (flashgen::plan) or pass a matching problem",
+        has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
+  if (s.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.block_m = {} must be positive", s.block_m));
+
+  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
+
+  const int64_t num_m_blocks = (problem.seqlen_q + s.block_m - 1) / s.block_m;
+  constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
+  // num_m_blocks * heads_q * batch without overflow.
+  const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
+                       num_m_blocks * problem.heads_q > kMaxGridX / problem.batch;
+  if (too_big)
+    throw InvalidArgument(fmt::format(
+        "launch: the grid needs ceil(seqlen_q / block_m) * heads_q * batch = {} * {} * {} blocks, "
+        "more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
+        num_m_blocks, problem.heads_q, problem.batch));
+  const int64_t grid_x = num_m_blocks * problem.heads_q * problem.batch;
+
+  detail::FwdParams params{};
+  params.q = problem.q.data;
+  params.k = problem.k.data;
+  params.v = problem.v.data;
+  params.o = const_cast<void*>(problem.o.data);
+  params.bias = problem.bias.kind == BiasKind::none ? nullptr : problem.bias.data;
+  params.lse = problem.lse.data;
+  params.q_stride_batch = problem.q.stride_batch;
+  params.q_stride_seq = problem.q.stride_seq;
+  params.q_stride_head = problem.q.stride_head;
+  params.k_stride_batch = problem.k.stride_batch;
+  params.k_stride_seq = problem.k.stride_seq;
+  params.k_stride_head = problem.k.stride_head;
+  params.v_stride_batch = problem.v.stride_batch;
+  params.v_stride_seq = problem.v.stride_seq;
+  params.v_stride_head = problem.v.stride_head;
+  params.o_stride_batch = problem.o.stride_batch;
+  params.o_stride_seq = problem.o.stride_seq;
+  params.o_stride_head = problem.o.stride_head;
+  params.bias_stride_batch = problem.bias.stride_batch;
+  params.bias_stride_head = problem.bias.stride_head;
+  params.bias_stride_q = problem.bias.stride_q;
+  params.bias_stride_k = problem.bias.stride_k;
+  params.lse_stride_batch = problem.lse.stride_batch;
+  params.lse_stride_head = problem.lse.stride_head;
+  params.batch = problem.batch;
+  params.heads_q = problem.heads_q;
+  params.heads_kv = problem.heads_kv;
+  params.seqlen_q = problem.seqlen_q;
+  params.seqlen_k = problem.seqlen_k;
+  params.num_m_blocks = num_m_blocks;
+  params.softmax_scale = static_cast<double>(problem.scale());
+
+  const rt::Driver& d = rt::driver();
+  // The function belongs to the context it was loaded into: make that one
+  // current if none is, and refuse a different one.
+  CUcontext current = nullptr;
+  rt::check(d.cuCtxGetCurrent(&current), "cuCtxGetCurrent");
+  CUcontext want = static_cast<CUcontext>(kernel.context);
+  if (current == nullptr && want != nullptr) {
+    rt::check(d.cuCtxSetCurrent(want), "cuCtxSetCurrent");
+  } else if (want != nullptr && current != want) {
+    throw InvalidArgument(fmt::format(
+        "launch: the kernel was loaded into CUDA context {} but context {} is current in this "
+        "thread; call flashgen::load_kernel() with the launching context current",
+        static_cast<const void*>(want), static_cast<const void*>(current)));
+  }
+
+  void* args[] = {&params};
+  rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
+                             static_cast<unsigned>(grid_x), 1, 1,
+                             static_cast<unsigned>(s.threads()), 1, 1,
+                             static_cast<unsigned>(s.smem_bytes()), stream, args, nullptr),
+            fmt::format("cuLaunchKernel({}, grid {}, block {}, smem {})", s.kernel_name(), grid_x,
+                        s.threads(), s.smem_bytes())
+                .c_str());
+}
+
+ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {
+  ForwardInfo info;
+  info.spec = plan(problem);  // checks the problem, then the device's profile
+  if (is_empty_problem(problem)) return info;
+  Kernel k = load_kernel(info.spec);
+  launch(k, problem, stream);
+  info.launched = true;
+  info.from_cache = k.from_cache;
+  return info;
+}
+
+}  // namespace flashgen

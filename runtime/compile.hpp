@@ -1,0 +1,20 @@
+// The runtime's internal compile path (generate -> key -> cache -> NVRTC).
+// flashgen::compile() validates the spec against its arch's profile first and
+// then calls this; tests use it directly to compile specs for an arch that no
+// builtin profile lists yet (e.g. sm_89 with the ampere tiles).
+#pragma once
+
+#include "flashgen/flashgen.hpp"
+
+namespace flashgen::rt {
+
+/// gen::emit_forward(spec), then the disk cache, then NVRTC on a miss (and
+/// store). No profile validation. Within a process, concurrent calls for the
+/// same key compile once; the others then read the fresh entry.
+/// force_recompile skips the cache lookup (used when a cached cubin fails to
+/// load) and replaces the entry.
+/// Throws CompileError (spec, kernel name, options, log, dumped source path)
+/// or Unavailable (no NVRTC).
+CompiledKernel compile_unvalidated(const KernelSpec& spec, bool force_recompile = false);
+
+}  // namespace flashgen::rt

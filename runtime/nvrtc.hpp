@@ -1,0 +1,74 @@
+// Lazily loaded NVRTC (internal to libflashgen; tests use it too).
+//
+// The library is found on first use, in this order:
+//   1. the file named by $FLASHGEN_NVRTC_LIBRARY, if set (no fallback then);
+//   2. libnvrtc.so.13, libnvrtc.so.12 through the dynamic loader's search path;
+//   3. the same names under $CUDA_HOME/lib64, then /usr/local/cuda/lib64.
+// NVRTC needs no GPU and no driver.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "flashgen/types.hpp"
+
+namespace flashgen::rt {
+
+struct NvrtcVersion {
+  int major = 0;
+  int minor = 0;
+  std::string str() const { return std::to_string(major) + "." + std::to_string(minor); }
+  bool operator==(const NvrtcVersion&) const = default;
+};
+
+/// The loaded NVRTC's version. Throws flashgen::Unavailable (listing every
+/// path tried and mentioning FLASHGEN_NVRTC_LIBRARY) when none loads.
+NvrtcVersion nvrtc_version();
+
+/// True when NVRTC loads. Never throws.
+bool nvrtc_available() noexcept;
+
+/// The path or name NVRTC was loaded from (loads it; throws like nvrtc_version).
+std::string nvrtc_library();
+
+/// The NVRTC options for a kernel of compute capability `arch`, in the fixed
+/// order that is part of the cache key:
+///   "--gpu-architecture=sm_<arch>", "-std=c++17", "--ptxas-options=--verbose",
+///   "-default-device".
+/// --ptxas-options=--verbose makes the compile log hold ptxas's per-kernel
+/// report ("Used N registers", "N bytes spill stores, N bytes spill loads").
+std::vector<std::string> nvrtc_options(int arch);
+
+/// NVRTC rejected a program. what() is a short summary; the fields carry the
+/// details so callers (runtime/api.cpp) can build the full CompileError.
+class NvrtcCompileFailure : public CompileError {
+ public:
+  NvrtcCompileFailure(const std::string& summary, std::string result, std::string log)
+      : CompileError(summary), result_(std::move(result)), log_(std::move(log)) {}
+  const std::string& result() const noexcept { return result_; }  ///< e.g. "NVRTC_ERROR_COMPILATION"
+  const std::string& log() const noexcept { return log_; }        ///< the program log
+
+ private:
+  std::string result_;
+  std::string log_;
+};
+
+struct NvrtcOutput {
+  std::vector<char> cubin;  ///< ELF image
+  std::string log;          ///< program log (ptxas report with --ptxas-options=--verbose)
+};
+
+/// Compile `source` (program name `program_name`, used in diagnostics) with
+/// `options` to a cubin. Thread-safe: each call owns its nvrtcProgram.
+/// Throws NvrtcCompileFailure (a CompileError) when NVRTC fails, Unavailable
+/// when NVRTC is missing.
+NvrtcOutput compile_to_cubin(const std::string& source, const std::string& program_name,
+                             const std::vector<std::string>& options);
+
+/// Number of nvrtcCompileProgram calls made by this process (tests use it to
+/// prove a cache hit made no NVRTC call).
+uint64_t nvrtc_compile_count() noexcept;
+
+}  // namespace flashgen::rt
