@@ -1,0 +1,97 @@
+// ---- libflashgen device helpers (templates/common.cuh) ----------------------
+// Self-contained: no #include. Inline PTX follows the PTX ISA sections named
+// beside each helper.
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef long long i64;
+
+struct __align__(16) U4 { u32 x, y, z, w; };
+
+#define FG_DEVICE __device__ __forceinline__
+
+FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
+
+// Generic -> shared state space address (PTX ISA: cvta).
+FG_DEVICE u32 fg_smem_addr(const void* p) {
+  u32 r;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(r) : "l"(p));
+  return r;
+}
+
+// ---- dtype conversions (PTX ISA: cvt) ----
+FG_DEVICE float fg_f16_to_f32(u16 h) {
+  float f;
+  asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));
+  return f;
+}
+FG_DEVICE float fg_bf16_to_f32(u16 h) { return __uint_as_float(((u32)h) << 16); }
+FG_DEVICE u16 fg_f32_to_f16(float f) {
+  u16 r;
+  asm("{ .reg .f16 t; cvt.rn.f16.f32 t, %1; mov.b16 %0, t; }" : "=h"(r) : "f"(f));
+  return r;
+}
+FG_DEVICE u16 fg_f32_to_bf16(float f) {
+  u16 r;
+  asm("{ .reg .b16 t; cvt.rn.bf16.f32 t, %1; mov.b16 %0, t; }" : "=h"(r) : "f"(f));
+  return r;
+}
+// Two floats -> packed pair, `lo` in the low half (PTX ISA: cvt with .f16x2/.bf16x2, sm_80+).
+FG_DEVICE u32 fg_pack_f16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+FG_DEVICE u32 fg_pack_bf16(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// 2^x, approximate, flush-to-zero (PTX ISA: ex2.approx.ftz.f32); ex2(-inf) = +0.
+FG_DEVICE float fg_exp2(float x) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
+// ---- asynchronous copies (PTX ISA: cp.async, sm_80+) ----
+// Copies 16 bytes, or zero-fills the destination when src_bytes == 0.
+FG_DEVICE void fg_cp_async16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+FG_DEVICE void fg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+FG_DEVICE void fg_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+// ---- shared -> register matrix loads (PTX ISA: ldmatrix, sm_75+) ----
+FG_DEVICE void fg_ldsm_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+FG_DEVICE void fg_ldsm_x2(u32 addr, u32& r0, u32& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+FG_DEVICE void fg_ldsm_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+FG_DEVICE void fg_ldsm_x2_trans(u32 addr, u32& r0, u32& r1) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(addr));
+}
+
+// ---- swizzled shared-memory sub-tiles ----
+// A sub-tile holds ROWS rows of W 16-bit elements (W a power of two >= 8),
+// i.e. W/8 16-byte units per row. Unit u of row r is stored at unit
+// u ^ x(r), where x(r) spreads the 8 rows read by one ldmatrix phase over
+// all 8 16-byte bank groups of a 128-byte line:
+//   W/8 >= 8: x = r & 7;  W/8 = 4: x = (r >> 1) & 3;  W/8 = 2: x = (r >> 2) & 1;  W/8 = 1: x = 0.
+template <int W>
+FG_DEVICE int fg_swz(int row, int unit) {
+  constexpr int UPR = W / 8;
+  constexpr int RPL = UPR >= 8 ? 1 : 8 / UPR;
+  constexpr int XM = UPR >= 8 ? 7 : UPR - 1;
+  return row * W + ((unit ^ ((row / RPL) & XM)) << 3);
+}
