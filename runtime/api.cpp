@@ -276,12 +276,7 @@ Kernel load_kernel(const KernelSpec& spec) {
 
 // ---- launch --------------------------------------------------------------------
 
-void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream) {
-  check_problem(problem);
-  const KernelSpec& s = kernel.spec;
-  if (kernel.function == nullptr)
-    throw InvalidArgument(
-        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
+void rt::check_problem_matches_spec(const AttentionProblem& problem, const KernelSpec& s) {
   if (problem.dtype != s.dtype)
     throw InvalidArgument(mismatch("dtype", std::string(to_string(problem.dtype)),
                                    std::string(to_string(s.dtype)), s));
@@ -303,6 +298,15 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
         "launch: problem.lse.data is {} but the kernel was generated {} an LSE output (spec {}); "
         "plan a kernel for this problem (flashgen::plan) or pass a matching problem",
         has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
+}
+
+void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream) {
+  check_problem(problem);
+  const KernelSpec& s = kernel.spec;
+  if (kernel.function == nullptr)
+    throw InvalidArgument(
+        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
+  rt::check_problem_matches_spec(problem, s);
   if (s.block_m <= 0)
     throw InvalidArgument(fmt::format("launch: kernel.spec.block_m = {} must be positive", s.block_m));
 

@@ -1,4 +1,5 @@
-// The runtime's internal compile path (generate -> key -> cache -> NVRTC).
+// Internal runtime entry points: the compile path (generate -> key -> cache ->
+// NVRTC) and the problem/spec match check shared by launch and the C ABI.
 // flashgen::compile() validates the spec against its arch's profile first and
 // then calls this; tests use it directly to compile specs for an arch that no
 // builtin profile lists yet (e.g. sm_89 with the ampere tiles).
@@ -16,5 +17,10 @@ namespace flashgen::rt {
 /// Throws CompileError (spec, kernel name, options, log, dumped source path)
 /// or Unavailable (no NVRTC).
 CompiledKernel compile_unvalidated(const KernelSpec& spec, bool force_recompile = false);
+
+/// Throws InvalidArgument naming the first field where `problem` does not
+/// match `spec` (dtype, head_dim, head_dim_v, mask, bias kind, LSE presence).
+/// Does not run check_problem.
+void check_problem_matches_spec(const AttentionProblem& problem, const KernelSpec& spec);
 
 }  // namespace flashgen::rt

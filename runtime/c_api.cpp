@@ -1,0 +1,268 @@
+// The C ABI (include/flashgen/flashgen.h) over the C++ API. Every exception is
+// caught here and turned into a status code plus a thread-local message.
+#include "flashgen/flashgen.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <new>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "flashgen/flashgen.hpp"
+#include "runtime/compile.hpp"
+
+namespace {
+
+using namespace flashgen;
+
+static_assert(FLASHGEN_ERROR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::invalid_argument));
+static_assert(FLASHGEN_ERROR_UNSUPPORTED == static_cast<int>(ErrorCode::unsupported));
+static_assert(FLASHGEN_ERROR_COMPILE_FAILED == static_cast<int>(ErrorCode::compile_failed));
+static_assert(FLASHGEN_ERROR_DRIVER == static_cast<int>(ErrorCode::driver));
+static_assert(FLASHGEN_ERROR_UNAVAILABLE == static_cast<int>(ErrorCode::unavailable));
+static_assert(FLASHGEN_ERROR_IO == static_cast<int>(ErrorCode::io));
+static_assert(FLASHGEN_ERROR_INTERNAL == static_cast<int>(ErrorCode::internal));
+
+thread_local std::string t_last_error;
+
+flashgen_status fail(flashgen_status code, const std::string& message) noexcept {
+  try {
+    t_last_error = message;
+  } catch (...) {
+    // Out of memory while copying the message: keep the previous text.
+  }
+  return code;
+}
+
+// Runs `body` (returning void); maps every exception to a status.
+template <typename F>
+flashgen_status guarded(const char* fn, F&& body) noexcept {
+  try {
+    body();
+    return FLASHGEN_OK;
+  } catch (const flashgen::Error& e) {
+    return fail(static_cast<flashgen_status>(static_cast<int>(e.code())), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(FLASHGEN_ERROR_INTERNAL, std::string(fn) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(FLASHGEN_ERROR_INTERNAL,
+                std::string(fn) + ": internal error (a bug in libflashgen): " + e.what());
+  } catch (...) {
+    return fail(FLASHGEN_ERROR_INTERNAL,
+                std::string(fn) + ": internal error (a bug in libflashgen): unknown exception");
+  }
+}
+
+void require_non_null(const void* p, const char* fn, const char* arg) {
+  if (p == nullptr) throw InvalidArgument(fmt::format("{}: {} is NULL; pass a valid pointer", fn, arg));
+}
+
+DType to_dtype(int v, const char* fn) {
+  switch (v) {
+    case FLASHGEN_DTYPE_F16: return DType::f16;
+    case FLASHGEN_DTYPE_BF16: return DType::bf16;
+    default:
+      throw InvalidArgument(fmt::format(
+          "{}: dtype = {} is not a flashgen_dtype (allowed: FLASHGEN_DTYPE_F16 = 0, "
+          "FLASHGEN_DTYPE_BF16 = 1)",
+          fn, v));
+  }
+}
+
+MaskKind to_mask(int v, const char* fn) {
+  switch (v) {
+    case FLASHGEN_MASK_NONE: return MaskKind::none;
+    case FLASHGEN_MASK_CAUSAL_TOP_LEFT: return MaskKind::causal_top_left;
+    case FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT: return MaskKind::causal_bottom_right;
+    default:
+      throw InvalidArgument(fmt::format(
+          "{}: mask = {} is not a flashgen_mask (allowed: FLASHGEN_MASK_NONE = 0, "
+          "FLASHGEN_MASK_CAUSAL_TOP_LEFT = 1, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2)",
+          fn, v));
+  }
+}
+
+BiasKind to_bias(int v, const char* fn) {
+  switch (v) {
+    case FLASHGEN_BIAS_NONE: return BiasKind::none;
+    case FLASHGEN_BIAS_INPUT: return BiasKind::input;
+    case FLASHGEN_BIAS_F32: return BiasKind::f32;
+    default:
+      throw InvalidArgument(fmt::format(
+          "{}: bias.kind = {} is not a flashgen_bias_kind (allowed: FLASHGEN_BIAS_NONE = 0, "
+          "FLASHGEN_BIAS_INPUT = 1, FLASHGEN_BIAS_F32 = 2)",
+          fn, v));
+  }
+}
+
+TensorRef to_tensor(const flashgen_tensor& t) {
+  TensorRef r;
+  r.data = t.data;
+  r.stride_batch = t.stride_batch;
+  r.stride_seq = t.stride_seq;
+  r.stride_head = t.stride_head;
+  return r;
+}
+
+flashgen_tensor from_tensor(const TensorRef& t) {
+  flashgen_tensor r;
+  r.data = t.data;
+  r.stride_batch = t.stride_batch;
+  r.stride_seq = t.stride_seq;
+  r.stride_head = t.stride_head;
+  return r;
+}
+
+// The C struct as an AttentionProblem (enums checked; the rest is checked by
+// check_problem in plan / launch).
+AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
+  require_non_null(c, fn, "problem");
+  AttentionProblem p;
+  p.dtype = to_dtype(static_cast<int>(c->dtype), fn);
+  p.batch = c->batch;
+  p.seqlen_q = c->seqlen_q;
+  p.seqlen_k = c->seqlen_k;
+  p.heads_q = c->heads_q;
+  p.heads_kv = c->heads_kv;
+  p.head_dim = c->head_dim;
+  p.head_dim_v = c->head_dim_v;
+  p.mask = to_mask(static_cast<int>(c->mask), fn);
+  if (c->has_scale != 0) p.softmax_scale = c->scale;
+  p.q = to_tensor(c->q);
+  p.k = to_tensor(c->k);
+  p.v = to_tensor(c->v);
+  p.o = to_tensor(c->o);
+  p.bias.kind = to_bias(static_cast<int>(c->bias.kind), fn);
+  p.bias.data = c->bias.data;
+  p.bias.stride_batch = c->bias.stride_batch;
+  p.bias.stride_head = c->bias.stride_head;
+  p.bias.stride_q = c->bias.stride_q;
+  p.bias.stride_k = c->bias.stride_k;
+  p.lse.data = c->lse.data;
+  p.lse.stride_batch = c->lse.stride_batch;
+  p.lse.stride_head = c->lse.stride_head;
+  return p;
+}
+
+KernelSpec parse_spec(const char* spec, const char* fn) {
+  require_non_null(spec, fn, "spec");
+  return KernelSpec::parse(spec);
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* flashgen_last_error(void) { return t_last_error.c_str(); }
+
+flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_dtype dtype,
+                                           int64_t batch, int64_t seqlen_q, int64_t seqlen_k,
+                                           int64_t heads_q, int64_t heads_kv, int64_t head_dim,
+                                           int64_t head_dim_v, flashgen_mask mask, const void* q,
+                                           const void* k, const void* v, void* o) {
+  const char* fn = "flashgen_problem_init_bshd";
+  return guarded(fn, [&] {
+    require_non_null(problem, fn, "problem");
+    const DType dt = to_dtype(static_cast<int>(dtype), fn);
+    const MaskKind mk = to_mask(static_cast<int>(mask), fn);
+    const struct {
+      const char* name;
+      int64_t value;
+    } sizes[] = {{"batch", batch},       {"seqlen_q", seqlen_q}, {"seqlen_k", seqlen_k},
+                 {"heads_q", heads_q},   {"heads_kv", heads_kv}, {"head_dim", head_dim},
+                 {"head_dim_v", head_dim_v}};
+    for (const auto& s : sizes)
+      if (s.value < 0)
+        throw InvalidArgument(fmt::format("{}: {} = {} is negative; sizes must be >= 0", fn,
+                                          s.name, s.value));
+    AttentionProblem p = make_bshd_problem(dt, batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                                           head_dim, head_dim_v, mk, q, k, v, o);
+    flashgen_problem c;
+    std::memset(&c, 0, sizeof c);
+    c.dtype = dtype;
+    c.batch = p.batch;
+    c.seqlen_q = p.seqlen_q;
+    c.seqlen_k = p.seqlen_k;
+    c.heads_q = p.heads_q;
+    c.heads_kv = p.heads_kv;
+    c.head_dim = p.head_dim;
+    c.head_dim_v = p.head_dim_v;
+    c.mask = mask;
+    c.has_scale = 0;
+    c.scale = 0.0f;
+    c.q = from_tensor(p.q);
+    c.k = from_tensor(p.k);
+    c.v = from_tensor(p.v);
+    c.o = from_tensor(p.o);
+    c.bias.kind = FLASHGEN_BIAS_NONE;
+    c.lse.data = nullptr;
+    *problem = c;
+  });
+}
+
+flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* spec_out,
+                              size_t spec_out_len) {
+  const char* fn = "flashgen_plan";
+  return guarded(fn, [&] {
+    AttentionProblem p = to_problem(problem, fn);
+    require_non_null(spec_out, fn, "spec_out");
+    if (arch < 0)
+      throw InvalidArgument(fmt::format(
+          "{}: arch = {} is negative; pass a compute capability as 10*major+minor (e.g. 90) or 0 "
+          "for the current device",
+          fn, arch));
+    KernelSpec spec = arch == 0 ? plan(p) : plan(p, arch);
+    const std::string text = spec.canonical();
+    if (text.size() + 1 > spec_out_len)
+      throw InvalidArgument(fmt::format(
+          "{}: spec_out_len = {} is too small; the canonical spec \"{}\" needs {} bytes including "
+          "the terminating NUL",
+          fn, spec_out_len, text, text.size() + 1));
+    std::memcpy(spec_out, text.c_str(), text.size() + 1);
+  });
+}
+
+flashgen_status flashgen_generate(const char* spec, char** source_out) {
+  const char* fn = "flashgen_generate";
+  if (source_out != nullptr) *source_out = nullptr;
+  return guarded(fn, [&] {
+    require_non_null(source_out, fn, "source_out");
+    const KernelSpec s = parse_spec(spec, fn);
+    const std::string source = generate(s);
+    char* buf = static_cast<char*>(std::malloc(source.size() + 1));
+    if (buf == nullptr) throw std::bad_alloc();
+    std::memcpy(buf, source.c_str(), source.size() + 1);
+    *source_out = buf;
+  });
+}
+
+void flashgen_free(void* p) { std::free(p); }
+
+flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_stream stream) {
+  const char* fn = "flashgen_forward";
+  return guarded(fn, [&] {
+    AttentionProblem p = to_problem(problem, fn);
+    forward(p, stream);
+  });
+}
+
+flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* problem,
+                                     flashgen_stream stream) {
+  const char* fn = "flashgen_launch_spec";
+  return guarded(fn, [&] {
+    const KernelSpec s = parse_spec(spec, fn);
+    AttentionProblem p = to_problem(problem, fn);
+    check_problem(p);
+    rt::check_problem_matches_spec(p, s);
+    if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) {
+      require_valid(s, profile_for_arch(s.arch));
+      return;  // empty problem: nothing to launch, no GPU needed
+    }
+    Kernel k = load_kernel(s);
+    launch(k, p, stream);
+  });
+}
+
+}  // extern "C"
