@@ -1,0 +1,597 @@
+// Checks of the float64 reference itself (test/reference.hpp) against tiny
+// hand-computed cases, and of its f16/bf16 conversions against IEEE
+// round-to-nearest-even on every 16-bit pattern.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "flashgen/problem.hpp"
+#include "test/reference.hpp"
+
+namespace {
+
+using flashgen::AttentionProblem;
+using flashgen::BiasKind;
+using flashgen::DType;
+using flashgen::MaskKind;
+namespace ref = flashgen::ref;
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+float bits_to_float(uint32_t u) { return std::bit_cast<float>(u); }
+
+bool half_is_nan(uint16_t h) { return (h & 0x7C00u) == 0x7C00u && (h & 0x03FFu) != 0; }
+bool bf16_is_nan(uint16_t h) { return (h & 0x7F80u) == 0x7F80u && (h & 0x007Fu) != 0; }
+
+// ---------------------------------------------------------------------------
+// A contiguous BSHD host problem (scale 1, zero-filled) with element setters.
+// ---------------------------------------------------------------------------
+struct Host {
+  AttentionProblem p;
+  std::vector<uint16_t> q, k, v, bias16;
+  std::vector<float> bias32;
+
+  Host(DType dt, int64_t B, int64_t Sq, int64_t Sk, int64_t Hq, int64_t Hkv, int64_t D, int64_t Dv,
+       MaskKind mask, BiasKind bias = BiasKind::none) {
+    p.dtype = dt;
+    p.batch = B;
+    p.seqlen_q = Sq;
+    p.seqlen_k = Sk;
+    p.heads_q = Hq;
+    p.heads_kv = Hkv;
+    p.head_dim = D;
+    p.head_dim_v = Dv;
+    p.mask = mask;
+    p.softmax_scale = 1.0f;
+    q.assign(static_cast<size_t>(B * Sq * Hq * D), 0);
+    k.assign(static_cast<size_t>(B * Sk * Hkv * D), 0);
+    v.assign(static_cast<size_t>(B * Sk * Hkv * Dv), 0);
+    p.q = {q.data(), Sq * Hq * D, Hq * D, D};
+    p.k = {k.data(), Sk * Hkv * D, Hkv * D, D};
+    p.v = {v.data(), Sk * Hkv * Dv, Hkv * Dv, Dv};
+    p.o = {nullptr, Sq * Hq * Dv, Hq * Dv, Dv};  // the reference never touches O
+    p.bias.kind = bias;
+    if (bias == BiasKind::f32) {
+      bias32.assign(static_cast<size_t>(B * Hq * Sq * Sk), 0.0f);
+      p.bias.data = bias32.data();
+    } else if (bias == BiasKind::input) {
+      bias16.assign(static_cast<size_t>(B * Hq * Sq * Sk), ref::to_dtype(dt, 0.0f));
+      p.bias.data = bias16.data();
+    }
+    p.bias.stride_batch = Hq * Sq * Sk;
+    p.bias.stride_head = Sq * Sk;
+    p.bias.stride_q = Sk;
+    p.bias.stride_k = 1;
+  }
+  Host(const Host&) = delete;
+  Host& operator=(const Host&) = delete;
+
+  void set_q(int64_t b, int64_t i, int64_t h, int64_t d, float x) {
+    q[static_cast<size_t>(b * p.q.stride_batch + i * p.q.stride_seq + h * p.q.stride_head + d)] = ref::to_dtype(p.dtype, x);
+  }
+  void set_k(int64_t b, int64_t j, int64_t h, int64_t d, float x) {
+    k[static_cast<size_t>(b * p.k.stride_batch + j * p.k.stride_seq + h * p.k.stride_head + d)] = ref::to_dtype(p.dtype, x);
+  }
+  void set_v(int64_t b, int64_t j, int64_t h, int64_t d, float x) {
+    v[static_cast<size_t>(b * p.v.stride_batch + j * p.v.stride_seq + h * p.v.stride_head + d)] = ref::to_dtype(p.dtype, x);
+  }
+  void set_bias(int64_t b, int64_t h, int64_t i, int64_t j, float x) {
+    const auto off = static_cast<size_t>(b * p.bias.stride_batch + h * p.bias.stride_head + i * p.bias.stride_q + j);
+    if (p.bias.kind == BiasKind::f32) bias32[off] = x;
+    else bias16[off] = ref::to_dtype(p.dtype, x);
+  }
+  void fill_random(std::mt19937_64& rng) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (auto& x : q) x = ref::to_dtype(p.dtype, u(rng));
+    for (auto& x : k) x = ref::to_dtype(p.dtype, u(rng));
+    for (auto& x : v) x = ref::to_dtype(p.dtype, u(rng));
+    for (auto& x : bias32) x = 2.0f * u(rng);
+    for (auto& x : bias16) x = ref::to_dtype(p.dtype, 2.0f * u(rng));
+  }
+};
+
+struct Out {
+  std::vector<double> o, lse;  // forward_all layouts: o [b, i, h, d], lse [b, h, i]
+  double O(const AttentionProblem& p, int64_t b, int64_t i, int64_t h, int64_t d) const {
+    return o[static_cast<size_t>(((b * p.seqlen_q + i) * p.heads_q + h) * p.head_dim_v + d)];
+  }
+  double L(const AttentionProblem& p, int64_t b, int64_t i, int64_t h) const {
+    return lse[static_cast<size_t>((b * p.heads_q + h) * p.seqlen_q + i)];
+  }
+};
+
+Out run_all(const AttentionProblem& p, int threads = 0) {
+  Out out;
+  ref::forward_all(p, out.o, out.lse, threads);
+  return out;
+}
+
+}  // namespace
+
+TEST_SUITE("reference") {
+
+// ------------------------------ conversions --------------------------------
+
+TEST_CASE("f16: exact values, specials, overflow and ties") {
+  CHECK(ref::float_to_half(0.0f) == 0x0000);
+  CHECK(ref::float_to_half(-0.0f) == 0x8000);
+  CHECK(ref::float_to_half(1.0f) == 0x3C00);
+  CHECK(ref::float_to_half(-2.0f) == 0xC000);
+  CHECK(ref::float_to_half(0.5f) == 0x3800);
+  CHECK(ref::float_to_half(65504.0f) == 0x7BFF);                              // largest finite
+  CHECK(ref::float_to_half(std::nextafter(65520.0f, 0.0f)) == 0x7BFF);        // just below the tie
+  CHECK(ref::float_to_half(65520.0f) == 0x7C00);                              // tie -> even = inf
+  CHECK(ref::float_to_half(-65520.0f) == 0xFC00);
+  CHECK(ref::float_to_half(1.0e6f) == 0x7C00);
+  CHECK(ref::float_to_half(std::numeric_limits<float>::infinity()) == 0x7C00);
+  CHECK(ref::float_to_half(-std::numeric_limits<float>::infinity()) == 0xFC00);
+  CHECK(half_is_nan(ref::float_to_half(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(half_is_nan(ref::float_to_half(bits_to_float(0x7F800001u))));  // signalling, payload only in low bits
+  CHECK(half_is_nan(ref::float_to_half(bits_to_float(0xFFC00000u))));
+  // Ties in the normal range: 1 + 2^-11 is halfway between 0x3C00 and 0x3C01.
+  CHECK(ref::float_to_half(1.0f + 0x1p-11f) == 0x3C00);
+  CHECK(ref::float_to_half(std::nextafter(1.0f + 0x1p-11f, 2.0f)) == 0x3C01);
+  CHECK(ref::float_to_half(1.0f + 3 * 0x1p-11f) == 0x3C02);
+  CHECK(ref::float_to_half(2049.0f) == 0x6800);  // spacing 2 above 2048: tie -> 2048
+  CHECK(ref::float_to_half(2051.0f) == 0x6802);  // tie -> 2052
+  // Subnormals: value = m * 2^-24.
+  CHECK(ref::float_to_half(0x1p-24f) == 0x0001);
+  CHECK(ref::float_to_half(-0x1p-24f) == 0x8001);
+  CHECK(ref::float_to_half(0x1p-25f) == 0x0000);                          // tie -> 0
+  CHECK(ref::float_to_half(-0x1p-25f) == 0x8000);
+  CHECK(ref::float_to_half(std::nextafter(0x1p-25f, 1.0f)) == 0x0001);
+  CHECK(ref::float_to_half(0x1p-26f) == 0x0000);
+  CHECK(ref::float_to_half(1.5f * 0x1p-24f) == 0x0002);                   // tie 1|2 -> 2
+  CHECK(ref::float_to_half(2.5f * 0x1p-24f) == 0x0002);                   // tie 2|3 -> 2
+  CHECK(ref::float_to_half(1023.0f * 0x1p-24f) == 0x03FF);                // largest subnormal
+  CHECK(ref::float_to_half(1023.5f * 0x1p-24f) == 0x0400);                // tie -> smallest normal
+  CHECK(ref::float_to_half(0x1p-14f) == 0x0400);
+  CHECK(ref::float_to_half(1.0e-10f) == 0x0000);
+  CHECK(ref::float_to_half(bits_to_float(0x00000001u)) == 0x0000);        // float subnormal
+
+  CHECK(ref::half_to_float(0x0001) == 0x1p-24f);
+  CHECK(ref::half_to_float(0x03FF) == 1023.0f * 0x1p-24f);
+  CHECK(ref::half_to_float(0x0400) == 0x1p-14f);
+  CHECK(ref::half_to_float(0x7BFF) == 65504.0f);
+  CHECK(ref::half_to_float(0x3555) == 0.333251953125f);
+  CHECK(ref::half_to_float(0x7C00) == std::numeric_limits<float>::infinity());
+  CHECK(ref::half_to_float(0xFC00) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(ref::half_to_float(0x7E00)));
+  CHECK(std::isnan(ref::half_to_float(0xFFFF)));
+  CHECK(std::signbit(ref::half_to_float(0x8000)));
+}
+
+TEST_CASE("f16: every pattern round-trips and every midpoint rounds to even") {
+  int bad_roundtrip = 0, bad_mid = 0;
+  for (uint32_t u = 0; u < 65536u; ++u) {
+    const auto h = static_cast<uint16_t>(u);
+    const float f = ref::half_to_float(h);
+    if (half_is_nan(h)) {
+      if (!std::isnan(f) || !half_is_nan(ref::float_to_half(f))) ++bad_roundtrip;
+      continue;
+    }
+    if (ref::float_to_half(f) != h) ++bad_roundtrip;
+    // Midpoint between h and the next magnitude up (exact in float: 12 significant bits).
+    const uint16_t mag = h & 0x7FFFu;
+    if (mag >= 0x7C00u) continue;  // inf
+    const uint16_t sign = h & 0x8000u;
+    const double a = std::fabs(static_cast<double>(f));
+    const double b = (mag == 0x7BFFu) ? 65536.0 : std::fabs(static_cast<double>(ref::half_to_float(static_cast<uint16_t>(mag + 1))));
+    const float mid = static_cast<float>((a + b) / 2.0);
+    REQUIRE(static_cast<double>(mid) == (a + b) / 2.0);
+    const float s = sign ? -1.0f : 1.0f;
+    const uint16_t even = (mag & 1u) ? static_cast<uint16_t>(mag + 1) : mag;
+    if (ref::float_to_half(s * mid) != (sign | even)) ++bad_mid;
+    if (ref::float_to_half(s * std::nextafter(mid, 0.0f)) != (sign | mag)) ++bad_mid;
+    if (ref::float_to_half(s * std::nextafter(mid, 1.0e30f)) != (sign | (mag + 1))) ++bad_mid;
+  }
+  CHECK(bad_roundtrip == 0);
+  CHECK(bad_mid == 0);
+}
+
+TEST_CASE("bf16: exact values, specials, overflow and ties") {
+  CHECK(ref::float_to_bf16(0.0f) == 0x0000);
+  CHECK(ref::float_to_bf16(-0.0f) == 0x8000);
+  CHECK(ref::float_to_bf16(1.0f) == 0x3F80);
+  CHECK(ref::float_to_bf16(-2.0f) == 0xC000);
+  CHECK(ref::float_to_bf16(1.0f + 0x1p-8f) == 0x3F80);                       // tie -> even
+  CHECK(ref::float_to_bf16(std::nextafter(1.0f + 0x1p-8f, 2.0f)) == 0x3F81);
+  CHECK(ref::float_to_bf16(1.0f + 3 * 0x1p-8f) == 0x3F82);                   // tie -> even
+  CHECK(ref::float_to_bf16(0.33333334f) == 0x3EAB);
+  CHECK(ref::float_to_bf16(bits_to_float(0x7F7F0000u)) == 0x7F7F);          // largest finite
+  CHECK(ref::float_to_bf16(bits_to_float(0x7F7F7FFFu)) == 0x7F7F);
+  CHECK(ref::float_to_bf16(bits_to_float(0x7F7F8000u)) == 0x7F80);          // tie -> even = inf
+  CHECK(ref::float_to_bf16(std::numeric_limits<float>::max()) == 0x7F80);
+  CHECK(ref::float_to_bf16(std::numeric_limits<float>::infinity()) == 0x7F80);
+  CHECK(ref::float_to_bf16(-std::numeric_limits<float>::infinity()) == 0xFF80);
+  CHECK(bf16_is_nan(ref::float_to_bf16(std::numeric_limits<float>::quiet_NaN())));
+  CHECK(bf16_is_nan(ref::float_to_bf16(bits_to_float(0x7F800001u))));       // payload only in dropped bits
+  CHECK(bf16_is_nan(ref::float_to_bf16(bits_to_float(0xFF800001u))));
+  // Subnormals (float subnormals, same encoding range).
+  CHECK(ref::float_to_bf16(bits_to_float(0x00010000u)) == 0x0001);
+  CHECK(ref::float_to_bf16(bits_to_float(0x00008000u)) == 0x0000);          // tie -> 0
+  CHECK(ref::float_to_bf16(bits_to_float(0x00008001u)) == 0x0001);
+  CHECK(ref::float_to_bf16(bits_to_float(0x00018000u)) == 0x0002);          // tie -> even
+  CHECK(ref::float_to_bf16(bits_to_float(0x80018000u)) == 0x8002);
+  CHECK(ref::float_to_bf16(bits_to_float(0x007FFFFFu)) == 0x0080);          // rounds up into the normals
+
+  CHECK(ref::bf16_to_float(0x3F80) == 1.0f);
+  CHECK(ref::bf16_to_float(0x3EAB) == 0.333984375f);
+  CHECK(ref::bf16_to_float(0x0001) == bits_to_float(0x00010000u));
+  CHECK(ref::bf16_to_float(0xFF80) == -std::numeric_limits<float>::infinity());
+  CHECK(std::isnan(ref::bf16_to_float(0xFFFF)));
+}
+
+TEST_CASE("bf16: every pattern round-trips and every midpoint rounds to even") {
+  int bad_roundtrip = 0, bad_mid = 0;
+  for (uint32_t u = 0; u < 65536u; ++u) {
+    const auto h = static_cast<uint16_t>(u);
+    const float f = ref::bf16_to_float(h);
+    if (bf16_is_nan(h)) {
+      if (!std::isnan(f) || !bf16_is_nan(ref::float_to_bf16(f))) ++bad_roundtrip;
+      continue;
+    }
+    if (ref::float_to_bf16(f) != h) ++bad_roundtrip;
+    const uint16_t mag = h & 0x7FFFu;
+    if (mag >= 0x7F7Fu) continue;  // the midpoint above the largest finite is checked above
+    const uint16_t sign = h & 0x8000u;
+    // Midpoint: one more mantissa bit, exact in float.
+    const uint32_t mid_bits = (static_cast<uint32_t>(mag) << 16) + 0x8000u;
+    const float mid = bits_to_float(mid_bits | (static_cast<uint32_t>(sign) << 16));
+    const uint16_t even = (mag & 1u) ? static_cast<uint16_t>(mag + 1) : mag;
+    if (ref::float_to_bf16(mid) != (sign | even)) ++bad_mid;
+    if (ref::float_to_bf16(bits_to_float((mid_bits - 1) | (static_cast<uint32_t>(sign) << 16))) != (sign | mag)) ++bad_mid;
+    if (ref::float_to_bf16(bits_to_float((mid_bits + 1) | (static_cast<uint32_t>(sign) << 16))) != (sign | (mag + 1))) ++bad_mid;
+  }
+  CHECK(bad_roundtrip == 0);
+  CHECK(bad_mid == 0);
+}
+
+TEST_CASE("to_dtype / from_dtype dispatch on the dtype") {
+  CHECK(ref::to_dtype(DType::f16, 1.0f) == 0x3C00);
+  CHECK(ref::to_dtype(DType::bf16, 1.0f) == 0x3F80);
+  CHECK(ref::from_dtype(DType::f16, 0x3C00) == 1.0f);
+  CHECK(ref::from_dtype(DType::bf16, 0x3F80) == 1.0f);
+  CHECK(ref::from_dtype(DType::f16, 0xC000) == -2.0f);
+  CHECK(ref::from_dtype(DType::bf16, 0xC000) == -2.0f);
+}
+
+// ------------------------------- attention ---------------------------------
+
+TEST_CASE("one key: O is the V row and LSE is the score") {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CAPTURE(static_cast<int>(dt));
+    Host h(dt, 1, 1, 1, 1, 1, 8, 8, MaskKind::none);
+    const float qv[8] = {0.5f, 1.0f, -1.0f, 0.25f, 0.0f, 2.0f, 0.0f, 0.0f};
+    const float kv[8] = {1.0f, 0.5f, 0.25f, -2.0f, 7.0f, 0.125f, 0.0f, 3.0f};
+    for (int d = 0; d < 8; ++d) {
+      h.set_q(0, 0, 0, d, qv[d]);
+      h.set_k(0, 0, 0, d, kv[d]);
+      h.set_v(0, 0, 0, d, static_cast<float>(d) - 3.5f);
+    }
+    // S = 0.5 + 0.5 - 0.25 - 0.5 + 0 + 0.25 = 0.5
+    const Out out = run_all(h.p);
+    CHECK(out.L(h.p, 0, 0, 0) == 0.5);
+    for (int d = 0; d < 8; ++d) CHECK(out.O(h.p, 0, 0, 0, d) == static_cast<double>(d) - 3.5);
+  }
+}
+
+TEST_CASE("two keys: softmax of scores 0 and 1") {
+  Host h(DType::f16, 1, 1, 2, 1, 1, 16, 16, MaskKind::none);
+  h.set_q(0, 0, 0, 3, 1.0f);
+  h.set_k(0, 1, 0, 3, 1.0f);  // S = [0, 1]
+  h.set_v(0, 0, 0, 0, 1.0f);  // V0 = e0, V1 = e1 + 2 e2
+  h.set_v(0, 1, 0, 1, 1.0f);
+  h.set_v(0, 1, 0, 2, 2.0f);
+  const Out out = run_all(h.p);
+  const double e = std::exp(1.0);
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(std::log(1.0 + e)).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 0) == doctest::Approx(1.0 / (1.0 + e)).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 1) == doctest::Approx(e / (1.0 + e)).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 2) == doctest::Approx(2.0 * e / (1.0 + e)).epsilon(1e-14));
+  for (int d = 3; d < 16; ++d) CHECK(out.O(h.p, 0, 0, 0, d) == 0.0);
+}
+
+TEST_CASE("softmax_scale multiplies Q in float32, then Q is rounded to the dtype") {
+  // q = 1, k = 1, one key: LSE = S = round_to_dtype(1 * scale).
+  for (DType dt : {DType::f16, DType::bf16}) {
+    CAPTURE(static_cast<int>(dt));
+    Host h(dt, 1, 1, 1, 1, 1, 16, 16, MaskKind::none);
+    h.p.softmax_scale = 1.0f / 3.0f;
+    h.set_q(0, 0, 0, 0, 1.0f);
+    h.set_k(0, 0, 0, 0, 1.0f);
+    const double expected = dt == DType::f16 ? 0.333251953125 : 0.333984375;
+    const Out out = run_all(h.p);
+    CHECK(out.L(h.p, 0, 0, 0) == expected);  // unrounded would be 0.3333333432674408
+    CHECK(out.O(h.p, 0, 0, 0, 0) == 0.0);
+  }
+}
+
+TEST_CASE("masks: top-left j <= i, bottom-right j <= i + seqlen_k - seqlen_q") {
+  // q = 0: every visible key gets the same score, so O is the mean of the
+  // visible V rows and LSE = log(count). V row j = (j, 10 j).
+  struct M {
+    MaskKind mask;
+    int64_t sq, sk;
+  };
+  for (const M m : {M{MaskKind::none, 3, 5}, M{MaskKind::causal_top_left, 3, 5},
+                    M{MaskKind::causal_bottom_right, 3, 5}, M{MaskKind::none, 5, 3},
+                    M{MaskKind::causal_top_left, 5, 3}, M{MaskKind::causal_bottom_right, 5, 3},
+                    M{MaskKind::causal_top_left, 4, 4}, M{MaskKind::causal_bottom_right, 4, 4}}) {
+    CAPTURE(static_cast<int>(m.mask));
+    CAPTURE(m.sq);
+    CAPTURE(m.sk);
+    Host h(DType::f16, 1, m.sq, m.sk, 1, 1, 16, 16, m.mask);
+    for (int64_t j = 0; j < m.sk; ++j) {
+      h.set_v(0, j, 0, 0, static_cast<float>(j));
+      h.set_v(0, j, 0, 1, 10.0f * static_cast<float>(j));
+    }
+    const Out out = run_all(h.p);
+    for (int64_t i = 0; i < m.sq; ++i) {
+      CAPTURE(i);
+      int64_t count = m.sk;  // keys 0 .. count-1 are visible
+      if (m.mask == MaskKind::causal_top_left) count = std::min(m.sk, i + 1);
+      if (m.mask == MaskKind::causal_bottom_right) count = std::clamp<int64_t>(i + m.sk - m.sq + 1, 0, m.sk);
+      if (count == 0) {
+        CHECK(out.L(h.p, 0, i, 0) == -kInf);
+        for (int d = 0; d < 16; ++d) CHECK(out.O(h.p, 0, i, 0, d) == 0.0);
+        continue;
+      }
+      const double mean = static_cast<double>(count - 1) / 2.0;
+      CHECK(out.L(h.p, 0, i, 0) == doctest::Approx(std::log(static_cast<double>(count))).epsilon(1e-14));
+      CHECK(out.O(h.p, 0, i, 0, 0) == doctest::Approx(mean).epsilon(1e-14));
+      CHECK(out.O(h.p, 0, i, 0, 1) == doctest::Approx(10.0 * mean).epsilon(1e-14));
+    }
+  }
+  // Spot values written out by hand: sq 5, sk 3, bottom-right: rows 0 and 1 see
+  // nothing, row 2 sees key 0 only, row 4 sees all three.
+  Host h(DType::f16, 1, 5, 3, 1, 1, 16, 16, MaskKind::causal_bottom_right);
+  for (int64_t j = 0; j < 3; ++j) h.set_v(0, j, 0, 0, static_cast<float>(j + 1));
+  const Out out = run_all(h.p);
+  CHECK(out.L(h.p, 0, 0, 0) == -kInf);
+  CHECK(out.L(h.p, 0, 1, 0) == -kInf);
+  CHECK(out.L(h.p, 0, 2, 0) == 0.0);
+  CHECK(out.O(h.p, 0, 2, 0, 0) == 1.0);
+  CHECK(out.O(h.p, 0, 4, 0, 0) == doctest::Approx(2.0).epsilon(1e-14));
+}
+
+TEST_CASE("bias: added to the score (f32 and input dtype); -inf masks; a fully masked row") {
+  for (BiasKind bk : {BiasKind::f32, BiasKind::input}) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      CAPTURE(static_cast<int>(bk));
+      CAPTURE(static_cast<int>(dt));
+      // batch 2, heads 2, 3 queries, 3 keys, q = 0: S = bias.
+      Host h(dt, 2, 3, 3, 2, 2, 16, 16, MaskKind::none, bk);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t hh = 0; hh < 2; ++hh)
+          for (int64_t j = 0; j < 3; ++j) {
+            h.set_v(b, j, hh, 0, static_cast<float>(j == 1));
+            h.set_v(b, j, hh, 1, static_cast<float>(j == 2));
+          }
+      const float ninf = -std::numeric_limits<float>::infinity();
+      // Row 0: [0, 1, -inf]; row 1: all -inf; row 2: [-inf, -inf, 2].
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t hh = 0; hh < 2; ++hh) {
+          h.set_bias(b, hh, 0, 0, 0.0f);
+          h.set_bias(b, hh, 0, 1, 1.0f);
+          h.set_bias(b, hh, 0, 2, ninf);
+          for (int64_t j = 0; j < 3; ++j) h.set_bias(b, hh, 1, j, ninf);
+          h.set_bias(b, hh, 2, 0, ninf);
+          h.set_bias(b, hh, 2, 1, ninf);
+          h.set_bias(b, hh, 2, 2, 2.0f);
+        }
+      const Out out = run_all(h.p);
+      const double e = std::exp(1.0);
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t hh = 0; hh < 2; ++hh) {
+          CHECK(out.L(h.p, b, 0, hh) == doctest::Approx(std::log(1.0 + e)).epsilon(1e-14));
+          CHECK(out.O(h.p, b, 0, hh, 0) == doctest::Approx(e / (1.0 + e)).epsilon(1e-14));
+          CHECK(out.O(h.p, b, 0, hh, 1) == 0.0);
+          CHECK(out.L(h.p, b, 1, hh) == -kInf);
+          CHECK(out.O(h.p, b, 1, hh, 0) == 0.0);
+          CHECK(out.O(h.p, b, 1, hh, 1) == 0.0);
+          CHECK(out.L(h.p, b, 2, hh) == 2.0);
+          CHECK(out.O(h.p, b, 2, hh, 0) == 0.0);
+          CHECK(out.O(h.p, b, 2, hh, 1) == 1.0);
+        }
+    }
+  }
+}
+
+TEST_CASE("bias -inf on every key a causal row may see: the row sees no key") {
+  // Top-left: row 0 sees key 0 only; its bias is -inf there (finite elsewhere).
+  Host h(DType::f16, 1, 2, 4, 1, 1, 16, 16, MaskKind::causal_top_left, BiasKind::f32);
+  h.set_bias(0, 0, 0, 0, -std::numeric_limits<float>::infinity());
+  h.set_bias(0, 0, 1, 0, -std::numeric_limits<float>::infinity());  // row 1 sees keys 0, 1; 0 masked
+  h.set_v(0, 1, 0, 0, 1.0f);
+  const Out out = run_all(h.p);
+  CHECK(out.L(h.p, 0, 0, 0) == -kInf);
+  CHECK(out.O(h.p, 0, 0, 0, 0) == 0.0);
+  CHECK(out.L(h.p, 0, 1, 0) == 0.0);  // row 1 sees key 1 only (score 0)
+  CHECK(out.O(h.p, 0, 1, 0, 0) == 1.0);
+}
+
+TEST_CASE("bias broadcast through stride 0") {
+  Host h(DType::f16, 2, 1, 2, 3, 3, 16, 16, MaskKind::none, BiasKind::f32);
+  h.p.bias.stride_batch = 0;
+  h.p.bias.stride_head = 0;
+  h.set_bias(0, 0, 0, 1, 1.0f);  // shared by every (b, h): S = [0, 1]
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t hh = 0; hh < 3; ++hh) h.set_v(b, 1, hh, 0, 1.0f);
+  const Out out = run_all(h.p);
+  const double e = std::exp(1.0);
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t hh = 0; hh < 3; ++hh) {
+      CHECK(out.L(h.p, b, 0, hh) == doctest::Approx(std::log(1.0 + e)).epsilon(1e-14));
+      CHECK(out.O(h.p, b, 0, hh, 0) == doctest::Approx(e / (1.0 + e)).epsilon(1e-14));
+    }
+}
+
+TEST_CASE("GQA: query head h reads kv head h / (heads_q / heads_kv)") {
+  struct G {
+    int64_t hq, hkv;
+  };
+  for (const G g : {G{4, 4}, G{8, 2}, G{6, 3}, G{7, 1}, G{14, 2}, G{16, 2}}) {
+    CAPTURE(g.hq);
+    CAPTURE(g.hkv);
+    Host h(DType::bf16, 2, 2, 1, g.hq, g.hkv, 16, 16, MaskKind::none);
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t kh = 0; kh < g.hkv; ++kh) {
+        h.set_v(b, 0, kh, 0, static_cast<float>(kh + 1));
+        h.set_v(b, 0, kh, 1, static_cast<float>(b + 1));
+        h.set_k(b, 0, kh, 0, static_cast<float>(kh));  // S = q0 * kh
+      }
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t hh = 0; hh < g.hq; ++hh) h.set_q(b, i, hh, 0, 1.0f);
+    const Out out = run_all(h.p);
+    const int64_t group = g.hq / g.hkv;
+    for (int64_t b = 0; b < 2; ++b)
+      for (int64_t i = 0; i < 2; ++i)
+        for (int64_t hh = 0; hh < g.hq; ++hh) {
+          CAPTURE(hh);
+          CHECK(out.O(h.p, b, i, hh, 0) == static_cast<double>(hh / group + 1));
+          CHECK(out.O(h.p, b, i, hh, 1) == static_cast<double>(b + 1));
+          CHECK(out.L(h.p, b, i, hh) == static_cast<double>(hh / group));
+        }
+  }
+}
+
+TEST_CASE("strided and broadcast views read the same elements as a contiguous copy") {
+  std::mt19937_64 rng(1234);
+  const DType dt = DType::f16;
+  const int64_t B = 2, Sq = 5, Sk = 7, Hq = 4, Hkv = 2, D = 16, Dv = 24;
+  Host c(dt, B, Sq, Sk, Hq, Hkv, D, Dv, MaskKind::causal_bottom_right);
+  c.fill_random(rng);
+  // K and V identical across the batch in the contiguous copy, so the strided
+  // view may broadcast them with stride_batch 0.
+  for (int64_t j = 0; j < Sk * Hkv * D; ++j) c.k[static_cast<size_t>(Sk * Hkv * D + j)] = c.k[static_cast<size_t>(j)];
+  for (int64_t j = 0; j < Sk * Hkv * Dv; ++j) c.v[static_cast<size_t>(Sk * Hkv * Dv + j)] = c.v[static_cast<size_t>(j)];
+
+  // Strided copy: padded Q (NaN in the padding), K/V [Sk, Hkv, d] with batch stride 0.
+  AttentionProblem s = c.p;
+  const int64_t qsh = D + 8, qss = Hq * qsh + 8, qsb = Sq * qss + 16;
+  std::vector<uint16_t> qbuf(static_cast<size_t>(B * qsb), 0x7E00);  // NaN everywhere first
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t hh = 0; hh < Hq; ++hh)
+        for (int64_t d = 0; d < D; ++d)
+          qbuf[static_cast<size_t>(b * qsb + i * qss + hh * qsh + d)] =
+              c.q[static_cast<size_t>(b * c.p.q.stride_batch + i * c.p.q.stride_seq + hh * c.p.q.stride_head + d)];
+  s.q = {qbuf.data(), qsb, qss, qsh};
+  std::vector<uint16_t> kbuf(c.k.begin(), c.k.begin() + Sk * Hkv * D);
+  std::vector<uint16_t> vbuf(c.v.begin(), c.v.begin() + Sk * Hkv * Dv);
+  s.k = {kbuf.data(), 0, Hkv * D, D};
+  s.v = {vbuf.data(), 0, Hkv * Dv, Dv};
+
+  const Out a = run_all(c.p), b = run_all(s);
+  CHECK(a.o == b.o);  // same arithmetic in the same order: bit-identical
+  CHECK(a.lse == b.lse);
+  for (double x : b.o) REQUIRE(std::isfinite(x));
+}
+
+TEST_CASE("K/V heads broadcast with stride_head 0") {
+  Host h(DType::f16, 1, 1, 1, 4, 2, 16, 16, MaskKind::none);
+  // One physical head: logical kv heads 0 and 1 read the same row.
+  h.p.k.stride_head = 0;
+  h.p.v.stride_head = 0;
+  h.set_v(0, 0, 0, 5, 3.0f);
+  const Out out = run_all(h.p);
+  for (int64_t hh = 0; hh < 4; ++hh) CHECK(out.O(h.p, 0, 0, hh, 5) == 3.0);
+}
+
+TEST_CASE("seqlen_k = 0 (null K/V): O = 0 and LSE = -inf for every row") {
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right}) {
+    Host h(DType::bf16, 2, 3, 0, 2, 1, 16, 32, m);
+    h.p.k.data = nullptr;
+    h.p.v.data = nullptr;
+    std::mt19937_64 rng(7);
+    h.fill_random(rng);
+    const Out out = run_all(h.p);
+    REQUIRE(out.o.size() == static_cast<size_t>(2 * 3 * 2 * 32));
+    REQUIRE(out.lse.size() == static_cast<size_t>(2 * 2 * 3));
+    for (double x : out.o) CHECK(x == 0.0);
+    for (double x : out.lse) CHECK(x == -kInf);
+  }
+}
+
+TEST_CASE("seqlen_q = 0: nothing to compute") {
+  Host h(DType::f16, 1, 0, 4, 1, 1, 16, 16, MaskKind::causal_bottom_right);
+  const Out out = run_all(h.p);
+  CHECK(out.o.empty());
+  CHECK(out.lse.empty());
+}
+
+TEST_CASE("forward_rows agrees with forward_all; thread count does not change the result") {
+  std::mt19937_64 rng(99);
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Host h(dt, 2, 7, 9, 4, 2, 16, 8, MaskKind::causal_bottom_right, BiasKind::f32);
+    h.fill_random(rng);
+    h.p.softmax_scale = 0.25f;
+    const Out one = run_all(h.p, 1);
+    const Out many = run_all(h.p, 3);
+    CHECK(one.o == many.o);
+    CHECK(one.lse == many.lse);
+
+    std::vector<ref::RowId> rows = {{1, 6, 3}, {0, 0, 0}, {1, 2, 1}, {0, 5, 2}, {1, 0, 3}};
+    std::vector<double> o(rows.size() * 8, -1.0), lse(rows.size(), -1.0);
+    ref::forward_rows(h.p, rows, o.data(), lse.data(), 2);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CAPTURE(r);
+      CHECK(lse[r] == one.L(h.p, rows[r].b, rows[r].i, rows[r].h));
+      for (int64_t d = 0; d < 8; ++d) CHECK(o[r * 8 + static_cast<size_t>(d)] == one.O(h.p, rows[r].b, rows[r].i, rows[r].h, d));
+    }
+  }
+}
+
+TEST_CASE("random rows against a direct (naive) softmax formula") {
+  std::mt19937_64 rng(4242);
+  const int64_t B = 2, Sq = 6, Sk = 11, Hq = 6, Hkv = 2, D = 24, Dv = 16;
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Host h(dt, B, Sq, Sk, Hq, Hkv, D, Dv, MaskKind::causal_top_left, BiasKind::input);
+    h.fill_random(rng);
+    h.p.softmax_scale = 0.2f;
+    const Out out = run_all(h.p);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t hh = 0; hh < Hq; ++hh) {
+          const int64_t kh = hh / (Hq / Hkv);
+          double sum = 0.0;
+          std::vector<double> o(static_cast<size_t>(Dv), 0.0);
+          for (int64_t j = 0; j <= std::min(i, Sk - 1); ++j) {
+            double s = 0.0;
+            for (int64_t d = 0; d < D; ++d) {
+              const float qf = ref::from_dtype(dt, h.q[static_cast<size_t>(((b * Sq + i) * Hq + hh) * D + d)]);
+              const double qs = ref::from_dtype(dt, ref::to_dtype(dt, qf * 0.2f));
+              s += qs * ref::from_dtype(dt, h.k[static_cast<size_t>(((b * Sk + j) * Hkv + kh) * D + d)]);
+            }
+            s += ref::from_dtype(dt, h.bias16[static_cast<size_t>(((b * Hq + hh) * Sq + i) * Sk + j)]);
+            const double p = std::exp(s);  // |s| is small: no max subtraction needed
+            sum += p;
+            for (int64_t d = 0; d < Dv; ++d)
+              o[static_cast<size_t>(d)] += p * ref::from_dtype(dt, h.v[static_cast<size_t>(((b * Sk + j) * Hkv + kh) * Dv + d)]);
+          }
+          CHECK(out.L(h.p, b, i, hh) == doctest::Approx(std::log(sum)).epsilon(1e-12));
+          for (int64_t d = 0; d < Dv; ++d)
+            CHECK(out.O(h.p, b, i, hh, d) == doctest::Approx(o[static_cast<size_t>(d)] / sum).epsilon(1e-12).scale(1.0));
+        }
+  }
+}
+
+TEST_CASE("invalid shapes and rows are refused") {
+  Host h(DType::f16, 1, 2, 2, 6, 4, 16, 16, MaskKind::none);
+  std::vector<double> o, lse;
+  CHECK_THROWS_AS(ref::forward_all(h.p, o, lse), flashgen::InvalidArgument);
+  Host g(DType::f16, 1, 2, 2, 2, 2, 16, 16, MaskKind::none);
+  std::vector<ref::RowId> rows = {{0, 2, 0}};
+  std::vector<double> o1(16), l1(1);
+  CHECK_THROWS_AS(ref::forward_rows(g.p, rows, o1.data(), l1.data()), flashgen::InvalidArgument);
+}
+
+}  // TEST_SUITE
