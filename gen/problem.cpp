@@ -17,9 +17,11 @@ constexpr int64_t kHeadDimMultiple = 8;
 constexpr int64_t kStrideMultiple = 8;   // 8 fp16/bf16 elements = 16 bytes
 constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
 
+// Saturates to the largest multiple of 8 so that a saturated stride fails the
+// overflow check (with its clear message), not the multiple-of-8 rule.
 int64_t sat_mul(int64_t a, int64_t b) {
   int64_t r;
-  if (__builtin_mul_overflow(a, b, &r)) return std::numeric_limits<int64_t>::max();
+  if (__builtin_mul_overflow(a, b, &r)) return std::numeric_limits<int64_t>::max() & ~int64_t{7};
   return r;
 }
 

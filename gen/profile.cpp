@@ -141,6 +141,14 @@ class Reader {
 
   const std::string& origin() const { return origin_; }
 
+  // parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
+  // the part from "not a known" on.
+  static std::string enum_reason(const InvalidArgument& e) {
+    const std::string m = e.what();
+    const auto pos = m.find("not a known");
+    return pos == std::string::npos ? m : m.substr(pos);
+  }
+
  private:
   std::string origin_;
 };
@@ -254,7 +262,7 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
     try {
       p.matrix_unit.shape = parse_matrix_unit(shape, "matrix_unit.shape");
     } catch (const InvalidArgument& e) {
-      r.fail("matrix_unit.shape", fmt::format("has value '{}': {}", shape, e.what()));
+      r.fail("matrix_unit.shape", fmt::format("has value '{}': {}", shape, Reader::enum_reason(e)));
     }
     const auto& dts = r.sequence(mu["operand_dtypes"], "matrix_unit.operand_dtypes");
     for (size_t i = 0; i < dts.size(); ++i) {
@@ -264,7 +272,7 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
       try {
         d = parse_dtype(text, path);
       } catch (const InvalidArgument& e) {
-        r.fail(path, fmt::format("has value '{}': {}", text, e.what()));
+        r.fail(path, fmt::format("has value '{}': {}", text, Reader::enum_reason(e)));
       }
       if (std::count(p.matrix_unit.operand_dtypes.begin(), p.matrix_unit.operand_dtypes.end(), d)) {
         r.fail(path, fmt::format("has value '{}': listed twice", text));

@@ -207,8 +207,13 @@ KernelSpec KernelSpec::parse(const std::string& text) {
   }
 
   auto value = [&](size_t i) { return items[i].second; };
+  // parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
+  // the part from "not a known" on.
   auto enum_error = [&](size_t i, const InvalidArgument& e) -> void {
-    spec_error(text, fmt::format("field '{}' has value '{}': {}", kFields[i], value(i), e.what()));
+    const std::string m = e.what();
+    const auto pos = m.find("not a known");
+    spec_error(text, fmt::format("field '{}' has value '{}', which is {}", kFields[i], value(i),
+                                 pos == std::string::npos ? m : m.substr(pos)));
   };
 
   KernelSpec s;

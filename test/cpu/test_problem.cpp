@@ -1,0 +1,371 @@
+// AttentionProblem: contiguous construction, default scale, and one check per
+// rule of check_problem (pointers are fake, never dereferenced).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "flashgen/problem.hpp"
+
+using namespace flashgen;
+using doctest::Contains;
+
+namespace {
+
+const void* ptr(uintptr_t address) { return reinterpret_cast<const void*>(address); }
+void* mut_ptr(uintptr_t address) { return reinterpret_cast<void*>(address); }
+
+// batch 2, seqlen_q 100, seqlen_k 120, 8 query heads over 2 KV heads (GQA),
+// head_dim 96, head_dim_v 64.
+AttentionProblem valid_problem() {
+  return make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 96, 64, MaskKind::causal_bottom_right,
+                           ptr(0x10000), ptr(0x20000), ptr(0x30000), mut_ptr(0x40000));
+}
+
+#define CHECK_REJECTED(problem, text) \
+  CHECK_THROWS_WITH_AS(check_problem(problem), Contains(text), InvalidArgument)
+
+}  // namespace
+
+TEST_CASE("make_bshd_problem fills contiguous BSHD strides") {
+  const AttentionProblem p = valid_problem();
+  CHECK(p.dtype == DType::f16);
+  CHECK(p.batch == 2);
+  CHECK(p.seqlen_q == 100);
+  CHECK(p.seqlen_k == 120);
+  CHECK(p.heads_q == 8);
+  CHECK(p.heads_kv == 2);
+  CHECK(p.head_dim == 96);
+  CHECK(p.head_dim_v == 64);
+  CHECK(p.mask == MaskKind::causal_bottom_right);
+  CHECK(p.q.data == ptr(0x10000));
+  CHECK(p.q.stride_head == 96);
+  CHECK(p.q.stride_seq == 8 * 96);
+  CHECK(p.q.stride_batch == 100 * 8 * 96);
+  CHECK(p.k.data == ptr(0x20000));
+  CHECK(p.k.stride_head == 96);
+  CHECK(p.k.stride_seq == 2 * 96);
+  CHECK(p.k.stride_batch == 120 * 2 * 96);
+  CHECK(p.v.data == ptr(0x30000));
+  CHECK(p.v.stride_head == 64);
+  CHECK(p.v.stride_seq == 2 * 64);
+  CHECK(p.v.stride_batch == 120 * 2 * 64);
+  CHECK(p.o.data == ptr(0x40000));
+  CHECK(p.o.stride_head == 64);
+  CHECK(p.o.stride_seq == 8 * 64);
+  CHECK(p.o.stride_batch == 100 * 8 * 64);
+  CHECK(p.bias.kind == BiasKind::none);
+  CHECK(p.bias.data == nullptr);
+  CHECK(p.lse.data == nullptr);
+  CHECK_FALSE(p.softmax_scale.has_value());
+  CHECK_NOTHROW(check_problem(p));
+}
+
+TEST_CASE("AttentionProblem::scale") {
+  AttentionProblem p = valid_problem();
+  CHECK(p.scale() == doctest::Approx(1.0 / std::sqrt(96.0)));
+  p.head_dim = 64;
+  CHECK(p.scale() == 0.125f);
+  p.softmax_scale = 0.5f;
+  CHECK(p.scale() == 0.5f);
+  p.softmax_scale = -2.0f;
+  CHECK(p.scale() == -2.0f);
+}
+
+TEST_CASE("check_problem: sizes") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("batch") {
+    p.batch = -1;
+    CHECK_REJECTED(p, "batch (-1) must be >= 0");
+  }
+  SUBCASE("seqlen_q") {
+    p.seqlen_q = -3;
+    CHECK_REJECTED(p, "seqlen_q (-3) must be >= 0");
+  }
+  SUBCASE("seqlen_k") {
+    p.seqlen_k = -1;
+    CHECK_REJECTED(p, "seqlen_k (-1) must be >= 0");
+  }
+  SUBCASE("heads_q") {
+    p.heads_q = 0;
+    CHECK_REJECTED(p, "heads_q (0) must be >= 1");
+  }
+  SUBCASE("heads_kv") {
+    p.heads_kv = 0;
+    CHECK_REJECTED(p, "heads_kv (0) must be >= 1");
+  }
+  SUBCASE("heads_q multiple of heads_kv") {
+    p.heads_q = 12;
+    p.heads_kv = 5;
+    CHECK_REJECTED(p, "heads_q (12) must be a multiple of heads_kv (5)");
+  }
+  SUBCASE("head_dim not a multiple of 8") {
+    p.head_dim = 100;
+    CHECK_REJECTED(p, "head_dim (100) must be a multiple of 8 in [16, 256]");
+  }
+  SUBCASE("head_dim too small") {
+    p.head_dim = 8;
+    CHECK_REJECTED(p, "head_dim (8) must be a multiple of 8 in [16, 256]");
+  }
+  SUBCASE("head_dim too large") {
+    p.head_dim = 264;
+    CHECK_REJECTED(p, "head_dim (264) must be a multiple of 8 in [16, 256]");
+  }
+  SUBCASE("head_dim_v") {
+    p.head_dim_v = 12;
+    CHECK_REJECTED(p, "head_dim_v (12) must be a multiple of 8 in [16, 256]");
+  }
+  SUBCASE("dtype out of range") {
+    p.dtype = static_cast<DType>(7);
+    CHECK_REJECTED(p, "dtype (7) is not a dtype; allowed: f16, bf16");
+  }
+  SUBCASE("mask out of range") {
+    p.mask = static_cast<MaskKind>(9);
+    CHECK_REJECTED(p, "mask (9) is not a mask kind; allowed: none, causaltl, causalbr");
+  }
+  SUBCASE("MQA and equal heads are fine") {
+    p.heads_kv = 1;
+    CHECK_NOTHROW(check_problem(p));
+    p.heads_kv = 8;
+    CHECK_NOTHROW(check_problem(p));
+  }
+}
+
+TEST_CASE("check_problem: softmax_scale must be finite (any finite value is allowed)") {
+  AttentionProblem p = valid_problem();
+  p.softmax_scale = std::numeric_limits<float>::infinity();
+  CHECK_REJECTED(p, "softmax_scale (inf) must be finite");
+  p.softmax_scale = std::numeric_limits<float>::quiet_NaN();
+  CHECK_REJECTED(p, "softmax_scale (nan) must be finite");
+  p.softmax_scale = 0.0f;
+  CHECK_NOTHROW(check_problem(p));
+  p.softmax_scale = -1.0f;
+  CHECK_NOTHROW(check_problem(p));
+}
+
+TEST_CASE("check_problem: null pointers") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("q") {
+    p.q.data = nullptr;
+    CHECK_REJECTED(p, "q.data is null");
+  }
+  SUBCASE("k") {
+    p.k.data = nullptr;
+    CHECK_REJECTED(p, "k.data is null");
+  }
+  SUBCASE("v") {
+    p.v.data = nullptr;
+    CHECK_REJECTED(p, "v.data is null");
+  }
+  SUBCASE("o") {
+    p.o.data = nullptr;
+    CHECK_REJECTED(p, "o.data is null");
+  }
+}
+
+TEST_CASE("check_problem: empty problems may pass null pointers") {
+  SUBCASE("seqlen_q == 0") {
+    auto p = make_bshd_problem(DType::bf16, 2, 0, 7, 4, 4, 64, 64, MaskKind::none, nullptr, nullptr,
+                               nullptr, nullptr);
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("batch == 0") {
+    auto p = make_bshd_problem(DType::f16, 0, 5, 7, 4, 4, 64, 64, MaskKind::none, nullptr, nullptr,
+                               nullptr, nullptr);
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("seqlen_k == 0: k and v may be null, q and o may not") {
+    auto p = make_bshd_problem(DType::f16, 2, 5, 0, 4, 4, 64, 64, MaskKind::none, ptr(0x10000),
+                               nullptr, nullptr, mut_ptr(0x40000));
+    CHECK_NOTHROW(check_problem(p));
+    p.q.data = nullptr;
+    CHECK_REJECTED(p, "q.data is null");
+    p.q.data = ptr(0x10000);
+    p.o.data = nullptr;
+    CHECK_REJECTED(p, "o.data is null");
+  }
+}
+
+TEST_CASE("check_problem: 16-byte alignment of q, k, v, o") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("q") {
+    p.q.data = ptr(0x10008);
+    CHECK_REJECTED(p, "q.data (0x10008) must be 16-byte aligned");
+  }
+  SUBCASE("k") {
+    p.k.data = ptr(0x20002);
+    CHECK_REJECTED(p, "k.data (0x20002) must be 16-byte aligned");
+  }
+  SUBCASE("v") {
+    p.v.data = ptr(0x30004);
+    CHECK_REJECTED(p, "v.data (0x30004) must be 16-byte aligned");
+  }
+  SUBCASE("o") {
+    p.o.data = ptr(0x40001);
+    CHECK_REJECTED(p, "o.data (0x40001) must be 16-byte aligned");
+  }
+}
+
+TEST_CASE("check_problem: strides") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("multiple of 8 elements") {
+    p.q.stride_seq = 100;
+    CHECK_REJECTED(p, "q.stride_seq (100) must be a multiple of 8 elements");
+  }
+  SUBCASE("multiple of 8 elements (v.stride_batch)") {
+    p.v.stride_batch = 4;
+    CHECK_REJECTED(p, "v.stride_batch (4) must be a multiple of 8 elements");
+  }
+  SUBCASE("negative") {
+    p.k.stride_head = -8;
+    CHECK_REJECTED(p, "k.stride_head (-8) must be >= 0");
+  }
+  SUBCASE("negative (o)") {
+    p.o.stride_seq = -512;
+    CHECK_REJECTED(p, "o.stride_seq (-512) must be >= 0");
+  }
+  SUBCASE("inputs may broadcast with stride 0") {
+    p.q.stride_batch = 0;
+    p.k.stride_batch = 0;
+    p.v.stride_head = 0;
+    p.k.stride_head = 0;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("the output cannot broadcast") {
+    p.o.stride_batch = 0;
+    CHECK_REJECTED(p, "o.stride_batch (0) must be positive when batch (2) > 1: an output cannot broadcast");
+    p.o.stride_batch = 100 * 8 * 64;
+    p.o.stride_seq = 0;
+    CHECK_REJECTED(p, "o.stride_seq (0) must be positive when seqlen_q (100) > 1");
+    p.o.stride_seq = 8 * 64;
+    p.o.stride_head = 0;
+    CHECK_REJECTED(p, "o.stride_head (0) must be positive when heads_q (8) > 1");
+  }
+  SUBCASE("an output dim of extent 1 may have stride 0") {
+    p.batch = 1;
+    p.o.stride_batch = 0;
+    CHECK_NOTHROW(check_problem(p));
+  }
+}
+
+TEST_CASE("check_problem: bias") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("kind none requires null data") {
+    p.bias.data = ptr(0x50000);
+    CHECK_REJECTED(p, "bias.data (0x50000) must be null when bias.kind is none");
+  }
+  SUBCASE("kind input requires data") {
+    p.bias.kind = BiasKind::input;
+    CHECK_REJECTED(p, "bias.data is null but bias.kind is input");
+  }
+  SUBCASE("kind f32 requires data") {
+    p.bias.kind = BiasKind::f32;
+    CHECK_REJECTED(p, "bias.data is null but bias.kind is f32");
+  }
+  SUBCASE("negative strides") {
+    p.bias.kind = BiasKind::f32;
+    p.bias.data = ptr(0x50000);
+    p.bias.stride_q = -1;
+    CHECK_REJECTED(p, "bias.stride_q (-1) must be >= 0");
+    p.bias.stride_q = 0;
+    p.bias.stride_batch = -5;
+    CHECK_REJECTED(p, "bias.stride_batch (-5) must be >= 0");
+  }
+  SUBCASE("input bias needs 2-byte alignment") {
+    p.bias.kind = BiasKind::input;
+    p.bias.data = ptr(0x50001);
+    CHECK_REJECTED(p, "bias.data (0x50001) must be 2-byte aligned for bias.kind input");
+    p.bias.data = ptr(0x50002);
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("f32 bias needs 4-byte alignment") {
+    p.bias.kind = BiasKind::f32;
+    p.bias.data = ptr(0x50002);
+    CHECK_REJECTED(p, "bias.data (0x50002) must be 4-byte aligned for bias.kind f32");
+    p.bias.data = ptr(0x50004);
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("broadcast strides (all 0) and odd strides are fine") {
+    p.bias.kind = BiasKind::f32;
+    p.bias.data = ptr(0x50000);
+    CHECK_NOTHROW(check_problem(p));
+    p.bias.stride_k = 1;
+    p.bias.stride_q = 121;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("kind out of range") {
+    p.bias.kind = static_cast<BiasKind>(5);
+    CHECK_REJECTED(p, "bias.kind (5) is not a bias kind; allowed: none, input, f32");
+  }
+}
+
+TEST_CASE("check_problem: lse") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("strides are ignored when data is null") {
+    p.lse.stride_batch = -1;
+    p.lse.stride_head = -7;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("valid lse") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = 800;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("negative strides") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_batch = 800;
+    p.lse.stride_head = -1;
+    CHECK_REJECTED(p, "lse.stride_head (-1) must be >= 0");
+  }
+  SUBCASE("alignment") {
+    p.lse.data = reinterpret_cast<float*>(0x60002);
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = 800;
+    CHECK_REJECTED(p, "lse.data (0x60002) must be 4-byte aligned");
+  }
+  SUBCASE("an output cannot broadcast") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = 0;
+    CHECK_REJECTED(p, "lse.stride_batch (0) must be positive when batch (2) > 1");
+  }
+}
+
+TEST_CASE("check_problem: 64-bit offset overflow") {
+  AttentionProblem p = valid_problem();
+  SUBCASE("q") {
+    p.q.stride_batch = int64_t{1} << 62;  // 2^62 elements fit, 2^63 bytes do not
+    CHECK_REJECTED(p, "q: the largest offset");
+    p.batch = 1;  // the batch stride is then never multiplied
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("k") {
+    p.seqlen_k = int64_t{1} << 40;
+    p.k.stride_seq = int64_t{1} << 30;
+    CHECK_REJECTED(p, "k: the largest offset");
+  }
+  SUBCASE("byte offset (elements fit, bytes do not)") {
+    p.batch = 3;
+    p.v.stride_batch = int64_t{1} << 61;  // 2 * 2^61 elements fits int64, times 2 bytes does not
+    CHECK_REJECTED(p, "v: the largest offset");
+  }
+  SUBCASE("bias") {
+    p.bias.kind = BiasKind::input;
+    p.bias.data = ptr(0x50000);
+    p.bias.stride_head = int64_t{1} << 62;
+    CHECK_REJECTED(p, "bias: the largest offset");
+  }
+  SUBCASE("lse") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = int64_t{1} << 62;
+    CHECK_REJECTED(p, "lse: the largest offset");
+  }
+  SUBCASE("make_bshd_problem with absurd sizes") {
+    auto q = make_bshd_problem(DType::f16, 2, int64_t{1} << 62, 16, 8, 8, 256, 256, MaskKind::none,
+                               ptr(0x10000), ptr(0x20000), ptr(0x30000), mut_ptr(0x40000));
+    CHECK_REJECTED(q, "the largest offset");
+  }
+}

@@ -1,0 +1,323 @@
+// Profiles: built-in set, strict YAML schema, selection by arch, FLASHGEN_PROFILE.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashgen/profile.hpp"
+#include "flashgen/spec.hpp"
+
+using namespace flashgen;
+using doctest::Contains;
+
+namespace {
+
+const char* const kOrigin = "test.yml";
+
+// A valid profile in block style, one key per line, so tests can replace or
+// delete single lines.
+const std::string kBase = R"(# comment
+name: testgen
+archs: [75]
+matrix_unit:
+  shape: m16n8k8
+  operand_dtypes: [float16]
+  accumulator_dtype: float32
+flash:
+  - {head_dim_le: 64, block_m: 64, block_n: 64, warps: 4, stages: 2}
+  - {head_dim_le: 128, block_m: 64, block_n: 32, warps: 4, stages: 2}
+resources:
+  smem_per_block: 65536
+  smem_per_sm: 65536
+  registers_per_sm: 65536
+  max_threads_per_sm: 1024
+ceiling:
+  mma_flop_per_clock_per_sm: 1024
+)";
+
+std::string replace(const std::string& from, const std::string& to) {
+  std::string t = kBase;
+  const auto pos = t.find(from);
+  REQUIRE_MESSAGE(pos != std::string::npos, "test bug: '", from, "' not in the base profile");
+  t.replace(pos, from.size(), to);
+  return t;
+}
+
+// parse_profile(text) must throw InvalidArgument whose message contains every needle.
+void check_rejected(const std::string& text, const std::vector<std::string>& needles) {
+  try {
+    parse_profile(text, kOrigin);
+    FAIL_CHECK("accepted:\n", text);
+  } catch (const InvalidArgument& e) {
+    const std::string msg = e.what();
+    INFO("message: ", msg);
+    CHECK(msg.rfind(std::string(kOrigin) + ": ", 0) == 0);
+    for (const auto& n : needles) CHECK(msg.find(n) != std::string::npos);
+  }
+}
+
+// Sets (or clears) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+std::filesystem::path temp_file(const std::string& stem, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() /
+              (stem + "-" + std::to_string(::getpid()) + ".yml");
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("builtin profiles load") {
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  const auto& all = builtin_profiles();
+  REQUIRE(all.size() >= 2);
+  const Profile* ampere = nullptr;
+  const Profile* hopper = nullptr;
+  for (const auto& p : all) {
+    if (p.name == "ampere") ampere = &p;
+    if (p.name == "hopper") hopper = &p;
+  }
+  REQUIRE(ampere);
+  REQUIRE(hopper);
+  CHECK(ampere->source == "<builtin>/ampere.yml");
+  CHECK(hopper->source == "<builtin>/hopper.yml");
+  CHECK(ampere->archs == std::vector<int>{80, 86, 87});
+  CHECK(hopper->archs == std::vector<int>{90});
+  CHECK(hopper->matrix_unit.shape == MatrixUnit::m16n8k16);
+  CHECK(hopper->matrix_unit.accumulator_dtype == "float32");
+  CHECK(hopper->supports_dtype(DType::f16));
+  CHECK(hopper->supports_dtype(DType::bf16));
+  CHECK(hopper->smem_per_block == 232448);
+  CHECK(hopper->smem_per_sm == 233472);
+  CHECK(hopper->registers_per_sm == 65536);
+  CHECK(hopper->max_threads_per_sm == 2048);
+  CHECK(hopper->mma_flop_per_clock_per_sm == 2128);
+  CHECK(ampere->smem_per_block == 101376);
+  CHECK(ampere->smem_per_sm == 102400);
+  CHECK(ampere->max_threads_per_sm == 1536);
+  CHECK(ampere->mma_flop_per_clock_per_sm == 2048);
+
+  CHECK(&profile_for_arch(90) == hopper);
+  CHECK(&profile_for_arch(80) == ampere);
+  CHECK(&profile_for_arch(86) == ampere);
+  CHECK(&profile_for_arch(87) == ampere);
+}
+
+TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves") {
+  for (const auto& p : builtin_profiles()) {
+    CAPTURE(p.name);
+    REQUIRE(!p.flash.empty());
+    CHECK(p.flash.back().head_dim_le >= 256);
+    for (size_t i = 1; i < p.flash.size(); ++i) CHECK(p.flash[i - 1].head_dim_le < p.flash[i].head_dim_le);
+    for (const auto& t : p.flash) {
+      KernelSpec worst;
+      worst.head_dim = worst.head_dim_v = t.head_dim_le;
+      worst.block_m = t.block_m;
+      worst.block_n = t.block_n;
+      worst.stages = t.stages;
+      CHECK(worst.smem_bytes() <= p.smem_per_block);
+    }
+    for (int d = 16; d <= 256; d += 8) {
+      for (int dv = 16; dv <= 256; dv += 8) {
+        const FlashTile& t = p.tile_for(std::max(d, dv));
+        for (DType dtype : {DType::f16, DType::bf16}) {
+          KernelSpec s;
+          s.arch = p.archs.front();
+          s.unit = p.matrix_unit.shape;
+          s.dtype = dtype;
+          s.head_dim = d;
+          s.head_dim_v = dv;
+          s.block_m = t.block_m;
+          s.block_n = t.block_n;
+          s.warps = t.warps;
+          s.stages = t.stages;
+          s.mask = MaskKind::causal_bottom_right;
+          s.bias = BiasKind::f32;
+          s.has_lse = true;
+          const auto errors = validate(s, p);
+          if (!errors.empty()) FAIL_CHECK(s.canonical(), ": ", errors.front());
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("builtin profiles match profiles/*.yml in the source tree") {
+  for (const auto& p : builtin_profiles()) {
+    const std::string path = std::string(FLASHGEN_SOURCE_DIR) + "/profiles/" + p.name + ".yml";
+    const Profile f = load_profile_file(path);
+    CHECK(f.source == path);
+    CHECK(f.name == p.name);
+    CHECK(f.archs == p.archs);
+    CHECK(f.smem_per_block == p.smem_per_block);
+    CHECK(f.flash.size() == p.flash.size());
+  }
+}
+
+TEST_CASE("Profile::tile_for and supports_dtype") {
+  const Profile p = parse_profile(kBase, kOrigin);
+  CHECK(p.name == "testgen");
+  CHECK(p.source == kOrigin);
+  CHECK(p.tile_for(16).head_dim_le == 64);
+  CHECK(p.tile_for(64).head_dim_le == 64);
+  CHECK(p.tile_for(72).head_dim_le == 128);
+  CHECK(p.tile_for(128).block_n == 32);
+  CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("head_dim (136)"), Unsupported);
+  CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("at most 128"), Unsupported);
+  CHECK(p.supports_dtype(DType::f16));
+  CHECK_FALSE(p.supports_dtype(DType::bf16));
+}
+
+TEST_CASE("parse_profile: unknown keys") {
+  check_rejected(kBase + "extra: 1\n",
+                 {"key 'extra' is unknown; allowed keys: name, archs, matrix_unit, flash, resources, ceiling"});
+  check_rejected(replace("  accumulator_dtype: float32\n", "  accumulator_dtype: float32\n  peak: 3\n"),
+                 {"key 'matrix_unit.peak' is unknown; allowed keys: shape, operand_dtypes, accumulator_dtype"});
+  check_rejected(replace("stages: 2}\nresources", "stages: 2, swizzle: 1}\nresources"),
+                 {"key 'flash[1].swizzle' is unknown; allowed keys: head_dim_le, block_m, block_n, warps, stages"});
+  check_rejected(replace("  max_threads_per_sm: 1024\n", "  max_threads_per_sm: 1024\n  l2: 5\n"),
+                 {"key 'resources.l2' is unknown"});
+}
+
+TEST_CASE("parse_profile: missing keys") {
+  check_rejected(replace("ceiling:\n  mma_flop_per_clock_per_sm: 1024\n", ""), {"key 'ceiling' is missing"});
+  check_rejected(replace("name: testgen\n", ""), {"key 'name' is missing"});
+  check_rejected(replace("  smem_per_sm: 65536\n", ""), {"key 'resources.smem_per_sm' is missing"});
+  check_rejected(replace("  operand_dtypes: [float16]\n", ""), {"key 'matrix_unit.operand_dtypes' is missing"});
+  check_rejected(replace(" warps: 4, stages: 2}\nresources", " warps: 4}\nresources"),
+                 {"key 'flash[1].stages' is missing"});
+}
+
+TEST_CASE("parse_profile: bad values") {
+  check_rejected(replace("name: testgen", "name: Test Gen"), {"key 'name'", "'Test Gen'"});
+  check_rejected(replace("archs: [75]", "archs: []"), {"key 'archs'", "non-empty sequence"});
+  check_rejected(replace("archs: [75]", "archs: 75"), {"key 'archs'", "non-empty sequence"});
+  check_rejected(replace("archs: [75]", "archs: [7]"), {"key 'archs[0]'", "'7'", "compute capability"});
+  check_rejected(replace("archs: [75]", "archs: [75, sm_80]"), {"key 'archs[1]'", "'sm_80'"});
+  check_rejected(replace("archs: [75]", "archs: [75, 75]"), {"key 'archs[1]'", "listed twice"});
+  check_rejected(replace("shape: m16n8k8", "shape: m16n8k32"),
+                 {"key 'matrix_unit.shape'", "'m16n8k32'", "m16n8k16, m16n8k8, m8n8k4"});
+  check_rejected(replace("[float16]", "[float16, float32]"),
+                 {"key 'matrix_unit.operand_dtypes[1]'", "'float32'", "allowed:"});
+  check_rejected(replace("[float16]", "[]"), {"key 'matrix_unit.operand_dtypes'", "non-empty"});
+  check_rejected(replace("accumulator_dtype: float32", "accumulator_dtype: float16"),
+                 {"key 'matrix_unit.accumulator_dtype'", "'float16'", "allowed: float32"});
+  check_rejected(replace("smem_per_block: 65536", "smem_per_block: -1"),
+                 {"key 'resources.smem_per_block'", "'-1'", "positive integer"});
+  check_rejected(replace("smem_per_block: 65536", "smem_per_block: 64KiB"),
+                 {"key 'resources.smem_per_block'", "'64KiB'", "positive integer"});
+  check_rejected(replace("smem_per_block: 65536", "smem_per_block: 70000"),
+                 {"key 'resources.smem_per_block'", "70000", "at most resources.smem_per_sm (65536)"});
+  check_rejected(replace("registers_per_sm: 65536", "registers_per_sm: 1.5"),
+                 {"key 'resources.registers_per_sm'", "'1.5'"});
+  check_rejected(replace("mma_flop_per_clock_per_sm: 1024", "mma_flop_per_clock_per_sm: 0"),
+                 {"key 'ceiling.mma_flop_per_clock_per_sm'", "'0'"});
+  check_rejected(replace("{head_dim_le: 64,", "{head_dim_le: 0,"), {"key 'flash[0].head_dim_le'", "'0'"});
+  check_rejected(replace("{head_dim_le: 128,", "{head_dim_le: 512,"),
+                 {"key 'flash[1].head_dim_le'", "'512'", "[1, 256]"});
+  check_rejected(replace("block_m: 64, block_n: 64", "block_m: 96, block_n: 64"),
+                 {"key 'flash[0].block_m'", "96", "multiple of 16 * warps (64)"});
+  check_rejected(replace("block_n: 64", "block_n: 24"), {"key 'flash[0].block_n'", "24", "multiple of 16"});
+  check_rejected(replace("warps: 4, stages: 2}\n  - {head_dim_le: 128", "warps: 32, stages: 2}\n  - {head_dim_le: 128"),
+                 {"key 'flash[0].warps'", "'32'", "[1, 16]"});
+  check_rejected(replace("stages: 2}\nresources", "stages: 5}\nresources"), {"key 'flash[1].stages'", "'5'", "[1, 4]"});
+  check_rejected(replace("stages: 2}\nresources", "stages: 4}\nresources"),
+                 {"key 'flash[1]'", "81920 bytes", "head dim 128", "smem_per_block (65536)"});
+  check_rejected(replace("flash:\n  - {head_dim_le: 64, block_m: 64, block_n: 64, warps: 4, stages: 2}\n"
+                         "  - {head_dim_le: 128, block_m: 64, block_n: 32, warps: 4, stages: 2}\n",
+                         "flash: []\n"),
+                 {"key 'flash'", "non-empty sequence"});
+  check_rejected(replace("  - {head_dim_le: 64", "  - 3\n  - {head_dim_le: 64"), {"key 'flash[0]'", "mapping"});
+}
+
+TEST_CASE("parse_profile: unsorted or duplicate flash rows") {
+  const std::string swapped = replace(
+      "  - {head_dim_le: 64, block_m: 64, block_n: 64, warps: 4, stages: 2}\n"
+      "  - {head_dim_le: 128, block_m: 64, block_n: 32, warps: 4, stages: 2}\n",
+      "  - {head_dim_le: 128, block_m: 64, block_n: 32, warps: 4, stages: 2}\n"
+      "  - {head_dim_le: 64, block_m: 64, block_n: 64, warps: 4, stages: 2}\n");
+  check_rejected(swapped, {"key 'flash[1].head_dim_le'", "64", "ascending", "previous row has 128"});
+  check_rejected(replace("{head_dim_le: 128,", "{head_dim_le: 64,"),
+                 {"key 'flash[1].head_dim_le'", "strictly ascending"});
+}
+
+TEST_CASE("parse_profile: malformed documents") {
+  check_rejected("name: [unclosed\n", {"invalid YAML at line"});
+  check_rejected("", {"document must be a mapping"});
+  check_rejected("- 1\n- 2\n", {"document must be a mapping"});
+  check_rejected(kBase + "name: other\n", {"key 'name' appears more than once"});
+}
+
+TEST_CASE("load_profile_file: unreadable file") {
+  CHECK_THROWS_WITH_AS(load_profile_file("/nonexistent/flashgen/x.yml"),
+                       Contains("cannot read profile file '/nonexistent/flashgen/x.yml'"), IoError);
+  const auto path = temp_file("flashgen-bad-profile", replace("block_n: 64", "block_n: 24"));
+  CHECK_THROWS_WITH_AS(load_profile_file(path.string()), Contains((path.string() + ": key 'flash[0].block_n'").c_str()),
+                       InvalidArgument);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("profile_for_arch: no match names the nearest profiles") {
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  CHECK_THROWS_WITH_AS(profile_for_arch(75),
+                       Contains("no profile for compute capability sm_75; nearest: ampere (sm_80, sm_86, sm_87) above"),
+                       Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(89),
+                       Contains("sm_89; nearest: ampere (sm_80, sm_86, sm_87) below and hopper (sm_90) above"),
+                       Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(100), Contains("sm_100; nearest: hopper (sm_90) below."), Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(75), Contains("FLASHGEN_PROFILE"), Unsupported);
+}
+
+TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
+  const auto path = temp_file("flashgen-test-profile", kBase);
+  {
+    ScopedEnv env("FLASHGEN_PROFILE", path.c_str());
+    const Profile& p = profile_for_arch(75);
+    CHECK(p.name == "testgen");
+    CHECK(p.source == path.string());
+    CHECK(p.matrix_unit.shape == MatrixUnit::m16n8k8);
+    CHECK(&profile_for_arch(75) == &p);  // loaded once, cached
+    CHECK_THROWS_WITH_AS(profile_for_arch(90), Contains("does not list compute capability sm_90"), Unsupported);
+    CHECK_THROWS_WITH_AS(profile_for_arch(90), Contains(path.c_str()), Unsupported);
+  }
+  {
+    ScopedEnv env("FLASHGEN_PROFILE", "/nonexistent/flashgen/profile.yml");
+    CHECK_THROWS_AS(profile_for_arch(90), IoError);
+  }
+  // Back to the built-in set once the variable is gone.
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  CHECK(profile_for_arch(90).name == "hopper");
+  CHECK_THROWS_AS(profile_for_arch(75), Unsupported);
+  std::filesystem::remove(path);
+}

@@ -1,0 +1,460 @@
+// KernelSpec: head-dim split, derived sizes, canonical string round trip and
+// parse errors, kernel names, validation sentences.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cctype>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "flashgen/spec.hpp"
+
+using namespace flashgen;
+using doctest::Contains;
+
+namespace {
+
+bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+bool is_c_identifier(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+}
+
+// The example spec from DESIGN.md / spec.hpp.
+KernelSpec example_spec() {
+  KernelSpec s;
+  s.arch = 90;
+  s.unit = MatrixUnit::m16n8k16;
+  s.dtype = DType::f16;
+  s.head_dim = 96;
+  s.head_dim_v = 96;
+  s.block_m = 128;
+  s.block_n = 64;
+  s.warps = 4;
+  s.stages = 2;
+  s.mask = MaskKind::causal_bottom_right;
+  s.bias = BiasKind::none;
+  s.has_lse = true;
+  return s;
+}
+const std::string kExampleCanonical =
+    "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,"
+    "bias=none,lse=1";
+
+// A profile written out here so the validation tests do not depend on the
+// shipped YAML files.
+Profile test_profile() {
+  Profile p;
+  p.name = "testgen";
+  p.source = "test/testgen.yml";
+  p.archs = {90, 91};
+  p.matrix_unit.shape = MatrixUnit::m16n8k16;
+  p.matrix_unit.operand_dtypes = {DType::f16};
+  p.flash = {{256, 64, 64, 4, 2}};
+  p.smem_per_block = 232448;
+  p.smem_per_sm = 233472;
+  p.registers_per_sm = 65536;
+  p.max_threads_per_sm = 2048;
+  p.mma_flop_per_clock_per_sm = 2128;
+  return p;
+}
+
+// A spec valid for test_profile().
+KernelSpec valid_spec() {
+  KernelSpec s = example_spec();
+  s.has_lse = false;
+  s.mask = MaskKind::none;
+  return s;
+}
+
+// validate() of `s` must give exactly one sentence containing every needle.
+void check_single_sentence(const KernelSpec& s, const std::vector<std::string>& needles) {
+  const auto errors = validate(s, test_profile());
+  INFO("spec: ", s.canonical());
+  REQUIRE(errors.size() == 1);
+  INFO("sentence: ", errors[0]);
+  for (const auto& n : needles) CHECK(errors[0].find(n) != std::string::npos);
+  CHECK(errors[0].back() == '.');
+  CHECK(std::isupper(static_cast<unsigned char>(errors[0][0])) == 0);  // starts with the field name
+}
+
+}  // namespace
+
+TEST_CASE("split_head_dim: every multiple of 8 in [16, 256]") {
+  for (int d = 16; d <= 256; d += 8) {
+    CAPTURE(d);
+    const auto chunks = split_head_dim(d);
+    REQUIRE(!chunks.empty());
+    int sum = 0;
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      CHECK(is_power_of_two(chunks[i]));
+      CHECK(chunks[i] >= 8);
+      if (i > 0) CHECK(chunks[i] < chunks[i - 1]);
+      sum += chunks[i];
+    }
+    CHECK(sum == d);
+    // Never padded: a power of two stays one chunk.
+    if (is_power_of_two(d)) CHECK(chunks == std::vector<int>{d});
+  }
+}
+
+TEST_CASE("split_head_dim: exact rows") {
+  CHECK(split_head_dim(96) == std::vector<int>{64, 32});
+  CHECK(split_head_dim(80) == std::vector<int>{64, 16});
+  CHECK(split_head_dim(72) == std::vector<int>{64, 8});
+  CHECK(split_head_dim(160) == std::vector<int>{128, 32});
+  CHECK(split_head_dim(248) == std::vector<int>{128, 64, 32, 16, 8});
+  CHECK(split_head_dim(256) == std::vector<int>{256});
+  CHECK(split_head_dim(16) == std::vector<int>{16});
+  CHECK(split_head_dim(48, 16) == std::vector<int>{32, 16});
+  CHECK(split_head_dim(8) == std::vector<int>{8});
+}
+
+TEST_CASE("split_head_dim: errors name head_dim, its value and what is allowed") {
+  CHECK_THROWS_WITH_AS(split_head_dim(100), Contains("head_dim (100)"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(100), Contains("positive multiple of 8"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(0), Contains("head_dim (0)"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(-16), Contains("head_dim (-16)"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(72, 16), Contains("positive multiple of 16"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(96, 24), Contains("min_chunk (24)"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(split_head_dim(96, 0), Contains("min_chunk (0)"), InvalidArgument);
+}
+
+TEST_CASE("KernelSpec derived quantities") {
+  KernelSpec s = example_spec();
+  CHECK(s.qk_chunks() == std::vector<int>{64, 32});
+  CHECK(s.v_chunks() == std::vector<int>{64, 32});
+  CHECK(s.threads() == 128);
+  // 2 * (128*96 + 2*64*(96+96))
+  CHECK(s.smem_bytes() == 2 * (128 * 96 + 2 * 64 * 192));
+  s.head_dim = 64;
+  s.head_dim_v = 128;  // the Q region is sized for staging O too
+  CHECK(s.smem_bytes() == 2 * (128 * 128 + 2 * 64 * (64 + 128)));
+  s.head_dim = 256;
+  s.head_dim_v = 32;
+  s.stages = 3;
+  CHECK(s.smem_bytes() == 2 * (128 * 256 + 3 * 64 * (256 + 32)));
+}
+
+TEST_CASE("canonical string: exact example") {
+  CHECK(example_spec().canonical() == kExampleCanonical);
+  CHECK(KernelSpec::parse(kExampleCanonical) == example_spec());
+}
+
+TEST_CASE("canonical string: round trip and distinct kernel names over a grid") {
+  std::set<std::string> names;
+  std::set<std::string> canonicals;
+  int count = 0;
+  const std::vector<std::pair<int, int>> dims = {{16, 16}, {64, 64}, {96, 96}, {72, 136},
+                                                 {128, 64}, {256, 256}, {64, 128}};
+  for (int arch : {70, 80, 90})
+    for (MatrixUnit unit : {MatrixUnit::m16n8k16, MatrixUnit::m16n8k8, MatrixUnit::m8n8k4})
+      for (DType dtype : {DType::f16, DType::bf16})
+        for (auto [d, dv] : dims)
+          for (auto [bm, bn, w] : {std::tuple{64, 64, 4}, std::tuple{128, 32, 8}, std::tuple{128, 64, 4}})
+            for (int st : {1, 2})
+              for (MaskKind mask :
+                   {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right})
+                for (BiasKind bias : {BiasKind::none, BiasKind::input, BiasKind::f32})
+                  for (bool lse : {false, true}) {
+                    KernelSpec s;
+                    s.arch = arch;
+                    s.unit = unit;
+                    s.dtype = dtype;
+                    s.head_dim = d;
+                    s.head_dim_v = dv;
+                    s.block_m = bm;
+                    s.block_n = bn;
+                    s.warps = w;
+                    s.stages = st;
+                    s.mask = mask;
+                    s.bias = bias;
+                    s.has_lse = lse;
+                    const std::string c = s.canonical();
+                    const KernelSpec back = KernelSpec::parse(c);
+                    if (!(back == s)) FAIL_CHECK("round trip failed for ", c);
+                    if (back.canonical() != c) FAIL_CHECK("canonical not stable for ", c);
+                    const std::string n = s.kernel_name();
+                    if (!is_c_identifier(n)) FAIL_CHECK("not a C identifier: ", n);
+                    names.insert(n);
+                    canonicals.insert(c);
+                    ++count;
+                  }
+  CHECK(count == 3 * 3 * 2 * 7 * 3 * 2 * 3 * 3 * 2);
+  CHECK(names.size() == static_cast<size_t>(count));
+  CHECK(canonicals.size() == static_cast<size_t>(count));
+}
+
+TEST_CASE("canonical string: out-of-range numbers still round trip") {
+  KernelSpec s = example_spec();
+  s.arch = -1;
+  s.block_m = 0;
+  s.head_dim = 2147483647;
+  s.head_dim_v = -2147483647 - 1;
+  CHECK(KernelSpec::parse(s.canonical()) == s);
+  CHECK(is_c_identifier(s.kernel_name()));
+  KernelSpec t = s;
+  t.arch = 1;
+  CHECK(t.kernel_name() != s.kernel_name());
+}
+
+TEST_CASE("KernelSpec::parse rejects malformed strings, naming the field and value") {
+  const std::string body =
+      "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string t = kExampleCanonical;
+    const auto pos = t.find(from);
+    REQUIRE(pos != std::string::npos);
+    t.replace(pos, from.size(), to);
+    return t;
+  };
+
+  SUBCASE("tag") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse("flashgen.bwd.v1:" + body), Contains("tag 'flashgen.fwd.v1:'"),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(body), Contains("does not start with the tag"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(""), Contains("does not start with the tag"), InvalidArgument);
+  }
+  SUBCASE("version") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse("flashgen.fwd.v2:" + body), Contains("version 'v2'"),
+                         InvalidArgument);
+  }
+  SUBCASE("missing field") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with(",lse=1", "")), Contains("field 'lse' is missing"),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("w=4,", "")), Contains("field 'w' is missing"),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse("flashgen.fwd.v1:"), Contains("empty field"), InvalidArgument);
+  }
+  SUBCASE("duplicate field") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(kExampleCanonical + ",sm=80"),
+                         Contains("field 'sm' (value '80') appears more than once"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("dv=96", "d=96")),
+                         Contains("field 'd' (value '96') appears more than once"), InvalidArgument);
+  }
+  SUBCASE("unknown field") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(kExampleCanonical + ",x=1"),
+                         Contains("field 'x' (value '1') is unknown"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("bm=128", "block_m=128")),
+                         Contains("field 'block_m' (value '128') is unknown"), InvalidArgument);
+  }
+  SUBCASE("out-of-order field") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("d=96,dv=96", "dv=96,d=96")),
+                         Contains("field 'dv' (value '96') is out of order"), InvalidArgument);
+  }
+  SUBCASE("syntax") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(kExampleCanonical + ","), Contains("empty field"),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("w=4", "w4")), Contains("field 'w4' has no '='"),
+                         InvalidArgument);
+  }
+  SUBCASE("non-integer numbers") {
+    for (const char* bad : {"12a", "", "+128", "0128", "1.5", "-0", "99999999999", " 128", "0x80"}) {
+      CAPTURE(bad);
+      CHECK_THROWS_WITH_AS(KernelSpec::parse(with("bm=128", std::string("bm=") + bad)),
+                           Contains((std::string("field 'bm' has value '") + bad + "'").c_str()), InvalidArgument);
+    }
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("sm=90", "sm=sm90")), Contains("field 'sm' has value 'sm90'"),
+                         InvalidArgument);
+  }
+  SUBCASE("unknown names") {
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("unit=m16n8k16", "unit=m16n8k32")),
+                         Contains("field 'unit' has value 'm16n8k32'"), InvalidArgument);
+    // Only the canonical dtype names are accepted in a canonical string.
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("dtype=f16", "dtype=float16")),
+                         Contains("field 'dtype' has value 'float16'; allowed: f16, bf16"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("mask=causalbr", "mask=causal")),
+                         Contains("field 'mask' has value 'causal'"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("bias=none", "bias=f16")),
+                         Contains("field 'bias' has value 'f16'"), InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("lse=1", "lse=true")),
+                         Contains("field 'lse' has value 'true'; allowed: 0, 1"), InvalidArgument);
+  }
+}
+
+TEST_CASE("kernel names") {
+  KernelSpec s = example_spec();
+  s.has_lse = false;
+  CHECK(s.kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr");
+  s.has_lse = true;
+  CHECK(s.kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr_lse");
+  s.bias = BiasKind::input;
+  CHECK(s.kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr_bias16_lse");
+  s.bias = BiasKind::f32;
+  s.has_lse = false;
+  s.mask = MaskKind::causal_top_left;
+  s.dtype = DType::bf16;
+  s.arch = 80;
+  s.head_dim = 64;
+  s.head_dim_v = 128;
+  s.unit = MatrixUnit::m16n8k8;
+  CHECK(s.kernel_name() == "flashgen_fwd_sm80_bf16_d64v128_m16n8k8_bm128_bn64_w4_s2_causaltl_bias32");
+  s.mask = MaskKind::none;
+  s.bias = BiasKind::none;
+  CHECK(s.kernel_name() == "flashgen_fwd_sm80_bf16_d64v128_m16n8k8_bm128_bn64_w4_s2_none");
+}
+
+TEST_CASE("enum names") {
+  CHECK(to_string(DType::f16) == "f16");
+  CHECK(to_string(DType::bf16) == "bf16");
+  CHECK(to_string(MaskKind::causal_top_left) == "causaltl");
+  CHECK(to_string(BiasKind::f32) == "f32");
+  CHECK(to_string(MatrixUnit::m8n8k4) == "m8n8k4");
+  CHECK(parse_dtype("float16") == DType::f16);
+  CHECK(parse_dtype("fp16") == DType::f16);
+  CHECK(parse_dtype("bfloat16") == DType::bf16);
+  CHECK(parse_dtype("bf16") == DType::bf16);
+  CHECK(parse_mask("causalbr") == MaskKind::causal_bottom_right);
+  CHECK(parse_bias("input") == BiasKind::input);
+  CHECK(parse_matrix_unit("m16n8k8") == MatrixUnit::m16n8k8);
+  CHECK_THROWS_WITH_AS(parse_dtype("f32", "--dtype"),
+                       "--dtype: 'f32' is not a known dtype; allowed: f16, bf16, float16, fp16, bfloat16",
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(parse_mask("causal"),
+                       "mask: 'causal' is not a known mask kind; allowed: none, causaltl, causalbr",
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(parse_bias("fp32"), "bias: 'fp32' is not a known bias kind; allowed: none, input, f32",
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(parse_matrix_unit("wgmma"),
+                       "matrix_unit: 'wgmma' is not a known matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4",
+                       InvalidArgument);
+}
+
+TEST_CASE("validate: a valid spec gives no sentence") {
+  CHECK(validate(valid_spec(), test_profile()).empty());
+  CHECK_NOTHROW(require_valid(valid_spec(), test_profile()));
+  KernelSpec s = valid_spec();
+  s.has_lse = true;
+  s.bias = BiasKind::f32;
+  s.mask = MaskKind::causal_top_left;
+  s.head_dim = 16;
+  s.head_dim_v = 256;
+  s.warps = 1;
+  s.block_m = 16;
+  s.block_n = 256;
+  s.stages = 1;
+  CHECK(validate(s, test_profile()).empty());
+  s.block_n = 16;
+  s.stages = 4;
+  CHECK(validate(s, test_profile()).empty());
+}
+
+TEST_CASE("validate: each rule produces its sentence") {
+  KernelSpec s;
+  SUBCASE("arch") {
+    s = valid_spec();
+    s.arch = 80;
+    check_single_sentence(s, {"arch (sm_80)", "testgen", "allowed: sm_90, sm_91"});
+  }
+  SUBCASE("unit") {
+    s = valid_spec();
+    s.unit = MatrixUnit::m16n8k8;
+    check_single_sentence(s, {"unit (m16n8k8)", "allowed: m16n8k16"});
+  }
+  SUBCASE("dtype") {
+    s = valid_spec();
+    s.dtype = DType::bf16;
+    check_single_sentence(s, {"dtype (bf16)", "allowed: f16"});
+  }
+  SUBCASE("head_dim not a multiple of 8") {
+    s = valid_spec();
+    s.head_dim = 100;
+    check_single_sentence(s, {"head_dim (100)", "multiple of 8 in [16, 256]"});
+  }
+  SUBCASE("head_dim too small") {
+    s = valid_spec();
+    s.head_dim = 8;
+    check_single_sentence(s, {"head_dim (8)", "multiple of 8 in [16, 256]"});
+  }
+  SUBCASE("head_dim_v too large") {
+    s = valid_spec();
+    s.head_dim_v = 264;
+    check_single_sentence(s, {"head_dim_v (264)", "multiple of 8 in [16, 256]"});
+  }
+  SUBCASE("warps") {
+    s = valid_spec();
+    s.warps = 0;
+    s.block_m = 64;
+    check_single_sentence(s, {"warps (0)", "[1, 16]"});
+    s.warps = 17;
+    s.block_m = 16 * 17;  // > 256 as well, so two sentences
+    CHECK(validate(s, test_profile()).size() == 2);
+  }
+  SUBCASE("block_m not a multiple of 16 * warps") {
+    s = valid_spec();
+    s.block_m = 96;  // warps 4 -> multiple of 64
+    check_single_sentence(s, {"block_m (96)", "multiple of 16 * warps (64)", "at most 256"});
+  }
+  SUBCASE("block_m too large") {
+    s = valid_spec();
+    s.block_m = 320;
+    s.warps = 4;
+    check_single_sentence(s, {"block_m (320)", "at most 256"});
+  }
+  SUBCASE("block_n") {
+    s = valid_spec();
+    s.block_n = 24;
+    check_single_sentence(s, {"block_n (24)", "positive multiple of 16 and at most 256"});
+    s.block_n = 0;
+    check_single_sentence(s, {"block_n (0)"});
+    s.block_n = 272;
+    s.stages = 1;  // keep shared memory within the limit
+    check_single_sentence(s, {"block_n (272)"});
+  }
+  SUBCASE("stages") {
+    s = valid_spec();
+    s.stages = 0;
+    check_single_sentence(s, {"stages (0)", "[1, 4]"});
+    s.stages = 5;
+    check_single_sentence(s, {"stages (5)", "[1, 4]"});
+  }
+  SUBCASE("threads") {
+    s = valid_spec();
+    s.warps = 40;
+    s.block_m = 16;
+    const auto errors = validate(s, test_profile());
+    REQUIRE(errors.size() == 2);
+    CHECK(errors[0].find("warps (40)") != std::string::npos);
+    CHECK(errors[1].find("threads (32 * warps = 1280) must be at most 1024") != std::string::npos);
+  }
+  SUBCASE("shared memory") {
+    s = valid_spec();
+    s.head_dim = 256;
+    s.head_dim_v = 256;
+    s.block_m = 256;
+    s.warps = 16;
+    s.block_n = 128;
+    s.stages = 4;
+    check_single_sentence(s, {"smem_bytes (" + std::to_string(s.smem_bytes()) + " = ", "(232448)",
+                              "smem_per_block"});
+  }
+  SUBCASE("every broken rule is reported") {
+    s = valid_spec();
+    s.arch = 75;
+    s.unit = MatrixUnit::m8n8k4;
+    s.dtype = DType::bf16;
+    s.head_dim = 12;
+    s.head_dim_v = 300;
+    s.warps = 0;
+    s.block_m = 8;
+    s.block_n = 8;
+    s.stages = 9;
+    CHECK(validate(s, test_profile()).size() == 9);
+  }
+}
+
+TEST_CASE("require_valid: Unsupported listing every sentence") {
+  KernelSpec s = valid_spec();
+  s.stages = 0;
+  s.block_n = 24;
+  const auto errors = validate(s, test_profile());
+  REQUIRE(errors.size() == 2);
+  const std::string expected = "kernel spec " + s.canonical() +
+                               " is not valid for profile testgen (test/testgen.yml):\n  - " + errors[0] +
+                               "\n  - " + errors[1];
+  CHECK_THROWS_WITH_AS(require_valid(s, test_profile()), expected.c_str(), Unsupported);
+}
