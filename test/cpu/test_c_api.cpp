@@ -1,0 +1,303 @@
+// CPU tests of the C ABI (flashgen.h): status codes and messages for bad
+// input, buffer sizes, generate/free, and forward/launch without a GPU.
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <thread>
+
+#include "flashgen/flashgen.h"
+#include "flashgen/flashgen.hpp"
+#include "test/cpu/rt_test_util.hpp"
+
+using namespace flashgen;
+
+namespace {
+
+// Fake, 256-byte aligned device addresses: never dereferenced on the CPU path.
+const void* const kQ = reinterpret_cast<const void*>(uintptr_t{0x10000});
+const void* const kK = reinterpret_cast<const void*>(uintptr_t{0x20000});
+const void* const kV = reinterpret_cast<const void*>(uintptr_t{0x30000});
+void* const kO = reinterpret_cast<void*>(uintptr_t{0x40000});
+
+flashgen_problem good_problem(int64_t d = 64, flashgen_mask mask = FLASHGEN_MASK_NONE) {
+  flashgen_problem p;
+  REQUIRE(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 2, 100, 120, 8, 2, d, d, mask, kQ, kK, kV,
+                                     kO) == FLASHGEN_OK);
+  return p;
+}
+
+std::string last() { return flashgen_last_error(); }
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("c_api: status numbers are flashgen::ErrorCode's") {
+  CHECK(FLASHGEN_OK == 0);
+  CHECK(FLASHGEN_ERROR_INVALID_ARGUMENT == static_cast<int>(ErrorCode::invalid_argument));
+  CHECK(FLASHGEN_ERROR_UNSUPPORTED == static_cast<int>(ErrorCode::unsupported));
+  CHECK(FLASHGEN_ERROR_COMPILE_FAILED == static_cast<int>(ErrorCode::compile_failed));
+  CHECK(FLASHGEN_ERROR_DRIVER == static_cast<int>(ErrorCode::driver));
+  CHECK(FLASHGEN_ERROR_UNAVAILABLE == static_cast<int>(ErrorCode::unavailable));
+  CHECK(FLASHGEN_ERROR_IO == static_cast<int>(ErrorCode::io));
+  CHECK(FLASHGEN_ERROR_INTERNAL == static_cast<int>(ErrorCode::internal));
+}
+
+TEST_CASE("c_api: problem_init_bshd fills contiguous strides and rejects bad arguments") {
+  flashgen_problem p = good_problem(96);
+  CHECK(p.dtype == FLASHGEN_DTYPE_F16);
+  CHECK(p.batch == 2);
+  CHECK(p.seqlen_q == 100);
+  CHECK(p.seqlen_k == 120);
+  CHECK(p.heads_q == 8);
+  CHECK(p.heads_kv == 2);
+  CHECK(p.q.data == kQ);
+  CHECK(p.o.data == kO);
+  CHECK(p.q.stride_head == 96);
+  CHECK(p.q.stride_seq == 8 * 96);
+  CHECK(p.q.stride_batch == 100 * 8 * 96);
+  CHECK(p.k.stride_seq == 2 * 96);
+  CHECK(p.k.stride_batch == 120 * 2 * 96);
+  CHECK(p.v.stride_batch == 120 * 2 * 96);
+  CHECK(p.o.stride_batch == 100 * 8 * 96);
+  CHECK(p.has_scale == 0);
+  CHECK(p.bias.kind == FLASHGEN_BIAS_NONE);
+  CHECK(p.bias.data == nullptr);
+  CHECK(p.lse.data == nullptr);
+
+  CHECK(flashgen_problem_init_bshd(nullptr, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE,
+                                   kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem is NULL"));
+  CHECK(flashgen_problem_init_bshd(&p, static_cast<flashgen_dtype>(7), 1, 1, 1, 1, 1, 64, 64,
+                                   FLASHGEN_MASK_NONE, kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "dtype = 7"));
+  CHECK(contains(last(), "FLASHGEN_DTYPE_BF16"));
+  CHECK(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, static_cast<flashgen_mask>(3),
+                                   kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "mask = 3"));
+  CHECK(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 1, -5, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE, kQ, kK,
+                                   kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "seqlen_q = -5"));
+}
+
+TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
+  flashgen_problem p = good_problem(96, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT);
+  char spec[256];
+  REQUIRE(flashgen_plan(&p, 90, spec, sizeof spec) == FLASHGEN_OK);
+  AttentionProblem cpp = make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 96, 96, MaskKind::causal_bottom_right,
+                                           kQ, kK, kV, kO);
+  const KernelSpec expected = plan(cpp, 90);
+  CHECK(std::string(spec) == expected.canonical());
+  CHECK(KernelSpec::parse(spec) == expected);
+
+  // bias and LSE reach the spec
+  p.bias.kind = FLASHGEN_BIAS_F32;
+  p.bias.data = reinterpret_cast<const void*>(uintptr_t{0x50000});
+  p.bias.stride_q = 120;
+  p.bias.stride_k = 1;
+  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x60000});
+  p.lse.stride_head = 100;
+  p.lse.stride_batch = 800;
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  const KernelSpec s = KernelSpec::parse(spec);
+  CHECK(s.arch == 80);
+  CHECK(s.bias == BiasKind::f32);
+  CHECK(s.has_lse);
+}
+
+TEST_CASE("c_api: plan refuses a buffer that is too small and says the size needed") {
+  flashgen_problem p = good_problem();
+  char full[256];
+  REQUIRE(flashgen_plan(&p, 80, full, sizeof full) == FLASHGEN_OK);
+  const size_t need = std::strlen(full) + 1;
+  char small[256];
+  std::memset(small, '#', sizeof small);
+  CHECK(flashgen_plan(&p, 80, small, need - 1) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "too small"));
+  CHECK(contains(last(), "needs " + std::to_string(need) + " bytes"));
+  CHECK(small[0] == '#');  // untouched
+  CHECK(flashgen_plan(&p, 80, small, need) == FLASHGEN_OK);  // exactly enough
+  CHECK(std::string(small) == full);
+  CHECK(flashgen_plan(&p, 80, nullptr, 0) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "spec_out is NULL"));
+  CHECK(flashgen_plan(nullptr, 80, full, sizeof full) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem is NULL"));
+}
+
+TEST_CASE("c_api: plan reports bad problems and unsupported archs") {
+  char spec[256];
+  {
+    flashgen_problem p = good_problem();
+    p.heads_q = 7;  // not a multiple of heads_kv = 2
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "heads"));
+  }
+  {
+    flashgen_problem p = good_problem();
+    p.head_dim = 20;
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "head_dim"));
+  }
+  {
+    flashgen_problem p = good_problem();
+    p.q.data = reinterpret_cast<const void*>(uintptr_t{0x10002});  // misaligned
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK_FALSE(last().empty());
+  }
+  {
+    flashgen_problem p = good_problem();
+    p.has_scale = 1;
+    p.scale = std::numeric_limits<float>::infinity();
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "scale"));
+  }
+  {
+    flashgen_problem p = good_problem();
+    p.bias.kind = static_cast<flashgen_bias_kind>(9);
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "bias.kind = 9"));
+  }
+  {
+    flashgen_problem p = good_problem();
+    CHECK(flashgen_plan(&p, 70, spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);
+    CHECK(contains(last(), "70"));
+    CHECK(flashgen_plan(&p, -1, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "arch = -1"));
+  }
+  if (!gpu_available()) {
+    flashgen_problem p = good_problem();
+    CHECK(flashgen_plan(&p, 0, spec, sizeof spec) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(contains(last(), "libcuda.so.1"));
+  }
+}
+
+TEST_CASE("c_api: generate and free") {
+  flashgen_problem p = good_problem(80);
+  char spec[256];
+  REQUIRE(flashgen_plan(&p, 86, spec, sizeof spec) == FLASHGEN_OK);
+  char* source = reinterpret_cast<char*>(uintptr_t{1});
+  REQUIRE(flashgen_generate(spec, &source) == FLASHGEN_OK);
+  REQUIRE(source != nullptr);
+  const KernelSpec s = KernelSpec::parse(spec);
+  CHECK(std::string(source) == generate(s));
+  CHECK(contains(source, s.kernel_name()));
+  flashgen_free(source);
+  flashgen_free(nullptr);
+
+  source = reinterpret_cast<char*>(uintptr_t{1});
+  CHECK(flashgen_generate("flashgen.fwd.v1:nonsense", &source) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(source == nullptr);  // reset on failure
+  CHECK_FALSE(last().empty());
+  CHECK(flashgen_generate(nullptr, &source) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "spec is NULL"));
+  CHECK(flashgen_generate(spec, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "source_out is NULL"));
+
+  // A well-formed spec that its arch's profile cannot serve.
+  KernelSpec bad = s;
+  bad.arch = 70;
+  CHECK(flashgen_generate(bad.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
+  CHECK(contains(last(), "70"));
+}
+
+TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVAILABLE") {
+  if (gpu_available()) {
+    MESSAGE("a GPU is present; the no-GPU paths are not exercised here");
+    return;
+  }
+  test::ScopedCache cache;
+  flashgen_problem p = good_problem();
+  CHECK(flashgen_forward(&p, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+  const std::string msg = last();
+  CHECK(contains(msg, "no CUDA driver: libcuda.so.1 could not be loaded"));
+  CHECK(contains(msg, "Code generation and compilation work without one."));
+
+  char spec[256];
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(flashgen_launch_spec(spec, &p, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+  CHECK(contains(last(), "libcuda.so.1"));
+
+  // Bad input is reported before the missing GPU.
+  flashgen_problem bad = p;
+  bad.heads_kv = 3;
+  CHECK(flashgen_forward(&bad, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(flashgen_forward(nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem is NULL"));
+
+  // A problem that does not match the spec: named mismatch, before any GPU use.
+  flashgen_problem other = p;
+  other.dtype = FLASHGEN_DTYPE_BF16;
+  CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "dtype"));
+  CHECK(contains(last(), "bf16"));
+  other = p;
+  other.mask = FLASHGEN_MASK_CAUSAL_TOP_LEFT;
+  CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "mask"));
+  CHECK(flashgen_launch_spec("garbage", &p, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+
+  // Empty problems launch nothing and need no GPU.
+  flashgen_problem empty = p;
+  empty.seqlen_q = 0;
+  CHECK(flashgen_launch_spec(spec, &empty, nullptr) == FLASHGEN_OK);
+}
+
+TEST_CASE("c_api: the last error is per thread and kept across successes") {
+  CHECK(flashgen_generate(nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  const std::string mine = last();
+  CHECK_FALSE(mine.empty());
+  std::string other_before, other_after;
+  std::thread t([&] {
+    other_before = flashgen_last_error();
+    flashgen_problem p;
+    flashgen_problem_init_bshd(&p, static_cast<flashgen_dtype>(5), 1, 1, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE,
+                               kQ, kK, kV, kO);
+    other_after = flashgen_last_error();
+  });
+  t.join();
+  CHECK(other_before.empty());
+  CHECK(contains(other_after, "dtype = 5"));
+  CHECK(last() == mine);  // the other thread's failure did not touch ours
+  flashgen_problem p = good_problem();
+  (void)p;  // a successful call
+  CHECK(last() == mine);
+}
+
+TEST_CASE("c_api/c++: launch checks the problem against the kernel's spec") {
+  // The C++ path with a hand-made Kernel (no GPU needed to reach the checks).
+  AttentionProblem p = make_bshd_problem(DType::f16, 1, 10, 10, 2, 2, 64, 64, MaskKind::none, kQ, kK, kV, kO);
+  Kernel k;
+  k.spec = plan(p, 80);
+  k.function = reinterpret_cast<void*>(uintptr_t{0x1234});
+  AttentionProblem q = p;
+  q.head_dim_v = 128;
+  q.v.stride_head = 128;
+  q.v.stride_seq = 256;
+  q.v.stride_batch = 2560;
+  q.o.stride_head = 128;
+  q.o.stride_seq = 256;
+  q.o.stride_batch = 2560;
+  try {
+    launch(k, q, nullptr);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(contains(e.what(), "head_dim_v = 128"));
+    CHECK(contains(e.what(), k.spec.canonical()));
+  }
+  Kernel null_kernel;
+  null_kernel.spec = k.spec;
+  CHECK_THROWS_AS(launch(null_kernel, p, nullptr), InvalidArgument);
+  // An empty problem returns before touching the driver.
+  AttentionProblem empty = p;
+  empty.batch = 0;
+  CHECK_NOTHROW(launch(k, empty, nullptr));
+  if (!gpu_available()) {
+    CHECK_THROWS_AS(launch(k, p, nullptr), Unavailable);
+    CHECK_THROWS_AS(forward(p, nullptr), Unavailable);
+    CHECK_THROWS_AS(current_device(), Unavailable);
+    CHECK_THROWS_AS(load_kernel(k.spec), Unavailable);
+  }
+}
