@@ -89,9 +89,32 @@ FG_DEVICE void fg_ldsm_x2_trans(u32 addr, u32& r0, u32& r1) {
 // all 8 16-byte bank groups of a 128-byte line:
 //   W/8 >= 8: x = r & 7;  W/8 = 4: x = (r >> 1) & 3;  W/8 = 2: x = (r >> 2) & 1;  W/8 = 1: x = 0.
 template <int W>
-FG_DEVICE int fg_swz(int row, int unit) {
+FG_DEVICE int fg_swz_pattern(int row) {
   constexpr int UPR = W / 8;
   constexpr int RPL = UPR >= 8 ? 1 : 8 / UPR;
   constexpr int XM = UPR >= 8 ? 7 : UPR - 1;
-  return row * W + ((unit ^ ((row / RPL) & XM)) << 3);
+  return (row / RPL) & XM;
 }
+template <int W>
+FG_DEVICE int fg_swz(int row, int unit) {
+  return row * W + ((unit ^ fg_swz_pattern<W>(row)) << 3);
+}
+
+// ldmatrix addressing without per-load arithmetic. A warp reads 16-row blocks
+// (rows r16 + lr, r16 % 16 == 0, so the swizzle pattern depends on lr only) at
+// unit pairs 2*ks + c (c = 0/1 per lane). Since (2*ks) ^ u = ((2*ks) & ~7) +
+// (((2*ks) & 7) ^ u) for u < 8, a lane needs at most four base offsets
+// (ks % 4); every other load adds a compile-time constant.
+template <int W>
+struct FgLdsmOffsets {
+  static constexpr int UPR = W / 8;
+  static constexpr int NQ = UPR >= 8 ? 4 : (UPR >= 2 ? UPR / 2 : 1);
+  int off[NQ];  // element offsets
+  FG_DEVICE FgLdsmOffsets(int lr, int c) {
+    const int uc = c ^ fg_swz_pattern<W>(lr);
+#pragma unroll
+    for (int q = 0; q < NQ; ++q) off[q] = lr * W + ((UPR >= 2 ? ((2 * q) ^ uc) : 0) << 3);
+  }
+  // Element offset of (row r16 + lr, unit pair ks) for compile-time r16 and ks.
+  FG_DEVICE int at(int r16, int ks) const { return off[ks % NQ] + r16 * W + (((2 * ks) & ~7) << 3); }
+};

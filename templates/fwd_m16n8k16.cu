@@ -12,10 +12,10 @@ constexpr int M_SLICES = BLOCK_M / (16 * WARPS);
 constexpr int NT = BLOCK_N / 8;          // n8 tiles of S per slice
 constexpr int KS16 = HEAD_DIM / 16;      // k16 steps of Q.K^T (the 8-wide tail chunk, if any, uses k8)
 constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
-// Q fragments stay in registers for head_dim <= 128 (HEAD_DIM / 4 registers per
-// slice); above that they are re-read from shared memory each k step, which
-// keeps the O accumulators (HEAD_DIM_V / 2 registers) from spilling.
-constexpr bool Q_IN_REGS = HEAD_DIM <= 128;
+// Q fragments stay in registers while they cost at most 32 registers per thread
+// (HEAD_DIM / 4 per slice); otherwise they are re-read from shared memory each
+// k step, which keeps the O accumulators (HEAD_DIM_V / 2 per slice) from spilling.
+constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
 constexpr float LOG2E = 1.4426950408889634f;
@@ -51,20 +51,25 @@ FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
 
 // Issue cp.async copies of ROWS rows x W elements (columns [OFF, OFF+W) of the
 // head dim) from global `src` (row stride `stride` elements) into the swizzled
-// sub-tile `dst`. Rows >= `valid_rows` are zero-filled.
+// sub-tile `dst`. Rows >= `valid_rows` are zero-filled (src-size 0; the
+// address given is then the tile's first row, which is valid).
 template <int W, int OFF, int ROWS>
 FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
   constexpr int UPR = W / 8;
   constexpr int UNITS = ROWS * UPR;
-  const u32 base = fg_smem_addr(dst);
+  constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
+  const int row0 = tid / UPR, unit = tid % UPR;
+  const u16* g0 = src + (i64)row0 * stride + OFF + unit * 8;
+  const i64 gstep = (i64)RSTEP * stride;
+  const u32 s0 = fg_smem_addr(dst) + 2 * fg_swz<W>(row0, unit);
 #pragma unroll
   for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int u = it * THREADS + tid;
-    if (UNITS % THREADS == 0 || u < UNITS) {
-      const int row = u / UPR, unit = u % UPR;
+    const int row = row0 + it * RSTEP;
+    if (UNITS % THREADS == 0 || row < ROWS) {
       const bool ok = row < valid_rows;
-      const u16* g = src + (ok ? (i64)row * stride + OFF + unit * 8 : 0);
-      fg_cp_async16(base + 2 * fg_swz<W>(row, unit), g, ok ? 16 : 0);
+      // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
+      const u32 sa = RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
+      fg_cp_async16(sa, ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
     }
   }
 }
@@ -100,24 +105,22 @@ FG_DEVICE void fg_load_q(u16* dst, const u16* src, i64 stride, int valid_rows, f
 template <int W, int OFF>
 FG_DEVICE void fg_ldsm_q(const u16* sq, u32 (&qf)[M_SLICES][QF_STEPS][4], u32 (&qf8)[M_SLICES][2],
                          int warp, int lane) {
-  const u32 base = fg_smem_addr(sq);
+  const u32 base = fg_smem_addr(sq) + 2 * (warp * M_SLICES * 16) * W;
   const int mi = lane >> 3;
+  // matrices: (rows +0..7, k lo), (rows +8..15, k lo), (rows +0..7, k hi), (rows +8..15, k hi)
+  const FgLdsmOffsets<W> lo((lane & 7) + ((mi & 1) << 3), mi >> 1);
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
-    const int row0 = (warp * M_SLICES + ms) * 16;
     if (W >= 16) {
       if (Q_IN_REGS) {
 #pragma unroll
         for (int ks = 0; ks < W / 16; ++ks) {
-          const int row = row0 + (lane & 7) + ((mi & 1) << 3);
-          const int unit = ks * 2 + (mi >> 1);
           u32* a = qf[ms][Q_IN_REGS ? OFF / 16 + ks : 0];
-          fg_ldsm_x4(base + 2 * fg_swz<W>(row, unit), a[0], a[1], a[2], a[3]);
+          fg_ldsm_x4(base + 2 * lo.at(ms * 16, ks), a[0], a[1], a[2], a[3]);
         }
       }
     } else {
-      const int row = row0 + (lane & 7) + ((mi & 1) << 3);
-      fg_ldsm_x2(base + 2 * fg_swz<W>(row, 0), qf8[ms][0], qf8[ms][1]);
+      fg_ldsm_x2(base + 2 * lo.at(ms * 16, 0), qf8[ms][0], qf8[ms][1]);
     }
   }
 }
@@ -126,9 +129,13 @@ FG_DEVICE void fg_ldsm_q(const u16* sq, u32 (&qf)[M_SLICES][QF_STEPS][4], u32 (&
 template <int W, int OFF>
 FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_STEPS][4],
                      const u32 (&qf8)[M_SLICES][2], float (&s)[M_SLICES][NT][4], int warp, int lane) {
-  const u32 base = fg_smem_addr(sk);
+  const u32 kbase = fg_smem_addr(sk);
+  const u32 qbase = fg_smem_addr(sq) + 2 * (warp * M_SLICES * 16) * W;
   const int mi = lane >> 3;
   if (W >= 16) {
+    // K matrices: (keys +0..7, k lo), (keys +0..7, k hi), (keys +8..15, k lo), (keys +8..15, k hi)
+    const FgLdsmOffsets<W> ko((lane & 7) + ((mi >> 1) << 3), mi & 1);
+    const FgLdsmOffsets<W> qo((lane & 7) + ((mi & 1) << 3), mi >> 1);
 #pragma unroll
     for (int ks = 0; ks < W / 16; ++ks) {
       u32 aq[M_SLICES][4];
@@ -138,17 +145,13 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
 #pragma unroll
           for (int i = 0; i < 4; ++i) aq[ms][i] = qf[ms][Q_IN_REGS ? OFF / 16 + ks : 0][i];
         } else {
-          const int row = (warp * M_SLICES + ms) * 16 + (lane & 7) + ((mi & 1) << 3);
-          fg_ldsm_x4(fg_smem_addr(sq) + 2 * fg_swz<W>(row, ks * 2 + (mi >> 1)), aq[ms][0], aq[ms][1], aq[ms][2], aq[ms][3]);
+          fg_ldsm_x4(qbase + 2 * qo.at(ms * 16, ks), aq[ms][0], aq[ms][1], aq[ms][2], aq[ms][3]);
         }
       }
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
-        // matrices: (keys +0..7, k lo), (keys +0..7, k hi), (keys +8..15, k lo), (keys +8..15, k hi)
-        const int row = np * 16 + (lane & 7) + ((mi >> 1) << 3);
-        const int unit = ks * 2 + (mi & 1);
         u32 b0, b1, b2, b3;
-        fg_ldsm_x4(base + 2 * fg_swz<W>(row, unit), b0, b1, b2, b3);
+        fg_ldsm_x4(kbase + 2 * ko.at(np * 16, ks), b0, b1, b2, b3);
 #pragma unroll
         for (int ms = 0; ms < M_SLICES; ++ms) {
           fg_mma16816(s[ms][2 * np], aq[ms], b0, b1);
@@ -157,11 +160,11 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
       }
     }
   } else {
+    const FgLdsmOffsets<W> ko((lane & 7) + ((mi & 1) << 3), 0);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
-      const int row = np * 16 + (lane & 7) + ((mi & 1) << 3);
       u32 b0, b1;
-      fg_ldsm_x2(base + 2 * fg_swz<W>(row, 0), b0, b1);
+      fg_ldsm_x2(kbase + 2 * ko.at(np * 16, 0), b0, b1);
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms) {
         fg_mma1688(s[ms][2 * np], qf8[ms], b0);
@@ -178,6 +181,8 @@ template <int W, int OFF>
 FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane) {
   const u32 base = fg_smem_addr(sv);
   const int mi = lane >> 3;
+  // V matrices (transposed): (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi)
+  const FgLdsmOffsets<W> vo((lane & 7) + ((mi & 1) << 3), W >= 16 ? mi >> 1 : 0);
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
     u32 a[M_SLICES][4];
@@ -191,11 +196,8 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
     if (W >= 16) {
 #pragma unroll
       for (int dp = 0; dp < W / 16; ++dp) {
-        // matrices: (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi)
-        const int row = kk * 16 + (lane & 7) + ((mi & 1) << 3);
-        const int unit = dp * 2 + (mi >> 1);
         u32 b0, b1, b2, b3;
-        fg_ldsm_x4_trans(base + 2 * fg_swz<W>(row, unit), b0, b1, b2, b3);
+        fg_ldsm_x4_trans(base + 2 * vo.at(kk * 16, dp), b0, b1, b2, b3);
 #pragma unroll
         for (int ms = 0; ms < M_SLICES; ++ms) {
           fg_mma16816(o[ms][OFF / 8 + 2 * dp], a[ms], b0, b1);
@@ -203,9 +205,8 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
         }
       }
     } else {
-      const int row = kk * 16 + (lane & 7) + ((mi & 1) << 3);
       u32 b0, b1;
-      fg_ldsm_x2_trans(base + 2 * fg_swz<W>(row, 0), b0, b1);
+      fg_ldsm_x2_trans(base + 2 * vo.at(kk * 16, 0), b0, b1);
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms) fg_mma16816(o[ms][OFF / 8], a[ms], b0, b1);
     }
@@ -419,10 +420,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) @@KERNEL_NAME@@(const FwdP
           sum += p0 + p1;
         }
         row_sum[ms][r] = row_sum[ms][r] * corr + sum;
+        // corr is exactly 1 when the row max did not move; skip the rescale
+        // when that holds for every row of the warp.
+        if (__any_sync(0xffffffffu, corr != 1.f)) {
 #pragma unroll
-        for (int i = 0; i < OT; ++i) {
-          o[ms][i][2 * r] *= corr;
-          o[ms][i][2 * r + 1] *= corr;
+          for (int i = 0; i < OT; ++i) {
+            o[ms][i][2 * r] *= corr;
+            o[ms][i][2 * r + 1] *= corr;
+          }
         }
       }
 
