@@ -1,6 +1,8 @@
 # Writes OUT: a C++ file defining flashgen::detail::embedded_files(), the
 # contents of every file in TEMPLATES and PROFILES keyed by "templates/<name>"
 # and "profiles/<name>".
+string(REPLACE "|" ";" TEMPLATES "${TEMPLATES}")
+string(REPLACE "|" ";" PROFILES "${PROFILES}")
 set(body "")
 foreach(kind TEMPLATES PROFILES)
   string(TOLOWER ${kind} dir)
