@@ -27,10 +27,6 @@ const std::string& template_text(const std::string& name) {
   return it->second;
 }
 
-namespace {
-
-// Replace every "@@NAME@@" in `text` by slots[NAME]; every slot must be known
-// and every provided slot used.
 std::string fill_slots(const std::string& text, const std::map<std::string, std::string>& slots,
                        const std::string& template_name) {
   std::string out;
@@ -57,6 +53,8 @@ std::string fill_slots(const std::string& text, const std::map<std::string, std:
       throw Error(ErrorCode::internal, "emitter slot " + name + " is not used by template " + template_name);
   return out;
 }
+
+namespace {
 
 // One call per chunk: `pattern` is formatted with {w} (chunk width) and {off}.
 std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern) {

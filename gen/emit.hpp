@@ -1,6 +1,8 @@
 // Emitters: KernelSpec -> CUDA source text. Pure C++ (no CUDA headers).
 #pragma once
 
+#include <cstdint>
+#include <map>
 #include <string>
 
 #include "flashgen/spec.hpp"
@@ -14,6 +16,24 @@ namespace flashgen::gen {
 /// (spec.threads(), 1, 1) and spec.smem_bytes() of dynamic shared memory).
 /// Dispatches on spec.unit. Does not validate; callers validate first.
 std::string emit_forward(const KernelSpec& spec);
+
+/// A matrix-unit throughput probe kernel (templates/mma_probe.cu) for `unit`
+/// with `dtype` operands, f32 accumulate. extern "C" symbol: probe_kernel_name().
+/// Signature: (float* out /*one per thread*/, unsigned long long* clocks /*2: SM
+/// clocks and global-timer ns of block 0's loop*/, int iters); launch with 256
+/// threads per block. Each warp issues probe_chains() instructions per iteration.
+std::string emit_probe(MatrixUnit unit, DType dtype, int arch);
+std::string probe_kernel_name(MatrixUnit unit, DType dtype);
+int probe_chains();
+/// Dense FLOPs one warp-wide instruction of `unit` performs (2*M*N*K; m8n8k4:
+/// four quadpairs of 8x8x4 each, 2048).
+int64_t unit_flops_per_instruction(MatrixUnit unit);
+
+/// Replace every "@@NAME@@" in `text` (the template `template_name`) by
+/// slots[NAME]. Every slot in the text must be provided and every provided
+/// slot used; otherwise Error(internal) naming the slot.
+std::string fill_slots(const std::string& text, const std::map<std::string, std::string>& slots,
+                       const std::string& template_name);
 
 /// The text of an embedded template file (templates/<name>), e.g. "common.cuh".
 const std::string& template_text(const std::string& name);
