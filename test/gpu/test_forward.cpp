@@ -1,0 +1,593 @@
+// GPU tier: flashgen::forward against the float64 reference on fresh random
+// inputs, with poisoned outputs that must be overwritten exactly where the
+// output views are. Every test case is skipped (and counted as skipped by
+// doctest) when no GPU is present.
+//
+// Per case one line: the case, where the kernel came from (disk cache or
+// NVRTC), rows checked, max |error| of O and LSE, ok / FAIL. Set
+// FLASHGEN_TEST_SEED=<n> to rerun with fixed inputs (the seed of a failing case
+// is printed).
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "test/gpu/gpu_util.hpp"
+
+namespace {
+
+using namespace fgtest;
+
+constexpr MaskKind kMasks[3] = {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right};
+constexpr DType kDtypes[2] = {DType::f16, DType::bf16};
+constexpr int64_t kSeqlens[11] = {1, 2, 17, 63, 64, 65, 127, 128, 129, 1000, 4097};
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& e : v) s += (s.empty() ? "" : "; ") + e;
+  return s;
+}
+
+/// Runs every case, one line each; one doctest check per case.
+void run_group(const char* title, const std::vector<Case>& cases) {
+  double cost = 0.0;
+  for (const Case& c : cases) cost += reference_cost(c);
+  std::printf("== %s: %zu cases (reference ~%.2f G multiply-adds)\n", title, cases.size(), cost * 1e-9);
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  precompile(cases);
+  int failed = 0;
+  double ref_seconds = 0.0, max_o = 0.0, max_lse = 0.0;
+  for (const Case& c : cases) {
+    const CaseResult r = run_case(c);
+    std::printf("  %s\n", r.line.c_str());
+    for (const std::string& e : r.errors) std::printf("      %s\n", e.c_str());
+    std::fflush(stdout);
+    failed += r.ok ? 0 : 1;
+    ref_seconds += r.ref_seconds;
+    max_o = std::max(max_o, r.max_err_o);
+    max_lse = std::max(max_lse, r.max_err_lse);
+    CHECK_MESSAGE(r.ok, c.str() << ": " << join(r.errors));
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("== %s: %zu cases, %d failed, max|dO| %.2e, max|dLSE| %.2e, %.1f s (reference %.1f s)\n", title,
+              cases.size(), failed, max_o, max_lse, secs, ref_seconds);
+  std::fflush(stdout);
+}
+
+Case base(const char* group) {
+  Case c;
+  c.group = group;
+  return c;
+}
+
+// Every multiple of 8 from 16 to 256, both dtypes; masks and LSE rotate.
+std::vector<Case> head_dim_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (int64_t d = 16; d <= 256; d += 8, ++k) {
+      Case c = base("head_dim");
+      c.dtype = dt;
+      c.head_dim = c.head_dim_v = d;
+      c.batch = 1;
+      c.heads_q = 2;
+      c.heads_kv = 2;
+      c.seqlen_q = 65;
+      c.seqlen_k = 129;
+      c.mask = kMasks[k % 3];
+      c.lse = k % 4 != 3;
+      v.push_back(c);
+    }
+  return v;
+}
+
+// head_dim != head_dim_v, both directions, both dtypes.
+std::vector<Case> head_dim_v_cases() {
+  struct P {
+    int64_t d, dv;
+  };
+  const P pairs[] = {{64, 128}, {192, 128}, {128, 64}, {16, 256}, {256, 16}, {96, 40}, {40, 96}, {80, 48}, {256, 128}, {32, 64}};
+  std::vector<Case> v;
+  int k = 0;
+  for (const P& p : pairs) {
+    for (DType dt : kDtypes) {
+      Case c = base("d!=dv");
+      c.dtype = dt;
+      c.head_dim = p.d;
+      c.head_dim_v = p.dv;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = 100;
+      c.seqlen_k = 150;
+      c.mask = kMasks[k % 3];
+      c.lse = k % 5 != 4;
+      ++k;
+      v.push_back(c);
+    }
+  }
+  return v;
+}
+
+// All 121 (seqlen_q, seqlen_k) pairs. Dtype and mask follow (iq + ik + shift):
+// for a fixed seqlen on one side the other side's 11 values walk through all
+// 6 (dtype, mask) combinations, so every mask and dtype meets every seqlen on
+// both sides; head dim 96 shifts by one so each pair gets two masks overall.
+std::vector<Case> seqlen_cases(int64_t head_dim) {
+  std::vector<Case> v;
+  const int shift = head_dim == 64 ? 0 : 1;
+  for (int iq = 0; iq < 11; ++iq)
+    for (int ik = 0; ik < 11; ++ik) {
+      Case c = base(head_dim == 64 ? "seqlen d64" : "seqlen d96");
+      const int r = iq + ik + shift;
+      c.dtype = kDtypes[r % 2];
+      c.mask = kMasks[r % 3];
+      c.head_dim = c.head_dim_v = head_dim;
+      c.seqlen_q = kSeqlens[iq];
+      c.seqlen_k = kSeqlens[ik];
+      if (head_dim == 64) {
+        c.batch = 1;
+        c.heads_q = 2;
+        c.heads_kv = 1;
+        c.lse = true;
+      } else {
+        c.batch = 2;
+        c.heads_q = 2;
+        c.heads_kv = 2;
+        c.lse = (iq * 11 + ik) % 2 == 0;
+      }
+      v.push_back(c);  // sample_rows auto: 256 sampled rows when a side is 4097
+    }
+  return v;
+}
+
+// Additive bias: input dtype and f32; random values, -inf entries, whole -inf
+// rows and -inf prefixes; broadcast over batch and heads via stride 0.
+std::vector<Case> bias_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (BiasKind bk : {BiasKind::input, BiasKind::f32})
+    for (DType dt : kDtypes)
+      for (int pattern = 0; pattern < 3; ++pattern, ++k) {
+        Case c = base("bias");
+        c.dtype = dt;
+        c.bias = bk;
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.seqlen_q = 77;
+        c.seqlen_k = 200;
+        c.head_dim = c.head_dim_v = k % 2 == 0 ? 64 : 128;
+        c.mask = kMasks[k % 3];
+        c.bias_neg_inf = pattern != 1;
+        c.bias_neg_inf_rows = pattern != 0;
+        c.bias_broadcast = pattern == 2;
+        c.lse = true;
+        v.push_back(c);
+      }
+  // Longer rows: several key tiles, broadcast f32 bias with -inf rows.
+  Case big = base("bias");
+  big.dtype = DType::bf16;
+  big.bias = BiasKind::f32;
+  big.bias_neg_inf = big.bias_neg_inf_rows = big.bias_broadcast = true;
+  big.batch = 1;
+  big.heads_q = 2;
+  big.heads_kv = 1;
+  big.seqlen_q = big.seqlen_k = 1000;
+  big.head_dim = big.head_dim_v = 128;
+  big.mask = MaskKind::causal_bottom_right;
+  v.push_back(big);
+  // Decode-like: one query against 4097 keys, input-dtype bias with -inf entries.
+  Case dec = base("bias");
+  dec.dtype = DType::f16;
+  dec.bias = BiasKind::input;
+  dec.bias_neg_inf = true;
+  dec.batch = 2;
+  dec.heads_q = 8;
+  dec.heads_kv = 2;
+  dec.seqlen_q = 1;
+  dec.seqlen_k = 4097;
+  dec.sample_rows = 0;  // all 16 rows
+  dec.head_dim = dec.head_dim_v = 64;
+  dec.mask = MaskKind::causal_bottom_right;
+  v.push_back(dec);
+  // Bias with the seqlen_q > seqlen_k bottom-right mask (rows without keys) and no LSE.
+  Case nokey = base("bias");
+  nokey.dtype = DType::f16;
+  nokey.bias = BiasKind::f32;
+  nokey.bias_neg_inf = true;
+  nokey.batch = 1;
+  nokey.heads_q = 2;
+  nokey.heads_kv = 2;
+  nokey.seqlen_q = 150;
+  nokey.seqlen_k = 70;
+  nokey.head_dim = nokey.head_dim_v = 96;
+  nokey.mask = MaskKind::causal_bottom_right;
+  nokey.lse = false;
+  v.push_back(nokey);
+  return v;
+}
+
+// GQA group sizes 1, 2, 4, 7, 8 (heads_kv 2, and 1 / 3 for MQA and an odd count).
+std::vector<Case> gqa_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (int64_t group : {1, 2, 4, 7, 8})
+    for (DType dt : kDtypes) {
+      Case c = base("gqa");
+      c.dtype = dt;
+      c.heads_kv = 2;
+      c.heads_q = 2 * group;
+      c.batch = 2;
+      c.seqlen_q = 97;
+      c.seqlen_k = 160;
+      c.head_dim = c.head_dim_v = k % 2 == 0 ? 64 : 128;
+      c.mask = kMasks[k % 3];
+      c.lse = true;
+      ++k;
+      v.push_back(c);
+    }
+  Case mqa = base("gqa");
+  mqa.heads_q = 8;
+  mqa.heads_kv = 1;
+  mqa.batch = 3;
+  mqa.seqlen_q = 50;
+  mqa.seqlen_k = 300;
+  mqa.mask = MaskKind::causal_bottom_right;
+  v.push_back(mqa);
+  Case odd = base("gqa");
+  odd.dtype = DType::bf16;
+  odd.heads_q = 21;
+  odd.heads_kv = 3;
+  odd.batch = 1;
+  odd.seqlen_q = 130;
+  odd.seqlen_k = 130;
+  odd.head_dim = odd.head_dim_v = 96;
+  odd.mask = MaskKind::causal_top_left;
+  v.push_back(odd);
+  return v;
+}
+
+// The same shapes with and without the LSE output.
+std::vector<Case> lse_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (bool lse : {true, false}) {
+      Case c = base("lse");
+      c.dtype = dt;
+      c.lse = lse;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 4;
+      c.seqlen_q = 200;
+      c.seqlen_k = 333;
+      c.head_dim = c.head_dim_v = 128;
+      c.mask = kMasks[k++ % 3];
+      v.push_back(c);
+    }
+  return v;
+}
+
+// seqlen_k = 0 (O = 0, LSE = -inf, null K/V), seqlen_q = 0 and batch = 0 (no launch).
+std::vector<Case> empty_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (MaskKind m : kMasks) {
+      Case c = base("empty");
+      c.dtype = dt;
+      c.mask = m;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = 65;
+      c.seqlen_k = 0;
+      c.lse = k % 3 != 2;
+      if (k == 4) c.bias = BiasKind::f32;  // a bias that is never read: null is allowed
+      ++k;
+      v.push_back(c);
+    }
+  for (DType dt : kDtypes) {
+    Case c = base("empty");
+    c.dtype = dt;
+    c.seqlen_q = 0;
+    c.seqlen_k = 64;
+    c.mask = MaskKind::causal_bottom_right;
+    v.push_back(c);
+  }
+  Case nob = base("empty");
+  nob.batch = 0;
+  nob.seqlen_q = 10;
+  nob.seqlen_k = 10;
+  v.push_back(nob);
+  return v;
+}
+
+// K/V stored once per (b, s) and read by several logical KV heads (stride_head 0).
+std::vector<Case> kv_broadcast_cases() {
+  std::vector<Case> v;
+  Case a = base("kv stride_head 0");
+  a.layout = Layout::kv_head_broadcast;
+  a.heads_q = 4;
+  a.heads_kv = 2;
+  a.seqlen_q = 100;
+  a.seqlen_k = 190;
+  v.push_back(a);
+  Case b = a;
+  b.dtype = DType::bf16;
+  b.heads_q = 8;
+  b.heads_kv = 4;
+  b.head_dim = b.head_dim_v = 128;
+  b.mask = MaskKind::causal_bottom_right;
+  b.batch = 2;
+  v.push_back(b);
+  Case c = a;
+  c.heads_q = 6;
+  c.heads_kv = 6;
+  c.head_dim = 96;
+  c.head_dim_v = 64;
+  c.mask = MaskKind::causal_top_left;
+  c.lse = false;
+  v.push_back(c);
+  return v;
+}
+
+// Q, K, V as head slices of one [B, S, 3, H, d] buffer.
+std::vector<Case> packed_cases() {
+  std::vector<Case> v;
+  auto add = [&](DType dt, int64_t B, int64_t S, int64_t H, int64_t d, MaskKind m, bool lse) {
+    Case c = base("packed qkv");
+    c.layout = Layout::packed_qkv;
+    c.dtype = dt;
+    c.batch = B;
+    c.seqlen_q = c.seqlen_k = S;
+    c.heads_q = c.heads_kv = H;
+    c.head_dim = c.head_dim_v = d;
+    c.mask = m;
+    c.lse = lse;
+    v.push_back(c);
+  };
+  add(DType::f16, 2, 130, 4, 64, MaskKind::none, true);
+  add(DType::bf16, 1, 257, 3, 128, MaskKind::causal_top_left, true);
+  add(DType::f16, 3, 64, 2, 96, MaskKind::causal_bottom_right, false);
+  add(DType::bf16, 1, 1000, 2, 256, MaskKind::causal_bottom_right, true);
+  return v;
+}
+
+// More (batch, head) pairs than a 65535 grid dimension holds.
+std::vector<Case> big_grid_cases() {
+  std::vector<Case> v;
+  Case a = base("grid > 65535");
+  a.batch = 1100;
+  a.heads_q = 64;
+  a.heads_kv = 64;
+  a.seqlen_q = 2;
+  a.seqlen_k = 2;
+  a.head_dim = a.head_dim_v = 16;
+  v.push_back(a);
+  Case b = a;
+  b.dtype = DType::bf16;
+  b.heads_kv = 8;
+  b.seqlen_k = 3;
+  b.mask = MaskKind::causal_bottom_right;
+  v.push_back(b);
+  Case c = base("grid > 65535");
+  c.batch = 2;
+  c.heads_q = 40000;
+  c.heads_kv = 5000;
+  c.seqlen_q = 1;
+  c.seqlen_k = 5;
+  c.head_dim = c.head_dim_v = 16;
+  c.mask = MaskKind::causal_top_left;
+  v.push_back(c);
+  return v;
+}
+
+// Every tensor padded (O and LSE padding must stay poisoned; NaN input padding
+// must not leak into O).
+std::vector<Case> padded_cases() {
+  std::vector<Case> v;
+  Case a = base("padded");
+  a.layout = Layout::padded;
+  a.batch = 2;
+  a.heads_q = 4;
+  a.heads_kv = 2;
+  a.seqlen_q = 100;
+  a.seqlen_k = 150;
+  v.push_back(a);
+  Case b = a;
+  b.dtype = DType::bf16;
+  b.head_dim = b.head_dim_v = 128;
+  b.mask = MaskKind::causal_bottom_right;
+  b.bias = BiasKind::input;
+  b.bias_neg_inf = true;
+  b.bias_neg_inf_rows = true;
+  v.push_back(b);
+  Case c = a;
+  c.head_dim = 80;
+  c.head_dim_v = 48;
+  c.mask = MaskKind::causal_top_left;
+  c.seqlen_q = 129;
+  c.seqlen_k = 63;
+  c.lse = false;
+  v.push_back(c);
+  Case d = a;
+  d.dtype = DType::bf16;
+  d.seqlen_q = 1;
+  d.seqlen_k = 1;
+  d.head_dim = d.head_dim_v = 256;
+  v.push_back(d);
+  return v;
+}
+
+// Long sequences with GQA (sampled rows; every O element still checked for poison).
+std::vector<Case> long_cases() {
+  std::vector<Case> v;
+  Case a = base("long");
+  a.dtype = DType::bf16;
+  a.batch = 1;
+  a.heads_q = 8;
+  a.heads_kv = 2;
+  a.seqlen_q = a.seqlen_k = 4097;
+  a.head_dim = a.head_dim_v = 128;
+  a.mask = MaskKind::causal_bottom_right;
+  v.push_back(a);
+  Case b = a;
+  b.dtype = DType::f16;
+  b.seqlen_q = 1000;
+  b.seqlen_k = 8191;
+  b.head_dim = b.head_dim_v = 64;
+  b.mask = MaskKind::none;
+  v.push_back(b);
+  return v;
+}
+
+}  // namespace
+
+#define FLASHGEN_GPU_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present()))
+
+TEST_SUITE("gpu") {
+
+FLASHGEN_GPU_TEST("forward: every head_dim 16..256 (step 8), f16 and bf16") {
+  run_group("head_dim 16..256", head_dim_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: head_dim != head_dim_v") { run_group("head_dim != head_dim_v", head_dim_v_cases()); }
+
+FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 64") {
+  run_group("seqlen pairs, head_dim 64", seqlen_cases(64));
+}
+
+FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 96") {
+  run_group("seqlen pairs, head_dim 96", seqlen_cases(96));
+}
+
+FLASHGEN_GPU_TEST("forward: additive bias (input dtype, f32), -inf entries and rows, broadcast") {
+  run_group("bias", bias_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: GQA / MQA group sizes 1, 2, 4, 7, 8") { run_group("gqa", gqa_cases()); }
+
+FLASHGEN_GPU_TEST("forward: LSE on and off") { run_group("lse", lse_cases()); }
+
+FLASHGEN_GPU_TEST("forward: seqlen_k = 0, seqlen_q = 0, batch = 0") { run_group("empty", empty_cases()); }
+
+FLASHGEN_GPU_TEST("forward: K/V heads broadcast with stride_head 0") {
+  run_group("kv stride_head 0", kv_broadcast_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: Q, K, V slices of one packed QKV buffer") { run_group("packed qkv", packed_cases()); }
+
+FLASHGEN_GPU_TEST("forward: batch x heads above 65535") { run_group("grid > 65535", big_grid_cases()); }
+
+FLASHGEN_GPU_TEST("forward: padded (non-contiguous) Q, K, V, O and LSE") { run_group("padded", padded_cases()); }
+
+FLASHGEN_GPU_TEST("forward: long sequences (4097, 8191) with GQA") { run_group("long", long_cases()); }
+
+FLASHGEN_GPU_TEST("forward: bad input is refused before launch and outputs stay untouched") {
+  Case c = base("refused");
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.seqlen_q = 65;
+  c.seqlen_k = 65;
+  c.lse = true;
+  const HostCase hc = make_host_case(c);
+  DeviceCase dc(hc);
+  Stream stream;
+
+  auto expect_refused = [&](const char* what, const AttentionProblem& p) {
+    INFO(what);
+    bool refused = false;
+    try {
+      (void)flashgen::forward(p, stream.get());
+    } catch (const flashgen::InvalidArgument& e) {
+      refused = true;
+      std::printf("  refused (%s): %s\n", what, e.what());
+    }
+    CHECK_MESSAGE(refused, what << ": forward() did not throw InvalidArgument");
+    stream.sync();
+    CaseResult r;
+    Case none = c;
+    none.seqlen_q = 0;  // no element of O / LSE may have been written
+    HostCase view = hc;
+    view.c = none;
+    check_o_poison(view, dc.o.download<uint16_t>(), r);
+    check_lse_poison(view, dc.lse.download<float>(), r);
+    CHECK_MESSAGE(r.ok, what << ": " << join(r.errors));
+  };
+
+  AttentionProblem p = dc.problem;
+  p.heads_kv = 3;  // 4 % 3 != 0
+  expect_refused("heads_q % heads_kv != 0", p);
+
+  p = dc.problem;
+  p.q.data = static_cast<const char*>(p.q.data) + 2;  // one element off: not 16-byte aligned
+  expect_refused("misaligned q pointer", p);
+
+  p = dc.problem;
+  p.o.data = static_cast<const char*>(p.o.data) + 8;
+  expect_refused("misaligned o pointer", p);
+
+  p = dc.problem;
+  p.k.stride_seq += 4;  // not a multiple of 8 elements
+  expect_refused("k.stride_seq not a multiple of 8", p);
+
+  p = dc.problem;
+  p.o.stride_head = 0;  // an output cannot broadcast
+  expect_refused("o.stride_head = 0", p);
+
+  p = dc.problem;
+  p.head_dim = 20;
+  p.head_dim_v = 20;
+  expect_refused("head_dim 20 (not a multiple of 8)", p);
+
+  p = dc.problem;
+  p.softmax_scale = std::numeric_limits<float>::infinity();
+  expect_refused("softmax_scale = inf", p);
+
+  p = dc.problem;
+  p.bias.kind = BiasKind::f32;  // no bias pointer
+  expect_refused("bias.kind f32 with null bias.data", p);
+
+  // launch() with a kernel planned for another problem (mask differs).
+  {
+    AttentionProblem other = dc.problem;
+    other.mask = MaskKind::causal_top_left;
+    const flashgen::Kernel kernel = flashgen::load_kernel(flashgen::plan(other));
+    bool refused = false;
+    try {
+      flashgen::launch(kernel, dc.problem, stream.get());
+    } catch (const flashgen::InvalidArgument& e) {
+      refused = true;
+      std::printf("  refused (kernel/problem mismatch): %s\n", e.what());
+    }
+    CHECK(refused);
+    stream.sync();
+    CaseResult r;
+    HostCase view = hc;
+    view.c.seqlen_q = 0;
+    check_o_poison(view, dc.o.download<uint16_t>(), r);
+    check_lse_poison(view, dc.lse.download<float>(), r);
+    CHECK_MESSAGE(r.ok, join(r.errors));
+  }
+
+  // And the unmodified problem then runs and passes every check.
+  const flashgen::ForwardInfo info = flashgen::forward(dc.problem, stream.get());
+  stream.sync();
+  CHECK(info.launched);
+  CaseResult r;
+  const std::vector<uint16_t> o_dev = dc.o.download<uint16_t>();
+  const std::vector<float> lse_dev = dc.lse.download<float>();
+  check_o_poison(hc, o_dev, r);
+  check_lse_poison(hc, lse_dev, r);
+  check_values(hc, reference(hc), o_dev, lse_dev, r);
+  std::printf("  %s\n", summary_line(c, r, info.from_cache ? "disk cache" : "NVRTC").c_str());
+  CHECK_MESSAGE(r.ok, join(r.errors));
+}
+
+}  // TEST_SUITE
