@@ -1,0 +1,262 @@
+// The NVRTC compile grid (CPU tier; NVRTC needs no GPU): kernels of the real
+// emitter and the builtin profiles for sm_80, sm_86, sm_89 and sm_90, checked
+// to be non-empty ELF cubins whose ptxas report shows no spill stores.
+//
+// Coverage (not a full cross product; every value of every factor at every arch):
+//   A. every arch x dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
+//      with the (mask, bias, lse) combination rotating through all 18;
+//   B. every arch x head_dim in {96, 256} x all 18 (mask, bias, lse)
+//      combinations, dtype alternating.
+// sm_89: no builtin profile lists 89 yet (the ada profile is a later issue), so
+// its kernels use the ampere profile's tiles and go through the runtime's
+// internal compile path (rt::compile_unvalidated), validated against a copy of
+// the ampere profile extended to sm_89.
+//
+// Compiles run on a pool of hardware_concurrency threads into a fresh cache
+// directory (every kernel really goes through NVRTC); the per-kernel NVRTC time
+// is reported.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+#include "runtime/compile.hpp"
+#include "runtime/nvrtc.hpp"
+#include "test/cpu/rt_test_util.hpp"
+
+using namespace flashgen;
+
+namespace {
+
+struct Combo {
+  MaskKind mask;
+  BiasKind bias;
+  bool lse;
+};
+
+std::vector<Combo> all_combos() {
+  std::vector<Combo> v;
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right})
+    for (BiasKind b : {BiasKind::none, BiasKind::input, BiasKind::f32})
+      for (bool l : {false, true}) v.push_back({m, b, l});
+  return v;
+}
+
+const Profile& builtin(const std::string& name) {
+  for (const Profile& p : builtin_profiles())
+    if (p.name == name) return p;
+  FAIL("no builtin profile named " << name);
+  throw std::logic_error("unreachable");
+}
+
+// The profile a grid arch compiles with (see the file comment for sm_89).
+Profile grid_profile(int arch, bool* internal_path) {
+  *internal_path = false;
+  try {
+    return profile_for_arch(arch);
+  } catch (const Unsupported&) {
+    REQUIRE(arch == 89);
+    *internal_path = true;
+    Profile p = builtin("ampere");
+    p.archs = {89};
+    p.name = "ampere-for-sm89";
+    return p;
+  }
+}
+
+struct PtxasReport {
+  int entries = 0;          // "Function properties for" blocks
+  int64_t spill_stores = 0;  // sum over the report
+  int64_t spill_loads = 0;
+  int max_registers = 0;
+  bool ok = false;          // every line parsed
+};
+
+PtxasReport parse_ptxas(const std::string& log) {
+  PtxasReport r;
+  r.ok = true;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("Function properties for") != std::string::npos) r.entries++;
+    size_t at = line.find("bytes spill stores");
+    if (at != std::string::npos) {
+      // "...  0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+      size_t comma = line.rfind(',', at);
+      long long stores = -1, loads = -1;
+      if (comma == std::string::npos ||
+          std::sscanf(line.c_str() + comma + 1, " %lld bytes spill stores, %lld bytes spill loads", &stores,
+                      &loads) != 2) {
+        r.ok = false;
+        continue;
+      }
+      r.spill_stores += stores;
+      r.spill_loads += loads;
+    }
+    at = line.find("Used ");
+    if (at != std::string::npos && line.find(" registers") != std::string::npos) {
+      int regs = 0;
+      if (std::sscanf(line.c_str() + at, "Used %d registers", &regs) == 1)
+        r.max_registers = std::max(r.max_registers, regs);
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LSE") {
+  REQUIRE(rt::nvrtc_available());
+  const std::vector<int> archs = {80, 86, 89, 90};
+  const std::vector<int> head_dims = {16, 32, 64, 72, 80, 96, 128, 160, 192, 256};
+  const std::vector<int> full_combo_dims = {96, 256};
+  const std::vector<Combo> combos = all_combos();
+  REQUIRE(combos.size() == 18);
+
+  struct Job {
+    KernelSpec spec;
+    bool internal_path;
+  };
+  std::vector<Job> jobs;
+  std::set<std::string> seen;
+  auto add = [&](const Profile& profile, bool internal, int arch, DType dt, int d, const Combo& c) {
+    KernelSpec s = test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse);
+    const auto problems = validate(s, profile);
+    std::string why;
+    for (const auto& p : problems) why += "\n  " + p;
+    INFO("spec ", s.canonical(), " profile ", profile.name, why);
+    REQUIRE(problems.empty());
+    if (seen.insert(s.canonical()).second) jobs.push_back({s, internal});
+  };
+  size_t rotate = 0;
+  for (int arch : archs) {
+    bool internal = false;
+    const Profile profile = grid_profile(arch, &internal);
+    for (DType dt : {DType::f16, DType::bf16})
+      for (int d : head_dims) add(profile, internal, arch, dt, d, combos[rotate++ % combos.size()]);
+    for (int d : full_combo_dims)
+      for (size_t i = 0; i < combos.size(); ++i)
+        add(profile, internal, arch, i % 2 == 0 ? DType::f16 : DType::bf16, d, combos[i]);
+  }
+
+  // Coverage: every value of every factor at every arch.
+  for (int arch : archs) {
+    std::set<int> dts, ds, masks, biases, lses;
+    std::set<std::tuple<int, int, int, int>> full;  // (d, mask, bias, lse)
+    for (const Job& j : jobs) {
+      if (j.spec.arch != arch) continue;
+      dts.insert(static_cast<int>(j.spec.dtype));
+      ds.insert(j.spec.head_dim);
+      masks.insert(static_cast<int>(j.spec.mask));
+      biases.insert(static_cast<int>(j.spec.bias));
+      lses.insert(j.spec.has_lse ? 1 : 0);
+      full.insert({j.spec.head_dim, static_cast<int>(j.spec.mask), static_cast<int>(j.spec.bias),
+                   j.spec.has_lse ? 1 : 0});
+    }
+    CAPTURE(arch);
+    CHECK(dts.size() == 2);
+    CHECK(ds.size() == head_dims.size());
+    CHECK(masks.size() == 3);
+    CHECK(biases.size() == 3);
+    CHECK(lses.size() == 2);
+    for (int d : full_combo_dims)
+      for (const Combo& c : combos)
+        CHECK(full.count({d, static_cast<int>(c.mask), static_cast<int>(c.bias), c.lse ? 1 : 0}) == 1);
+  }
+
+  test::ScopedCache cache;  // fresh: every kernel goes through NVRTC
+  struct Result {
+    CompiledKernel kernel;
+    std::string error;
+    double seconds = 0;
+  };
+  std::vector<Result> results(jobs.size());
+  std::atomic<size_t> next{0};
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  const uint64_t count_before = rt::nvrtc_compile_count();
+  const auto wall0 = std::chrono::steady_clock::now();
+  {
+    std::vector<std::thread> pool;
+    for (unsigned w = 0; w < workers; ++w)
+      pool.emplace_back([&] {
+        for (size_t i = next++; i < jobs.size(); i = next++) {
+          const auto t0 = std::chrono::steady_clock::now();
+          try {
+            // compile() validates against the arch's builtin profile; sm_89
+            // has none yet, so it takes the internal path.
+            results[i].kernel = jobs[i].internal_path ? rt::compile_unvalidated(jobs[i].spec)
+                                                      : compile(jobs[i].spec);
+          } catch (const std::exception& e) {
+            results[i].error = e.what();
+          }
+          results[i].seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+      });
+    for (auto& t : pool) t.join();
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  CHECK(rt::nvrtc_compile_count() == count_before + jobs.size());
+
+  std::map<int, std::vector<double>> per_arch;
+  std::vector<double> all;
+  int worst_regs = 0;
+  std::string worst_name;
+  std::string spilled;  // one line per kernel with spills, for the summary
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    const Result& r = results[i];
+    CAPTURE(j.spec.canonical());
+    INFO("error: ", r.error);
+    REQUIRE(r.error.empty());
+    CHECK_FALSE(r.kernel.from_cache);
+    CHECK(test::is_elf(r.kernel.cubin));
+    CHECK(r.kernel.name == j.spec.kernel_name());
+    INFO("ptxas report:\n", r.kernel.compile_log);
+    CHECK(r.kernel.compile_log.find("Compiling entry function '" + j.spec.kernel_name() + "' for 'sm_" +
+                                    std::to_string(j.spec.arch) + "'") != std::string::npos);
+    const PtxasReport rep = parse_ptxas(r.kernel.compile_log);
+    CHECK(rep.ok);
+    CHECK(rep.entries >= 1);
+    CHECK(rep.spill_stores == 0);
+    CHECK(rep.spill_loads == 0);
+    if (rep.spill_stores != 0 || rep.spill_loads != 0)
+      spilled += "\n  " + j.spec.kernel_name() + ": " + std::to_string(rep.spill_stores) + " B spill stores, " +
+                 std::to_string(rep.spill_loads) + " B spill loads, " + std::to_string(rep.max_registers) +
+                 " registers";
+    if (rep.max_registers > worst_regs) {
+      worst_regs = rep.max_registers;
+      worst_name = j.spec.kernel_name();
+    }
+    per_arch[j.spec.arch].push_back(r.seconds);
+    all.push_back(r.seconds);
+  }
+
+  auto summary = [](const std::vector<double>& v) {
+    double sum = 0, lo = 1e30, hi = 0;
+    for (double x : v) {
+      sum += x;
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "%zu kernels, NVRTC s/kernel mean %.2f min %.2f max %.2f (sum %.1f s)",
+                  v.size(), v.empty() ? 0.0 : sum / v.size(), v.empty() ? 0.0 : lo, hi, sum);
+    return std::string(buf);
+  };
+  std::string report = "compile grid: " + summary(all) + "; wall " + std::to_string(wall) + " s on " +
+                       std::to_string(workers) + " threads; NVRTC " + rt::nvrtc_version().str() +
+                       "; most registers " + std::to_string(worst_regs) + " (" + worst_name + ")";
+  for (const auto& [arch, v] : per_arch) report += "\n  sm_" + std::to_string(arch) + ": " + summary(v);
+  if (!spilled.empty()) report += "\nkernels with spills:" + spilled;
+  MESSAGE(report);
+}
