@@ -113,32 +113,44 @@ std::vector<Case> head_dim_v_cases() {
   return v;
 }
 
-// All 121 (seqlen_q, seqlen_k) pairs. Dtype and mask follow (iq + ik + shift):
-// for a fixed seqlen on one side the other side's 11 values walk through all
-// 6 (dtype, mask) combinations, so every mask and dtype meets every seqlen on
-// both sides; head dim 96 shifts by one so each pair gets two masks overall.
+// All 121 (seqlen_q, seqlen_k) pairs, at head dims 64, 96 and 128. Dtype and
+// mask follow r = iq + ik + shift (shift 0, 1, 2 by head dim): for a fixed
+// seqlen on one side the other side's 11 values walk through all 6 (dtype,
+// mask) combinations, so every mask and dtype meets every seqlen on both
+// sides at each head dim; over the three head dims every pair meets every
+// mask and both dtypes.
 std::vector<Case> seqlen_cases(int64_t head_dim) {
   std::vector<Case> v;
-  const int shift = head_dim == 64 ? 0 : 1;
+  const int shift = head_dim == 64 ? 0 : head_dim == 96 ? 1 : 2;
+  const std::string group = fmt::format("seqlen d{}", head_dim);
   for (int iq = 0; iq < 11; ++iq)
     for (int ik = 0; ik < 11; ++ik) {
-      Case c = base(head_dim == 64 ? "seqlen d64" : "seqlen d96");
+      Case c = base(group.c_str());
       const int r = iq + ik + shift;
       c.dtype = kDtypes[r % 2];
       c.mask = kMasks[r % 3];
       c.head_dim = c.head_dim_v = head_dim;
       c.seqlen_q = kSeqlens[iq];
       c.seqlen_k = kSeqlens[ik];
-      if (head_dim == 64) {
-        c.batch = 1;
-        c.heads_q = 2;
-        c.heads_kv = 1;
-        c.lse = true;
-      } else {
-        c.batch = 2;
-        c.heads_q = 2;
-        c.heads_kv = 2;
-        c.lse = (iq * 11 + ik) % 2 == 0;
+      switch (shift) {
+        case 0:  // GQA 2
+          c.batch = 1;
+          c.heads_q = 2;
+          c.heads_kv = 1;
+          c.lse = true;
+          break;
+        case 1:  // two batches
+          c.batch = 2;
+          c.heads_q = 2;
+          c.heads_kv = 2;
+          c.lse = (iq * 11 + ik) % 2 == 0;
+          break;
+        default:  // MQA 4
+          c.batch = 1;
+          c.heads_q = 4;
+          c.heads_kv = 1;
+          c.lse = (iq * 11 + ik) % 2 == 1;
+          break;
       }
       v.push_back(c);  // sample_rows auto: 256 sampled rows when a side is 4097
     }
@@ -465,6 +477,10 @@ FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 64") {
 
 FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 96") {
   run_group("seqlen pairs, head_dim 96", seqlen_cases(96));
+}
+
+FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 128") {
+  run_group("seqlen pairs, head_dim 128", seqlen_cases(128));
 }
 
 FLASHGEN_GPU_TEST("forward: additive bias (input dtype, f32), -inf entries and rows, broadcast") {
