@@ -192,9 +192,9 @@ struct Case {
   std::string str() const {
     std::string bias_text = std::string(flashgen::to_string(bias));
     if (bias != BiasKind::none) {
-      if (bias_neg_inf) bias_text += "+inf";
-      if (bias_neg_inf_rows) bias_text += "+infrows";
-      if (bias_broadcast) bias_text += "+bcast";
+      if (bias_neg_inf) bias_text += ",-inf";
+      if (bias_neg_inf_rows) bias_text += ",-inf-rows";
+      if (bias_broadcast) bias_text += ",bcast";
     }
     return fmt::format("[{}] {} d{}/v{} b{} hq{} hkv{} sq{} sk{} {} bias={} lse={} {}", group,
                        flashgen::to_string(dtype), head_dim, head_dim_v, batch, heads_q, heads_kv,
