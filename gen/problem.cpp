@@ -155,21 +155,26 @@ void check_problem(const AttentionProblem& p) {
   if (p.batch < 0) fail(fmt::format("batch ({}) must be >= 0", p.batch));
   if (p.seqlen_q < 0) fail(fmt::format("seqlen_q ({}) must be >= 0", p.seqlen_q));
   if (p.seqlen_k < 0) fail(fmt::format("seqlen_k ({}) must be >= 0", p.seqlen_k));
-  if (p.heads_q < 1) fail(fmt::format("heads_q ({}) must be >= 1", p.heads_q));
-  if (p.heads_kv < 1) fail(fmt::format("heads_kv ({}) must be >= 1", p.heads_kv));
+  // heads_q == 0 is an empty problem (flashgen.hpp: launches nothing), like
+  // batch == 0 or seqlen_q == 0; otherwise there must be KV heads to share.
+  if (p.heads_q < 0) fail(fmt::format("heads_q ({}) must be >= 0", p.heads_q));
+  if (p.heads_kv < 0) fail(fmt::format("heads_kv ({}) must be >= 0", p.heads_kv));
+  if (p.heads_q > 0 && p.heads_kv == 0) {
+    fail(fmt::format("heads_kv (0) must be >= 1 when heads_q ({}) > 0", p.heads_q));
+  }
   check_head_dim("head_dim", p.head_dim);
   check_head_dim("head_dim_v", p.head_dim_v);
-  if (p.heads_q % p.heads_kv != 0) {
+  if (p.heads_kv > 0 && p.heads_q % p.heads_kv != 0) {
     fail(fmt::format("heads_q ({}) must be a multiple of heads_kv ({})", p.heads_q, p.heads_kv));
   }
   if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
     fail(fmt::format("softmax_scale ({}) must be finite", *p.softmax_scale));
   }
 
-  // Nothing is read or written when there is no query row (pointers may be
-  // null); K, V and the bias are not read when there is no key (rows then get
+  // Nothing is read or written when there is no query row (batch, seqlen_q or
+  // heads_q == 0: pointers may be null); K, V and the bias are not read when there is no key (rows then get
   // O = 0, LSE = -inf), so those may be null too.
-  const bool has_rows = p.batch > 0 && p.seqlen_q > 0;
+  const bool has_rows = p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0;
   const bool has_keys = has_rows && p.seqlen_k > 0;
   check_tensor("q", p.q, has_rows, false, p.batch, p.seqlen_q, "seqlen_q", p.heads_q, "heads_q",
                p.head_dim, "head_dim");

@@ -88,12 +88,16 @@ TEST_CASE("check_problem: sizes") {
     CHECK_REJECTED(p, "seqlen_k (-1) must be >= 0");
   }
   SUBCASE("heads_q") {
-    p.heads_q = 0;
-    CHECK_REJECTED(p, "heads_q (0) must be >= 1");
+    p.heads_q = -1;
+    CHECK_REJECTED(p, "heads_q (-1) must be >= 0");
   }
   SUBCASE("heads_kv") {
+    p.heads_kv = -2;
+    CHECK_REJECTED(p, "heads_kv (-2) must be >= 0");
+  }
+  SUBCASE("heads_kv == 0 with query heads") {
     p.heads_kv = 0;
-    CHECK_REJECTED(p, "heads_kv (0) must be >= 1");
+    CHECK_REJECTED(p, "heads_kv (0) must be >= 1 when heads_q (8) > 0");
   }
   SUBCASE("heads_q multiple of heads_kv") {
     p.heads_q = 12;
@@ -174,6 +178,18 @@ TEST_CASE("check_problem: empty problems may pass null pointers") {
     auto p = make_bshd_problem(DType::f16, 0, 5, 7, 4, 4, 64, 64, MaskKind::none, nullptr, nullptr,
                                nullptr, nullptr);
     CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("heads_q == 0") {
+    auto p = make_bshd_problem(DType::f16, 2, 5, 7, 0, 0, 64, 64, MaskKind::none, nullptr, nullptr,
+                               nullptr, nullptr);
+    CHECK_NOTHROW(check_problem(p));
+    p.heads_kv = 4;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("an empty problem still has valid head dims") {
+    auto p = make_bshd_problem(DType::f16, 0, 5, 7, 4, 4, 100, 64, MaskKind::none, nullptr, nullptr,
+                               nullptr, nullptr);
+    CHECK_REJECTED(p, "head_dim (100)");
   }
   SUBCASE("seqlen_k == 0: k and v may be null, q and o may not") {
     auto p = make_bshd_problem(DType::f16, 2, 5, 0, 4, 4, 64, 64, MaskKind::none, ptr(0x10000),
