@@ -55,6 +55,13 @@ FG_DEVICE float fg_exp2(float x) {
   return r;
 }
 
+// log2(x), approximate (PTX ISA: lg2.approx.ftz.f32; max relative error 2^-22).
+FG_DEVICE float fg_log2(float x) {
+  float r;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
+
 // ---- asynchronous copies (PTX ISA: cp.async, sm_80+) ----
 // Copies 16 bytes, or zero-fills the destination when src_bytes == 0.
 FG_DEVICE void fg_cp_async16(u32 dst, const void* src, int src_bytes) {

@@ -19,6 +19,7 @@ constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
 constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
 
 FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
@@ -248,7 +249,7 @@ FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, i
   }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS) @@KERNEL_NAME@@(const FwdParams p) {
+extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const FwdParams p) {
   extern __shared__ __align__(128) unsigned char fg_smem[];
   u16* const sQ = reinterpret_cast<u16*>(fg_smem);
   u16* const sK = sQ + Q_REGION;
@@ -450,7 +451,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) @@KERNEL_NAME@@(const FwdP
       if (HAS_LSE && t == 0) {
         const int qi = m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = l > 0.f ? row_max[ms][r] + logf(l) : fg_neg_inf();
+          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = l > 0.f ? row_max[ms][r] + fg_log2(l) * LN2 : fg_neg_inf();
       }
     }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
