@@ -44,7 +44,8 @@ struct KernelSpec {
   /// Parse a canonical string; throws InvalidArgument naming the bad field.
   static KernelSpec parse(const std::string& text);
   /// Readable name, the extern "C" symbol, NVRTC program name and cache stem, e.g.
-  /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_biasf32", "_lse").
+  /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_bias16" for an
+  /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse).
   std::string kernel_name() const;
 
   bool operator==(const KernelSpec&) const = default;
