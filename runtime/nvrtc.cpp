@@ -39,6 +39,10 @@ struct NvrtcState {
 
 std::atomic<uint64_t> g_compile_count{0};
 
+// The NVRTC major versions libflashgen accepts (CUDA 12 and 13).
+constexpr int kMinNvrtcMajor = 12;
+constexpr int kMaxNvrtcMajor = 13;
+
 // Resolve every symbol from `lib`; returns the missing names ("" if none).
 std::string resolve_all(void* lib, NvrtcApi& a) {
   std::string missing;
@@ -101,6 +105,15 @@ NvrtcState load_nvrtc() {
     nvrtcResult r = api.nvrtcVersion(&major, &minor);
     if (r != NVRTC_SUCCESS) {
       tried += fmt::format("\n  {}: nvrtcVersion failed ({})", c, api.nvrtcGetErrorString(r));
+      dlclose(lib);
+      continue;
+    }
+    // Only the majors whose NVRTC this library is written and tested against:
+    // another major may differ in options, ABI or targets (and its cubins in
+    // what the driver accepts), so it is refused by name rather than used.
+    if (major < kMinNvrtcMajor || major > kMaxNvrtcMajor) {
+      tried += fmt::format("\n  {}: loaded, but it is NVRTC {}.{}; libflashgen needs NVRTC {}.x to {}.x",
+                           c, major, minor, kMinNvrtcMajor, kMaxNvrtcMajor);
       dlclose(lib);
       continue;
     }

@@ -4,6 +4,8 @@
 //   1. the file named by $FLASHGEN_NVRTC_LIBRARY, if set (no fallback then);
 //   2. libnvrtc.so.13, libnvrtc.so.12 through the dynamic loader's search path;
 //   3. the same names under $CUDA_HOME/lib64, then /usr/local/cuda/lib64.
+// A library whose nvrtcVersion() reports a major other than 12 or 13 is not
+// used (the error names the version found and the ones needed).
 // NVRTC needs no GPU and no driver.
 #pragma once
 
