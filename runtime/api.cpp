@@ -81,6 +81,24 @@ ModuleCache& module_cache() {
   return *c;
 }
 
+// cuModuleLoadData results that say the image cannot run on this device or
+// driver, as opposed to a resource or context problem (out of memory, a
+// destroyed context): only these make a cached entry worth recompiling.
+bool is_image_error(CUresult r) {
+  switch (r) {
+    case CUDA_ERROR_INVALID_IMAGE:
+    case CUDA_ERROR_NO_BINARY_FOR_GPU:
+    case CUDA_ERROR_INVALID_PTX:
+    case CUDA_ERROR_UNSUPPORTED_PTX_VERSION:
+    case CUDA_ERROR_INVALID_SOURCE:
+    case CUDA_ERROR_SHARED_OBJECT_INIT_FAILED:
+    case CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND:
+      return true;
+    default:
+      return false;
+  }
+}
+
 std::string mismatch(const char* what, const std::string& problem_value, const std::string& spec_value,
                      const KernelSpec& spec) {
   return fmt::format(
@@ -239,7 +257,7 @@ Kernel load_kernel(const KernelSpec& spec) {
     CompiledKernel ck = rt::compile_unvalidated(spec);
     CUmodule module = nullptr;
     CUresult r = d.cuModuleLoadData(&module, ck.cubin.data());
-    if (r != CUDA_SUCCESS && ck.from_cache) {
+    if (r != CUDA_SUCCESS && ck.from_cache && is_image_error(r)) {
       // An entry that verifies but does not load (e.g. written by a broken
       // toolchain) is recompiled and replaced, never an error.
       const char* name = nullptr;
@@ -248,6 +266,25 @@ Kernel load_kernel(const KernelSpec& spec) {
                    ck.cache_path.empty() ? "(memory)" : ck.cache_path.c_str(), name);
       ck = rt::compile_unvalidated(spec, /*force_recompile=*/true);
       r = d.cuModuleLoadData(&module, ck.cubin.data());
+    }
+    if (r != CUDA_SUCCESS && is_image_error(r)) {
+      // The image itself cannot run here: say which target it is for and
+      // which driver and NVRTC are involved (a driver older than the NVRTC
+      // that compiled the cubin, or a device of another architecture).
+      int driver_version = 0;
+      if (d.cuDriverGetVersion(&driver_version) != CUDA_SUCCESS) driver_version = 0;
+      try {
+        rt::check(r, fmt::format("cuModuleLoadData({})", ck.name).c_str());
+      } catch (const DriverError& e) {
+        throw DriverError(
+            fmt::format("{}; the cubin is for sm_{}, compiled by NVRTC {}, and the CUDA driver "
+                        "supports CUDA {}.{}: the device must be sm_{} (or a later minor of that "
+                        "major) and the driver at least as new as that NVRTC (update the NVIDIA "
+                        "driver, or set FLASHGEN_NVRTC_LIBRARY to an NVRTC no newer than the driver)",
+                        e.what(), spec.arch, rt::nvrtc_version().str(), driver_version / 1000,
+                        driver_version % 1000 / 10, spec.arch),
+            e.cu_result());
+      }
     }
     rt::check(r, fmt::format("cuModuleLoadData({})", ck.name).c_str());
     CUfunction fn = nullptr;
