@@ -122,6 +122,31 @@ class Reader {
     return integer(n, path, 1, hi, fmt::format("an integer in [1, {}]", hi));
   }
 
+  // A plain decimal number (digits, optional fraction; no sign, exponent,
+  // inf or nan) in (0, hi].
+  double positive_number(const YAML::Node& n, const std::string& path, double hi) const {
+    double v = 0;
+    bool ok = n.IsScalar();
+    if (ok) {
+      const std::string& s = n.Scalar();
+      ok = !s.empty() && std::isdigit(static_cast<unsigned char>(s.front())) &&
+           std::isdigit(static_cast<unsigned char>(s.back())) &&
+           std::all_of(s.begin(), s.end(), [](char c) {
+             return std::isdigit(static_cast<unsigned char>(c)) || c == '.';
+           }) &&
+           std::count(s.begin(), s.end(), '.') <= 1;
+      if (ok) {
+        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        ok = ec == std::errc() && ptr == s.data() + s.size();
+      }
+    }
+    if (!ok || !(v > 0) || v > hi) {
+      fail(path, fmt::format("has value {}: must be a positive decimal number at most {} (e.g. 18.4)",
+                             describe(n), hi));
+    }
+    return v;
+  }
+
   std::string scalar(const YAML::Node& n, const std::string& path) const {
     if (!n.IsScalar()) fail(path, fmt::format("has value {}: must be a scalar", describe(n)));
     return n.Scalar();
@@ -303,9 +328,15 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
   }
 
   {
-    auto ceil = r.fields(top["ceiling"], "ceiling", {"mma_flop_per_clock_per_sm"});
+    auto ceil = r.fields(top["ceiling"], "ceiling",
+                         {"mma_flop_per_clock_per_sm", "smem_bytes_per_clock_per_sm",
+                          "dram_bytes_per_clock_per_sm"});
     p.mma_flop_per_clock_per_sm =
         r.positive(ceil["mma_flop_per_clock_per_sm"], "ceiling.mma_flop_per_clock_per_sm");
+    p.smem_bytes_per_clock_per_sm = r.positive(ceil["smem_bytes_per_clock_per_sm"],
+                                               "ceiling.smem_bytes_per_clock_per_sm", 4096);
+    p.dram_bytes_per_clock_per_sm = r.positive_number(ceil["dram_bytes_per_clock_per_sm"],
+                                                      "ceiling.dram_bytes_per_clock_per_sm", 4096);
   }
 
   const auto& rows = r.sequence(top["flash"], "flash");

@@ -43,6 +43,8 @@ struct Profile {
   int64_t registers_per_sm = 0;     ///< 32-bit registers per SM
   int max_threads_per_sm = 0;
   int64_t mma_flop_per_clock_per_sm = 0;  ///< dense matrix-unit FLOP per clock per SM
+  int64_t smem_bytes_per_clock_per_sm = 0;  ///< shared-memory bandwidth, bytes per SM clock per SM
+  double dram_bytes_per_clock_per_sm = 0;   ///< device-memory bandwidth / (SMs x SM clock), bytes
 
   bool supports_dtype(DType d) const;
   /// The tile for `head_dim`; throws Unsupported when no row covers it.

@@ -39,6 +39,8 @@ resources:
   max_threads_per_sm: 1024
 ceiling:
   mma_flop_per_clock_per_sm: 1024
+  smem_bytes_per_clock_per_sm: 128
+  dram_bytes_per_clock_per_sm: 5.9
 )";
 
 std::string replace(const std::string& from, const std::string& to) {
@@ -126,6 +128,12 @@ TEST_CASE("builtin profiles load") {
   CHECK(ampere->smem_per_sm == 102400);
   CHECK(ampere->max_threads_per_sm == 1536);
   CHECK(ampere->mma_flop_per_clock_per_sm == 2048);
+  for (const Profile& p : builtin_profiles()) {
+    CAPTURE(p.name);
+    CHECK(p.smem_bytes_per_clock_per_sm == 128);
+    CHECK(p.dram_bytes_per_clock_per_sm > 0.0);
+  }
+  CHECK(hopper->dram_bytes_per_clock_per_sm == doctest::Approx(18.4));
 
   CHECK(&profile_for_arch(90) == hopper);
   CHECK(&profile_for_arch(80) == ampere);
@@ -210,7 +218,14 @@ TEST_CASE("parse_profile: unknown keys") {
 }
 
 TEST_CASE("parse_profile: missing keys") {
-  check_rejected(replace("ceiling:\n  mma_flop_per_clock_per_sm: 1024\n", ""), {"key 'ceiling' is missing"});
+  check_rejected(replace("ceiling:\n  mma_flop_per_clock_per_sm: 1024\n  smem_bytes_per_clock_per_sm: 128\n"
+                         "  dram_bytes_per_clock_per_sm: 5.9\n",
+                         ""),
+                 {"key 'ceiling' is missing"});
+  check_rejected(replace("  smem_bytes_per_clock_per_sm: 128\n", ""),
+                 {"key 'ceiling.smem_bytes_per_clock_per_sm' is missing"});
+  check_rejected(replace("  dram_bytes_per_clock_per_sm: 5.9\n", ""),
+                 {"key 'ceiling.dram_bytes_per_clock_per_sm' is missing"});
   check_rejected(replace("name: testgen\n", ""), {"key 'name' is missing"});
   check_rejected(replace("  smem_per_sm: 65536\n", ""), {"key 'resources.smem_per_sm' is missing"});
   check_rejected(replace("  operand_dtypes: [float16]\n", ""), {"key 'matrix_unit.operand_dtypes' is missing"});
@@ -242,6 +257,16 @@ TEST_CASE("parse_profile: bad values") {
                  {"key 'resources.registers_per_sm'", "'1.5'"});
   check_rejected(replace("mma_flop_per_clock_per_sm: 1024", "mma_flop_per_clock_per_sm: 0"),
                  {"key 'ceiling.mma_flop_per_clock_per_sm'", "'0'"});
+  check_rejected(replace("smem_bytes_per_clock_per_sm: 128", "smem_bytes_per_clock_per_sm: 0"),
+                 {"key 'ceiling.smem_bytes_per_clock_per_sm'", "'0'", "[1, 4096]"});
+  check_rejected(replace("smem_bytes_per_clock_per_sm: 128", "smem_bytes_per_clock_per_sm: 128.5"),
+                 {"key 'ceiling.smem_bytes_per_clock_per_sm'", "'128.5'"});
+  for (const char* bad : {"0", "0.0", "-3", "1e3", "nan", "inf", ".5", "5.", "1.2.3", "5000", "fast"}) {
+    CAPTURE(bad);
+    check_rejected(replace("dram_bytes_per_clock_per_sm: 5.9", std::string("dram_bytes_per_clock_per_sm: ") + bad),
+                   {"key 'ceiling.dram_bytes_per_clock_per_sm'", std::string("'") + bad + "'",
+                    "positive decimal number"});
+  }
   check_rejected(replace("{head_dim_le: 64,", "{head_dim_le: 0,"), {"key 'flash[0].head_dim_le'", "'0'"});
   check_rejected(replace("{head_dim_le: 128,", "{head_dim_le: 512,"),
                  {"key 'flash[1].head_dim_le'", "'512'", "[1, 256]"});
