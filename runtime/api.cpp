@@ -221,7 +221,7 @@ CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recomp
         "  options: {}\n"
         "  source:  {}\n"
         "NVRTC log:\n{}",
-        version.str(), out.name, e.result(), spec.canonical(), out.name, join(options, " "), where,
+        version.str(), out.name, e.what(), spec.canonical(), out.name, join(options, " "), where,
         e.log().empty() ? std::string("(empty)") : e.log()));
   }
   out.cubin = std::move(compiled.cubin);
