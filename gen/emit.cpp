@@ -13,6 +13,7 @@
 #include "flashgen/flashgen.hpp"
 #include "flashgen/types.hpp"
 #include "gen/params.hpp"
+#include "gen/emit_internal.hpp"
 
 namespace flashgen::detail {
 const std::map<std::string, std::string>& embedded_files();
@@ -53,8 +54,6 @@ std::string fill_slots(const std::string& text, const std::map<std::string, std:
       throw Error(ErrorCode::internal, "emitter slot " + name + " is not used by template " + template_name);
   return out;
 }
-
-namespace {
 
 // One call per chunk: `pattern` is formatted with {w} (chunk width) and {off}.
 std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern) {
@@ -112,6 +111,8 @@ int bias_code(BiasKind b) {
   return 0;
 }
 
+namespace {
+
 std::string emit_m16n8k16(const KernelSpec& spec) {
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
@@ -160,10 +161,8 @@ std::string emit_m16n8k16(const KernelSpec& spec) {
 std::string emit_forward(const KernelSpec& spec) {
   switch (spec.unit) {
     case MatrixUnit::m16n8k16: return emit_m16n8k16(spec);
-    case MatrixUnit::m16n8k8:
-    case MatrixUnit::m8n8k4:
-      throw Unsupported(fmt::format("kernel spec {}: no emitter for matrix unit {} yet; available: m16n8k16",
-                                    spec.canonical(), to_string(spec.unit)));
+    case MatrixUnit::m16n8k8: return emit_m16n8k8(spec);
+    case MatrixUnit::m8n8k4: return emit_m8n8k4(spec);
   }
   throw Error(ErrorCode::internal, "unknown matrix unit");
 }

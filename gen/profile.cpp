@@ -309,6 +309,31 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
       r.fail("matrix_unit.accumulator_dtype",
              fmt::format("has value '{}': allowed: float32", p.matrix_unit.accumulator_dtype));
     }
+    // What the PTX ISA allows (mma.sync.aligned.<shape>): the oldest target of
+    // each shape, and its bf16 form where there is one.
+    const MatrixUnit unit = p.matrix_unit.shape;
+    const int min_arch = unit == MatrixUnit::m8n8k4 ? 70 : unit == MatrixUnit::m16n8k8 ? 75 : 80;
+    for (size_t i = 0; i < p.archs.size(); ++i) {
+      if (p.archs[i] < min_arch) {
+        r.fail(fmt::format("archs[{}]", i),
+               fmt::format("has value {}: matrix unit {} (matrix_unit.shape) needs sm_{} or later",
+                           p.archs[i], to_string(unit), min_arch));
+      }
+    }
+    for (size_t i = 0; i < p.matrix_unit.operand_dtypes.size(); ++i) {
+      if (p.matrix_unit.operand_dtypes[i] != DType::bf16) continue;
+      const std::string path = fmt::format("matrix_unit.operand_dtypes[{}]", i);
+      if (unit == MatrixUnit::m8n8k4) {
+        r.fail(path, "has value 'bfloat16': matrix unit m8n8k4 takes float16 operands only");
+      }
+      for (int a : p.archs) {
+        if (a < 80) {
+          r.fail(path, fmt::format("has value 'bfloat16': bfloat16 operands of matrix unit {} need "
+                                   "sm_80 or later, and archs lists sm_{}",
+                                   to_string(unit), a));
+        }
+      }
+    }
   }
 
   {

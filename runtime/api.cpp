@@ -188,7 +188,8 @@ CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recomp
   out.name = spec.kernel_name();
   const std::string source = gen::emit_forward(spec);
   const std::vector<std::string> options = rt::nvrtc_options(spec.arch);
-  const rt::NvrtcVersion version = rt::nvrtc_version();  // Unavailable without NVRTC
+  // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
+  const rt::NvrtcVersion version = rt::nvrtc_version_for(spec.arch);
   out.key = rt::cache_key(source, options, spec.arch, version);
 
   // One compile per key within this process: later callers wait, then hit.
@@ -281,7 +282,7 @@ Kernel load_kernel(const KernelSpec& spec) {
                         "supports CUDA {}.{}: the device must be sm_{} (or a later minor of that "
                         "major) and the driver at least as new as that NVRTC (update the NVIDIA "
                         "driver, or set FLASHGEN_NVRTC_LIBRARY to an NVRTC no newer than the driver)",
-                        e.what(), spec.arch, rt::nvrtc_version().str(), driver_version / 1000,
+                        e.what(), spec.arch, rt::nvrtc_version_for(spec.arch).str(), driver_version / 1000,
                         driver_version % 1000 / 10, spec.arch),
             e.cu_result());
       }

@@ -2,12 +2,15 @@
 #include "runtime/nvrtc.hpp"
 
 #include <dlfcn.h>
+#include <glob.h>
 #include <nvrtc.h>
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,9 @@ struct NvrtcApi {
   nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*);
   nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*);
   const char* (*nvrtcGetErrorString)(nvrtcResult);
+  // Optional (NVRTC 11.2+): the real architectures this NVRTC compiles for.
+  nvrtcResult (*nvrtcGetNumSupportedArchs)(int*);
+  nvrtcResult (*nvrtcGetSupportedArchs)(int*);
 };
 
 struct NvrtcState {
@@ -35,6 +41,10 @@ struct NvrtcState {
   std::string error;    // Unavailable message when !ok
   std::string library;  // what was loaded
   NvrtcVersion version;
+  std::vector<int> archs;  // sm numbers it targets (nvrtcGetSupportedArchs); empty = unknown
+  bool targets(int arch) const {
+    return archs.empty() || std::find(archs.begin(), archs.end(), arch) != archs.end();
+  }
 };
 
 std::atomic<uint64_t> g_compile_count{0};
@@ -64,7 +74,58 @@ std::string resolve_all(void* lib, NvrtcApi& a) {
   FLASHGEN_NVRTC_SYM(nvrtcDestroyProgram);
   FLASHGEN_NVRTC_SYM(nvrtcGetErrorString);
 #undef FLASHGEN_NVRTC_SYM
+  a.nvrtcGetNumSupportedArchs =
+      reinterpret_cast<nvrtcResult (*)(int*)>(dlsym(lib, "nvrtcGetNumSupportedArchs"));
+  a.nvrtcGetSupportedArchs = reinterpret_cast<nvrtcResult (*)(int*)>(dlsym(lib, "nvrtcGetSupportedArchs"));
   return missing;
+}
+
+// dlopen `path` and check it is a usable NVRTC; on failure appends a line to
+// `tried` and returns a state with ok == false. A usable library stays open
+// until process exit.
+NvrtcState try_load(const std::string& path, std::string& tried) {
+  NvrtcState s;
+  dlerror();
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = dlerror();
+    tried += fmt::format("\n  {}: {}", path, why != nullptr ? why : "dlopen failed");
+    return s;
+  }
+  NvrtcApi api{};
+  std::string missing = resolve_all(lib, api);
+  if (!missing.empty()) {
+    tried += fmt::format("\n  {}: loaded, but lacks {}", path, missing);
+    dlclose(lib);
+    return s;
+  }
+  int major = 0, minor = 0;
+  nvrtcResult r = api.nvrtcVersion(&major, &minor);
+  if (r != NVRTC_SUCCESS) {
+    tried += fmt::format("\n  {}: nvrtcVersion failed ({})", path, api.nvrtcGetErrorString(r));
+    dlclose(lib);
+    return s;
+  }
+  // Only the majors whose NVRTC this library is written and tested against:
+  // another major may differ in options, ABI or targets (and its cubins in
+  // what the driver accepts), so it is refused by name rather than used.
+  if (major < kMinNvrtcMajor || major > kMaxNvrtcMajor) {
+    tried += fmt::format("\n  {}: loaded, but it is NVRTC {}.{}; libflashgen needs NVRTC {}.x to {}.x",
+                         path, major, minor, kMinNvrtcMajor, kMaxNvrtcMajor);
+    dlclose(lib);
+    return s;
+  }
+  s.api = api;
+  s.ok = true;
+  s.library = path;
+  s.version = NvrtcVersion{major, minor};
+  int n = 0;
+  if (api.nvrtcGetNumSupportedArchs != nullptr && api.nvrtcGetSupportedArchs != nullptr &&
+      api.nvrtcGetNumSupportedArchs(&n) == NVRTC_SUCCESS && n > 0) {
+    std::vector<int> archs(static_cast<size_t>(n));
+    if (api.nvrtcGetSupportedArchs(archs.data()) == NVRTC_SUCCESS) s.archs = std::move(archs);
+  }
+  return s;
 }
 
 NvrtcState load_nvrtc() {
@@ -87,42 +148,8 @@ NvrtcState load_nvrtc() {
 
   std::string tried;
   for (const auto& c : candidates) {
-    dlerror();
-    void* lib = dlopen(c.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (lib == nullptr) {
-      const char* why = dlerror();
-      tried += fmt::format("\n  {}: {}", c, why != nullptr ? why : "dlopen failed");
-      continue;
-    }
-    NvrtcApi api{};
-    std::string missing = resolve_all(lib, api);
-    if (!missing.empty()) {
-      tried += fmt::format("\n  {}: loaded, but lacks {}", c, missing);
-      dlclose(lib);
-      continue;
-    }
-    int major = 0, minor = 0;
-    nvrtcResult r = api.nvrtcVersion(&major, &minor);
-    if (r != NVRTC_SUCCESS) {
-      tried += fmt::format("\n  {}: nvrtcVersion failed ({})", c, api.nvrtcGetErrorString(r));
-      dlclose(lib);
-      continue;
-    }
-    // Only the majors whose NVRTC this library is written and tested against:
-    // another major may differ in options, ABI or targets (and its cubins in
-    // what the driver accepts), so it is refused by name rather than used.
-    if (major < kMinNvrtcMajor || major > kMaxNvrtcMajor) {
-      tried += fmt::format("\n  {}: loaded, but it is NVRTC {}.{}; libflashgen needs NVRTC {}.x to {}.x",
-                           c, major, minor, kMinNvrtcMajor, kMaxNvrtcMajor);
-      dlclose(lib);
-      continue;
-    }
-    // Loaded: the handle stays open until process exit.
-    s.api = api;
-    s.ok = true;
-    s.library = c;
-    s.version = NvrtcVersion{major, minor};
-    return s;
+    NvrtcState loaded = try_load(c, tried);
+    if (loaded.ok) return loaded;
   }
   if (overridden) {
     s.error = fmt::format(
@@ -151,6 +178,122 @@ const NvrtcState& loaded() {
   return s;
 }
 
+// Where an NVRTC of CUDA 12 may live when the loader does not find it: the
+// PyPI wheel nvidia-cuda-nvrtc-cu12 (site-packages/nvidia/cuda_nvrtc/lib, with
+// libnvrtc-builtins beside it) in the usual Python prefixes, then CUDA 12
+// toolkits (newest first).
+std::vector<std::string> legacy_candidates() {
+  std::vector<std::string> out = {"libnvrtc.so.12"};
+  auto env = [](const char* name) -> std::string {
+    const char* v = std::getenv(name);
+    return v != nullptr ? std::string(v) : std::string();
+  };
+  const std::string home = env("HOME");
+  const std::string wheel = "/nvidia/cuda_nvrtc/lib/libnvrtc.so.12";
+  std::vector<std::string> patterns;
+  for (const std::string& prefix : {env("VIRTUAL_ENV"), env("CONDA_PREFIX")})
+    if (!prefix.empty()) patterns.push_back(prefix + "/lib/python3*/site-packages" + wheel);
+  patterns.push_back("/usr/local/lib/python3*/site-packages" + wheel);
+  patterns.push_back("/usr/local/lib/python3*/dist-packages" + wheel);
+  patterns.push_back("/usr/lib/python3/dist-packages" + wheel);
+  patterns.push_back("/usr/lib/python3*/site-packages" + wheel);
+  if (!home.empty()) patterns.push_back(home + "/.local/lib/python3*/site-packages" + wheel);
+  for (const std::string& root : {env("PYENV_ROOT"), home.empty() ? std::string() : home + "/.pyenv",
+                                  std::string("/root/.pyenv")})
+    if (!root.empty()) patterns.push_back(root + "/versions/*/lib/python3*/site-packages" + wheel);
+  patterns.push_back("/opt/conda/lib/python3*/site-packages" + wheel);
+  for (const std::string& cuda : {env("CUDA_HOME"), std::string("/usr/local/cuda")})
+    if (!cuda.empty()) patterns.push_back(cuda + "/lib64/libnvrtc.so.12");
+  patterns.push_back("/usr/local/cuda-12*/lib64/libnvrtc.so.12");
+  patterns.push_back("/usr/local/cuda-12*/targets/x86_64-linux/lib/libnvrtc.so.12");
+  for (const std::string& pat : patterns) {
+    glob_t g{};
+    if (::glob(pat.c_str(), 0, nullptr, &g) == 0) {
+      std::vector<std::string> hits(g.gl_pathv, g.gl_pathv + g.gl_pathc);
+      std::sort(hits.rbegin(), hits.rend());  // newest toolkit / Python first
+      for (auto& h : hits)
+        if (std::find(out.begin(), out.end(), h) == out.end()) out.push_back(std::move(h));
+    }
+    ::globfree(&g);
+  }
+  return out;
+}
+
+std::string arch_names(const std::vector<int>& archs) {
+  std::string s;
+  for (int a : archs) s += fmt::format("{}sm_{}", s.empty() ? "" : ", ", a);
+  return s.empty() ? std::string("(unknown)") : s;
+}
+
+// The NVRTC that compiles for sm_<arch>: the primary one when it targets the
+// arch, else (CUDA 13 no longer targets sm_70/sm_72) the first NVRTC 12 found
+// by legacy_candidates() that does. Chosen once per arch.
+const NvrtcState& loaded_for(int arch) {
+  const NvrtcState& primary = loaded();
+  if (primary.targets(arch)) return primary;
+  const char* override_path = std::getenv("FLASHGEN_NVRTC_LIBRARY");
+  if (override_path != nullptr && *override_path != '\0') {
+    throw Unavailable(fmt::format(
+        "FLASHGEN_NVRTC_LIBRARY={} is NVRTC {}, which cannot compile for sm_{} (it targets {}). "
+        "sm_{} needs an NVRTC of CUDA 12.x (CUDA 13 dropped it): install one (pip install "
+        "nvidia-cuda-nvrtc-cu12, or a CUDA 12 toolkit) and set FLASHGEN_NVRTC_LIBRARY to its "
+        "libnvrtc.so.12 (e.g. <site-packages>/nvidia/cuda_nvrtc/lib/libnvrtc.so.12), which also "
+        "compiles for the newer archs, or unset FLASHGEN_NVRTC_LIBRARY to search for one.",
+        override_path, primary.version.str(), arch, arch_names(primary.archs), arch));
+  }
+  static std::mutex mu;
+  static std::map<int, std::unique_ptr<NvrtcState>> by_arch;  // failures remembered too
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = by_arch.find(arch);
+  if (it == by_arch.end()) {
+    auto st = std::make_unique<NvrtcState>();
+    std::string tried;
+    for (const std::string& c : legacy_candidates()) {
+      if (c == primary.library) continue;
+      NvrtcState s = try_load(c, tried);
+      if (!s.ok) continue;
+      if (s.targets(arch)) {
+        *st = std::move(s);
+        break;
+      }
+      tried += fmt::format("\n  {}: NVRTC {}, which does not target sm_{}", c, s.version.str(), arch);
+    }
+    if (!st->ok) {
+      st->error = fmt::format(
+          "no NVRTC on this machine compiles for sm_{}: the one loaded ({}, NVRTC {}) targets {}, "
+          "and CUDA 13 dropped sm_{}. It needs an NVRTC of CUDA 12.x. Install the PyPI wheel "
+          "(pip install nvidia-cuda-nvrtc-cu12; its site-packages/nvidia/cuda_nvrtc/lib is searched) "
+          "or a CUDA 12 toolkit (/usr/local/cuda-12.x), or set FLASHGEN_NVRTC_LIBRARY to the path of "
+          "a libnvrtc.so.12. Tried:{}",
+          arch, primary.library, primary.version.str(), arch_names(primary.archs), arch, tried);
+    }
+    it = by_arch.emplace(arch, std::move(st)).first;
+  }
+  if (!it->second->ok) throw Unavailable(it->second->error);
+  return *it->second;
+}
+
+// The arch named by a "--gpu-architecture=sm_XX" / "-arch=sm_XX" option, or 0.
+int arch_of_options(const std::vector<std::string>& options) {
+  for (const std::string& o : options) {
+    for (const char* prefix : {"--gpu-architecture=sm_", "-arch=sm_", "--gpu-architecture=compute_",
+                               "-arch=compute_"}) {
+      const std::string pre(prefix);
+      if (o.compare(0, pre.size(), pre) == 0) {
+        int arch = 0;
+        for (size_t i = pre.size(); i < o.size() && o[i] >= '0' && o[i] <= '9'; ++i) arch = arch * 10 + (o[i] - '0');
+        return arch;
+      }
+    }
+  }
+  return 0;
+}
+
+const NvrtcState& loaded_for_options(const std::vector<std::string>& options) {
+  const int arch = arch_of_options(options);
+  return arch > 0 ? loaded_for(arch) : loaded();
+}
+
 // Owns an nvrtcProgram for the duration of one compile.
 class Program {
  public:
@@ -175,6 +318,19 @@ bool nvrtc_available() noexcept { return state().ok; }
 
 std::string nvrtc_library() { return loaded().library; }
 
+NvrtcVersion nvrtc_version_for(int arch) { return loaded_for(arch).version; }
+
+std::string nvrtc_library_for(int arch) { return loaded_for(arch).library; }
+
+bool nvrtc_available_for(int arch) noexcept {
+  try {
+    (void)loaded_for(arch);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 std::vector<std::string> nvrtc_options(int arch) {
   return {
       fmt::format("--gpu-architecture=sm_{}", arch),
@@ -186,9 +342,8 @@ std::vector<std::string> nvrtc_options(int arch) {
 
 namespace {
 
-NvrtcOutput compile_once(const std::string& source, const std::string& program_name,
+NvrtcOutput compile_once(const NvrtcApi& api, const std::string& source, const std::string& program_name,
                          const std::vector<std::string>& options) {
-  const NvrtcApi& api = loaded().api;
   auto err = [&](nvrtcResult r) { return std::string(api.nvrtcGetErrorString(r)); };
 
   nvrtcProgram raw = nullptr;
@@ -239,8 +394,9 @@ NvrtcOutput compile_once(const std::string& source, const std::string& program_n
 
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& program_name,
                              const std::vector<std::string>& options) {
+  const NvrtcApi& api = loaded_for_options(options).api;  // Unavailable before counting
   g_compile_count.fetch_add(1, std::memory_order_relaxed);
-  NvrtcOutput out = compile_once(source, program_name, options);
+  NvrtcOutput out = compile_once(api, source, program_name, options);
   // Seen with NVRTC 13.0 on a 16-core machine: one of 216 concurrent compiles
   // came back with an empty program log although ptxas ran verbose. The
   // report is part of the product (explain, tests), so such a compile is
@@ -249,7 +405,7 @@ NvrtcOutput compile_to_cubin(const std::string& source, const std::string& progr
   if (verbose && out.log.find("ptxas") == std::string::npos) {
     static std::mutex retry_mutex;
     std::lock_guard<std::mutex> lock(retry_mutex);
-    out = compile_once(source, program_name, options);
+    out = compile_once(api, source, program_name, options);
   }
   return out;
 }

@@ -6,6 +6,17 @@
 //   3. the same names under $CUDA_HOME/lib64, then /usr/local/cuda/lib64.
 // A library whose nvrtcVersion() reports a major other than 12 or 13 is not
 // used (the error names the version found and the ones needed).
+//
+// Per target: a compile for sm_XX uses that library when it targets sm_XX
+// (nvrtcGetSupportedArchs). CUDA 13's NVRTC no longer targets sm_70/sm_72, so
+// for those a second NVRTC, of CUDA 12, is searched (once per arch):
+// libnvrtc.so.12 through the loader, then the PyPI wheel nvidia-cuda-nvrtc-cu12
+// (<prefix>/lib/python3*/site-packages/nvidia/cuda_nvrtc/lib/libnvrtc.so.12 for
+// $VIRTUAL_ENV, $CONDA_PREFIX, /usr/local, /usr, ~/.local, pyenv versions and
+// /opt/conda), then $CUDA_HOME/lib64, /usr/local/cuda/lib64 and
+// /usr/local/cuda-12*/lib64. With FLASHGEN_NVRTC_LIBRARY set nothing else is
+// searched: an NVRTC there that cannot target the arch is an Unavailable error
+// that says which NVRTC is needed and how to point at it.
 // NVRTC needs no GPU and no driver.
 #pragma once
 
@@ -35,6 +46,15 @@ bool nvrtc_available() noexcept;
 /// The path or name NVRTC was loaded from (loads it; throws like nvrtc_version).
 std::string nvrtc_library();
 
+/// The version / path of the NVRTC that compiles for sm_<arch> (see above);
+/// this version is the one in the arch's cache keys. Throws Unavailable when no
+/// NVRTC on the machine targets the arch (naming the NVRTC needed and how to
+/// provide it).
+NvrtcVersion nvrtc_version_for(int arch);
+std::string nvrtc_library_for(int arch);
+/// True when an NVRTC that targets sm_<arch> loads. Never throws.
+bool nvrtc_available_for(int arch) noexcept;
+
 /// The NVRTC options for a kernel of compute capability `arch`, in the fixed
 /// order that is part of the cache key:
 ///   "--gpu-architecture=sm_<arch>", "-std=c++17", "--ptxas-options=--verbose",
@@ -63,7 +83,8 @@ struct NvrtcOutput {
 };
 
 /// Compile `source` (program name `program_name`, used in diagnostics) with
-/// `options` to a cubin. Thread-safe: each call owns its nvrtcProgram.
+/// `options` to a cubin, with the NVRTC for the arch named by the options'
+/// --gpu-architecture (the primary NVRTC when none is named). Thread-safe: each call owns its nvrtcProgram.
 /// Throws NvrtcCompileFailure (a CompileError) when NVRTC fails, Unavailable
 /// when NVRTC is missing.
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& program_name,

@@ -125,3 +125,14 @@ struct FgLdsmOffsets {
   // Element offset of (row r16 + lr, unit pair ks) for compile-time r16 and ks.
   FG_DEVICE int at(int r16, int ks) const { return off[ks % NQ] + r16 * W + (((2 * ks) & ~7) << 3); }
 };
+
+// ---- helpers for targets below sm_80 (sm_70 and later) ----
+// Two floats -> packed f16 pair, `lo` in the low half, each rounded to nearest
+// even: the same bits as fg_pack_f16 (cvt.rn.f16x2.f32 needs sm_80), built from
+// two cvt.rn.f16.f32 and one mov.b32 (PTX ISA: cvt, mov).
+FG_DEVICE u32 fg_pack_f16_sm70(float lo, float hi) {
+  u32 r;
+  asm("{ .reg .f16 l, h; cvt.rn.f16.f32 l, %1; cvt.rn.f16.f32 h, %2; mov.b32 %0, {l, h}; }"
+      : "=r"(r) : "f"(lo), "f"(hi));
+  return r;
+}

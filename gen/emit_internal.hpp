@@ -1,0 +1,31 @@
+// Internal to gen/: pieces every forward emitter shares (gen/emit.cpp defines
+// them) and the per-unit emitters (gen/emit_<unit>.cpp).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "flashgen/spec.hpp"
+
+namespace flashgen::gen {
+
+/// One line per head-dim chunk: `pattern` formatted with {w} (chunk width) and
+/// {off} (its offset), each line prefixed by `indent`; no trailing newline.
+std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern);
+
+/// The comment block every generated source begins with (spec, name, arch,
+/// unit, dtype, head-dim splits, tile, mask/bias/LSE, launch shape).
+std::string spec_comment(const KernelSpec& spec);
+
+/// The MASK / BIAS_KIND constants of the templates: 0 none, 1 causal top-left,
+/// 2 causal bottom-right; 0 none, 1 input dtype, 2 float32.
+int mask_code(MaskKind m);
+int bias_code(BiasKind b);
+
+/// The forward emitters of the m16n8k8 (Turing) and m8n8k4 (Volta) units.
+/// Same contract as emit_forward (emit.hpp). emit_m16n8k8 throws Unsupported
+/// for bf16 below sm_80, emit_m8n8k4 for bf16 (the unit is float16 only).
+std::string emit_m16n8k8(const KernelSpec& spec);
+std::string emit_m8n8k4(const KernelSpec& spec);
+
+}  // namespace flashgen::gen

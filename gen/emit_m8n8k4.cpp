@@ -1,0 +1,63 @@
+// The m8n8k4 forward emitter (Volta, sm_70): fills templates/fwd_m8n8k4.cu.
+// One call per head-dim chunk for every copy and fragment loop, like the
+// m16n8k16 emitter; the layouts are the template's k slabs (see its header).
+#include <fmt/format.h>
+
+#include <map>
+#include <string>
+
+#include "flashgen/flashgen.hpp"
+#include "gen/emit.hpp"
+#include "gen/emit_internal.hpp"
+#include "gen/params.hpp"
+
+namespace flashgen::gen {
+
+std::string emit_m8n8k4(const KernelSpec& spec) {
+  if (spec.dtype != DType::f16) {
+    throw Unsupported(fmt::format(
+        "kernel spec {}: the m8n8k4 matrix unit (Volta) takes float16 operands only; bf16 has no "
+        "m8n8k4 form (it needs sm_80 or later and the m16n8k16 unit); use dtype f16",
+        spec.canonical()));
+  }
+  const auto qk = spec.qk_chunks();
+  const auto vc = spec.v_chunks();
+  std::map<std::string, std::string> slots;
+  slots["CONSTANTS"] = fmt::format(
+      "constexpr int HEAD_DIM = {};\n"
+      "constexpr int HEAD_DIM_V = {};\n"
+      "constexpr int BLOCK_M = {};\n"
+      "constexpr int BLOCK_N = {};\n"
+      "constexpr int WARPS = {};\n"
+      "constexpr int STAGES = {};\n"
+      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
+      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
+      "constexpr bool HAS_LSE = {};",
+      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages,
+      mask_code(spec.mask), bias_code(spec.bias), spec.has_lse ? "true" : "false");
+  slots["KERNEL_NAME"] = spec.kernel_name();
+  slots["LOAD_KV"] =
+      per_chunk(qk, "    ",
+                "fg_load_kslab<{w}, {off}, BLOCK_N, false>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, 1.f, tid);") +
+      "\n" + per_chunk(vc, "    ", "fg_load_v<{w}, {off}>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  slots["LOAD_Q"] = per_chunk(
+      qk, "  ", "fg_load_kslab<{w}, {off}, BLOCK_M, true>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
+  slots["Q_REGS"] = per_chunk(qk, "  ", "fg_q_regs<{w}, {off}>(sQ + BLOCK_M * {off}, qf, warp, arow);");
+  slots["QK"] =
+      per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, s, warp, arow, bcol);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, pf, o, bcol);");
+  slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, rbase, cbase);");
+  slots["STORE_O"] =
+      per_chunk(vc, "  ", "fg_store_o<{w}, {off}>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
+
+  std::string src = spec_comment(spec);
+  src += "\n";
+  src += template_text("common.cuh");
+  src += "\n";
+  src += detail::fwd_params_source();
+  src += "\n";
+  src += fill_slots(template_text("fwd_m8n8k4.cu"), slots, "fwd_m8n8k4.cu");
+  return src;
+}
+
+}  // namespace flashgen::gen
