@@ -113,6 +113,18 @@ int bias_code(BiasKind b) {
 
 namespace {
 
+// Whether the m16n8k16 kernel computes Q.K^T one tile ahead. That keeps a
+// second S tile live (block_n / 2 registers per 16-row slice), so it is used
+// only while the accumulators (S twice, O, and Q when it stays in registers)
+// fit in 160 of the 255 registers with head_dim_v <= 128, and without a bias
+// (whose loads need more); ptxas reports no spills for those (test_compile).
+bool qk_ahead(const KernelSpec& spec) {
+  const int slices = spec.block_m / (16 * spec.warps);
+  const bool q_in_regs = spec.head_dim * slices <= 128;
+  const int regs = slices * (2 * spec.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
+  return spec.bias == BiasKind::none && spec.head_dim_v <= 128 && regs <= 160;
+}
+
 std::string emit_m16n8k16(const KernelSpec& spec) {
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
@@ -127,16 +139,16 @@ std::string emit_m16n8k16(const KernelSpec& spec) {
       "constexpr bool IS_BF16 = {};\n"
       "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
       "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
-      "constexpr bool HAS_LSE = {};",
+      "constexpr bool HAS_LSE = {};\n"
+      "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax",
       spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages,
       spec.dtype == DType::bf16 ? "true" : "false", mask_code(spec.mask), bias_code(spec.bias),
-      spec.has_lse ? "true" : "false");
+      spec.has_lse ? "true" : "false", qk_ahead(spec) ? "true" : "false");
   slots["KERNEL_NAME"] = spec.kernel_name();
-  const char* in8 = "        ";
-  slots["LOAD_KV"] =
-      per_chunk(qk, in8, "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);") +
-      "\n" +
-      per_chunk(vc, in8, "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+    slots["LOAD_K"] = per_chunk(
+      qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
+  slots["LOAD_V"] = per_chunk(
+      vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
   slots["LOAD_Q"] =
       per_chunk(qk, "  ", "fg_load_q<{w}, {off}>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
   slots["LDSM_Q"] = per_chunk(qk, "  ", "fg_ldsm_q<{w}, {off}>(sQ + BLOCK_M * {off}, qf, qf8, warp, lane);");

@@ -283,28 +283,48 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / BLOCK_N + 1);
   }
 
-  // ---- pipeline prologue: K/V tiles 0 .. STAGES-2 ----
-#pragma unroll
-  for (int st = 0; st < STAGES - 1; ++st) {
-    if (st < n_tiles) {
-      const int n0 = st * BLOCK_N;
-      u16* sKs = sK + st * BLOCK_N * HEAD_DIM;
-      u16* sVs = sV + st * BLOCK_N * HEAD_DIM_V;
+  // ---- K/V pipeline ----
+  // With QK_AHEAD, Q.K^T runs one tile ahead of softmax and P.V, so the tensor
+  // cores have the next tile's products to work on while a warp does the
+  // current tile's softmax (A = 1 below; A = 0 without it). K tile t and V tile
+  // t live in buffer t % STAGES. At iteration j a group {K[j+STAGES-1+A],
+  // V[j+STAGES-1]} is issued (K[j-1+A] and V[j-1] were last read at iteration
+  // j-1; the barrier orders that), and K[j+A], V[j] must have landed: they came
+  // in the group issued STAGES-1 iterations earlier, so STAGES-2 newer groups
+  // may still be in flight. With one stage the group is waited for at once.
+  constexpr int AHEAD = QK_AHEAD ? 1 : 0;
+  auto load_k = [&](int tile) {
+    if (tile < n_tiles) {
+      const int n0 = tile * BLOCK_N;
+      u16* sKs = sK + (tile % STAGES) * BLOCK_N * HEAD_DIM;
       const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
+      const int kv_valid = seqlen_k - n0;
+@@LOAD_K@@
+    }
+  };
+  auto load_v = [&](int tile) {
+    if (tile < n_tiles) {
+      const int n0 = tile * BLOCK_N;
+      u16* sVs = sV + (tile % STAGES) * BLOCK_N * HEAD_DIM_V;
       const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
       const int kv_valid = seqlen_k - n0;
-@@LOAD_KV@@
+@@LOAD_V@@
     }
+  };
+  if (AHEAD) load_k(0);
+#pragma unroll
+  for (int gi = 1 - STAGES; gi <= -1; ++gi) {
+    load_k(gi + STAGES - 1 + AHEAD);
+    load_v(gi + STAGES - 1);
     fg_cp_async_commit();
   }
+  if (STAGES == 1 && AHEAD) fg_cp_async_commit();
 
   // ---- Q: scale, round, stage, then keep in registers ----
   const float scale = (float)p.softmax_scale;
 @@LOAD_Q@@
-  __syncthreads();
   u32 qf[M_SLICES][QF_STEPS][4];
   u32 qf8[M_SLICES][2];
-@@LDSM_Q@@
 
   float o[M_SLICES][OT][4];
   float row_max[M_SLICES][2], row_sum[M_SLICES][2];
@@ -316,45 +336,17 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     row_sum[ms][0] = row_sum[ms][1] = 0.f;
   }
 
-  for (int j = 0; j < n_tiles; ++j) {
-    if (STAGES == 1) {
-      const int n0 = j * BLOCK_N;
-      u16* sKs = sK;
-      u16* sVs = sV;
-      const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
-      const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-      const int kv_valid = seqlen_k - n0;
-@@LOAD_KV@@
-      fg_cp_async_commit();
-      fg_cp_async_wait<0>();
-      __syncthreads();
-    } else {
-      fg_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
-      __syncthreads();  // tile j visible to all; buffer of tile j-1 free
-      const int jn = j + STAGES - 1;
-      if (jn < n_tiles) {
-        const int n0 = jn * BLOCK_N;
-        u16* sKs = sK + (jn % STAGES) * BLOCK_N * HEAD_DIM;
-        u16* sVs = sV + (jn % STAGES) * BLOCK_N * HEAD_DIM_V;
-        const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
-        const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-        const int kv_valid = seqlen_k - n0;
-@@LOAD_KV@@
-      }
-      fg_cp_async_commit();
-    }
-    const u16* sKc = sK + (j % STAGES) * BLOCK_N * HEAD_DIM;
-    const u16* sVc = sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V;
-    const int n_start = j * BLOCK_N;
-
-    // ---- S = Qs . K^T ----
-    float s[M_SLICES][NT][4];
+  // S = Qs . K^T for the K tile in `sKc`.
+  auto qk = [&](const u16* sKc, float (&s)[M_SLICES][NT][4]) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int i = 0; i < NT; ++i) s[ms][i][0] = s[ms][i][1] = s[ms][i][2] = s[ms][i][3] = 0.f;
 @@QK@@
-
+  };
+  // Bias, masks and the online softmax of tile j; `s` becomes P (unnormalised).
+  auto softmax = [&](int j, float (&s)[M_SLICES][NT][4]) {
+    const int n_start = j * BLOCK_N;
     // ---- bias and masks ----
     if (BIAS_KIND != 0) {
 #pragma unroll
@@ -432,9 +424,54 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         }
       }
 
-    // ---- O += P . V ----
+  };
+  // O += P . V for the V tile in `sVc`.
+  auto pv = [&](const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
 @@PV@@
-    if (STAGES == 1) __syncthreads();  // single buffer: everyone done before it is refilled
+  };
+  // One iteration: tile j's softmax and P.V, and (QK_AHEAD) tile j+1's Q.K^T into `sn`.
+  auto step = [&](int j, float (&sc)[M_SLICES][NT][4], float (&sn)[M_SLICES][NT][4]) {
+    if (STAGES == 1) {
+      __syncthreads();  // every warp is done with K[j-1+A] and V[j-1]
+      load_k(j + AHEAD);
+      load_v(j);
+      fg_cp_async_commit();
+      fg_cp_async_wait<0>();
+      __syncthreads();
+    } else {
+      fg_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
+      __syncthreads();  // K[j+A], V[j] visible; K[j-1+A], V[j-1] buffers free
+      load_k(j + STAGES - 1 + AHEAD);
+      load_v(j + STAGES - 1);
+      fg_cp_async_commit();
+    }
+    if (AHEAD) {
+      if (j + 1 < n_tiles) qk(sK + ((j + 1) % STAGES) * BLOCK_N * HEAD_DIM, sn);
+    } else {
+      qk(sK + (j % STAGES) * BLOCK_N * HEAD_DIM, sc);
+    }
+    softmax(j, sc);
+    pv(sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
+  };
+
+  float s0[M_SLICES][NT][4], s1[M_SLICES][NT][4];
+  if (AHEAD && n_tiles > 0) {
+    fg_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // K[0] (and Q's stores) visible
+    __syncthreads();
+@@LDSM_Q@@
+    qk(sK, s0);
+  } else {
+    __syncthreads();
+@@LDSM_Q@@
+  }
+  if (AHEAD) {
+    // Unrolled by two so the S arrays swap roles without register copies.
+    for (int j = 0; j < n_tiles; j += 2) {
+      step(j, s0, s1);
+      if (j + 1 < n_tiles) step(j + 1, s1, s0);
+    }
+  } else {
+    for (int j = 0; j < n_tiles; ++j) step(j, s0, s1);
   }
   fg_cp_async_wait<0>();
 
