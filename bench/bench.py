@@ -1,0 +1,193 @@
+#!/usr/bin/env python3
+"""libflashgen forward benchmark against PyTorch SDPA, on the same inputs.
+
+Calls libflashgen through its C ABI (ctypes, flashgen_forward) on PyTorch
+tensors, and PyTorch's scaled_dot_product_attention with the flash, cuDNN and
+memory-efficient backends on views of the very same memory. Every time is the
+median of --runs launches, each bracketed by CUDA events, after --warmup
+launches; the inputs rotate over --sets independent input sets so that no run
+finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
+
+usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
+                [--runs 30] [--warmup 5] [--sets 3] [--shapes all|quick]
+"""
+import argparse
+import ctypes
+import statistics
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+# (B, Hq, Hkv, S, D) — the issue's list.
+SHAPES = [
+    (4, 32, 32, 4096, 64),
+    (4, 32, 32, 4096, 80),
+    (4, 32, 32, 4096, 96),
+    (4, 32, 32, 4096, 128),
+    (4, 16, 16, 4096, 256),
+    (1, 24, 24, 79200, 96),
+    (16, 32, 32, 512, 128),
+    (1, 32, 8, 8192, 128),
+]
+
+
+class Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64),
+                ("stride_seq", ctypes.c_int64), ("stride_head", ctypes.c_int64)]
+
+
+class Bias(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int), ("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64),
+                ("stride_head", ctypes.c_int64), ("stride_q", ctypes.c_int64), ("stride_k", ctypes.c_int64)]
+
+
+class Lse(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64), ("stride_head", ctypes.c_int64)]
+
+
+class Problem(ctypes.Structure):
+    """Mirror of flashgen_problem (include/flashgen/flashgen.h)."""
+    _fields_ = [("dtype", ctypes.c_int), ("batch", ctypes.c_int64), ("seqlen_q", ctypes.c_int64),
+                ("seqlen_k", ctypes.c_int64), ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
+                ("head_dim", ctypes.c_int64), ("head_dim_v", ctypes.c_int64), ("mask", ctypes.c_int),
+                ("has_scale", ctypes.c_int), ("scale", ctypes.c_float), ("q", Tensor), ("k", Tensor),
+                ("v", Tensor), ("o", Tensor), ("bias", Bias), ("lse", Lse)]
+
+
+def load_lib(path):
+    lib = ctypes.CDLL(path)
+    lib.flashgen_problem_init_bshd.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [ctypes.c_int64] * 7 + [
+        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    lib.flashgen_forward.argtypes = [ctypes.POINTER(Problem), ctypes.c_void_p]
+    lib.flashgen_plan.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
+    lib.flashgen_last_error.restype = ctypes.c_char_p
+    return lib
+
+
+def check(lib, status, what):
+    if status != 0:
+        raise RuntimeError(f"{what}: status {status}: {lib.flashgen_last_error().decode()}")
+
+
+def median_ms(fn, sets, warmup, runs):
+    """Median of `runs` event-timed calls of fn(set), rotating over the input sets."""
+    for i in range(warmup):
+        fn(sets[i % len(sets)])
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    for i in range(runs):
+        starts[i].record()
+        fn(sets[i % len(sets)])
+        ends[i].record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--ceiling-f16", type=float, default=0.0, help="measured mma.sync f16 TFLOP/s")
+    ap.add_argument("--ceiling-bf16", type=float, default=0.0, help="measured mma.sync bf16 TFLOP/s")
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--sets", type=int, default=3)
+    ap.add_argument("--shapes", default="all", choices=["all", "quick"])
+    args = ap.parse_args()
+
+    lib = load_lib(args.lib)
+    dev = torch.cuda.get_device_name()
+    print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
+          f"{args.sets} rotated input sets")
+    shapes = SHAPES if args.shapes == "all" else [SHAPES[3], SHAPES[0]]
+    rows = []
+    failures = 0
+    for (B, Hq, Hkv, S, D) in shapes:
+        for dtype in (torch.float16, torch.bfloat16):
+            sets = []
+            for _ in range(args.sets):
+                q = torch.randn(B, S, Hq, D, device="cuda", dtype=dtype)
+                k = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype)
+                v = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype)
+                o = torch.empty(B, S, Hq, D, device="cuda", dtype=dtype)
+                sets.append((q, k, v, o))
+            for causal in (False, True):
+                flops = 4.0 * B * Hq * S * S * D * (0.5 if causal else 1.0)
+                problems = []
+                for (q, k, v, o) in sets:
+                    p = Problem()
+                    check(lib, lib.flashgen_problem_init_bshd(
+                        ctypes.byref(p), 0 if dtype == torch.float16 else 1, B, S, S, Hq, Hkv, D, D,
+                        1 if causal else 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
+                    problems.append(p)
+                spec = ctypes.create_string_buffer(512)
+                check(lib, lib.flashgen_plan(ctypes.byref(problems[0]), 0, spec, 512), "plan")
+                stream = torch.cuda.current_stream().cuda_stream
+
+                def ours(i):
+                    check(lib, lib.flashgen_forward(ctypes.byref(problems[i]), stream), "forward")
+
+                idx = list(range(len(sets)))
+                # Correctness against the flash backend on the first set (poisoned output first).
+                q, k, v, o = sets[0]
+                o.fill_(float("nan"))
+                ours(0)
+                torch.cuda.synchronize()
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
+                    ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                         is_causal=causal, enable_gqa=(Hq != Hkv)).transpose(1, 2)
+                err = (o.float() - ref.float()).abs().max().item()
+                ok = err == err and err < (2e-2 if dtype == torch.bfloat16 else 4e-3)
+                failures += 0 if ok else 1
+
+                t_ours = median_ms(ours, idx, args.warmup, args.runs)
+                res = {}
+                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
+                                      ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+                    def sdpa(i, backend=backend):
+                        q, k, v, _ = sets[i]
+                        with sdpa_kernel([backend]):
+                            F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                           is_causal=causal, enable_gqa=(Hq != Hkv))
+                    try:
+                        res[name] = flops / (median_ms(sdpa, idx, args.warmup, args.runs) * 1e-3) / 1e12
+                    except Exception as e:  # backend refuses this shape/dtype
+                        res[name] = None
+                        print(f"  note: {name} backend n/a for B{B} H{Hq}/{Hkv} S{S} D{D} {dtype}: "
+                              f"{str(e).splitlines()[0][:100]}", file=sys.stderr)
+                ours_tf = flops / (t_ours * 1e-3) / 1e12
+                ceiling = args.ceiling_f16 if dtype == torch.float16 else args.ceiling_bf16
+                rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
+                             "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec.value.decode()))
+                r = rows[-1]
+                print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
+                      f"({t_ours:.3f} ms), max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
+                      flush=True)
+            del sets
+            torch.cuda.empty_cache()
+
+    def fmt(x):
+        return f"{x:7.1f}" if x is not None else "    n/a"
+
+    print()
+    print(f"{'shape (B, Hq/Hkv, S, D)':26} {'dtype':5} {'mask':6} {'ours':>7} {'flash':>7} {'cudnn':>7} "
+          f"{'effic.':>7} {'ours/flash':>10} {'% mma':>6}")
+    below = []
+    for (shape, dt, mask, ours_tf, res, ceiling, err, ok, spec) in rows:
+        B, Hq, Hkv, S, D = shape
+        ratio = ours_tf / res["flash"] if res.get("flash") else None
+        pct = 100.0 * ours_tf / ceiling if ceiling else None
+        if ratio is None or ratio < 1.2:
+            below.append(shape)
+        print(f"({B}, {Hq}/{Hkv}, {S}, {D})".ljust(26) + f" {dt:5} {mask:6} {fmt(ours_tf)} {fmt(res.get('flash'))} "
+              f"{fmt(res.get('cudnn'))} {fmt(res.get('efficient'))} "
+              f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {(f'{pct:5.1f}%' if pct else '   n/a')}")
+    print(f"\nmma.sync m16n8k16 ceiling measured in this run: f16 {args.ceiling_f16:.1f}, bf16 {args.ceiling_bf16:.1f} "
+          f"TFLOP/s; TFLOP/s = 4*B*Hq*Sq*Sk*D (/2 causal) / median time")
+    print(f"rows below 1.2x the flash backend: {len(below)} of {len(rows)}; output mismatches: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device run: build libflashgen, measure the mma.sync m16n8k16 ceiling
+# (tools/mma_probe, f16 and bf16), then time our forward and PyTorch SDPA
+# (flash, cuDNN, efficient) on the same inputs (bench/bench.py). Logs under $OUT.
+#   usage: bench/run.sh [bench.py args...]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build/kernel-cache}"
+if [[ ! -x build/tools/mma_probe || ! -f build/libflashgen.so ]]; then
+  ./dev.sh test -N >/dev/null || { echo "bench/run.sh: build failed" >&2; exit 1; }
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/bench-gpu.txt"
+for dt in f16 bf16; do
+  build/tools/mma_probe --dtype "$dt" | tee "$OUT/probe-$dt.txt"
+done
+c16=$(awk '/^achieved/ {print $2}' "$OUT/probe-f16.txt")
+c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
+PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "$@" \
+  2>&1 | tee "$OUT/bench.log"
+exit "${PIPESTATUS[0]}"
