@@ -162,8 +162,12 @@ TEST_CASE("c_api: plan reports bad problems and unsupported archs") {
   }
   {
     flashgen_problem p = good_problem();
+    CHECK(flashgen_plan(&p, 61, spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);  // no profile
+    CHECK(contains(last(), "61"));
+    p.dtype = FLASHGEN_DTYPE_BF16;  // the volta profile's unit takes float16 only
     CHECK(flashgen_plan(&p, 70, spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);
     CHECK(contains(last(), "70"));
+    CHECK(contains(last(), "bf16"));
     CHECK(flashgen_plan(&p, -1, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
     CHECK(contains(last(), "arch = -1"));
   }

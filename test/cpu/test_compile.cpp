@@ -1,16 +1,17 @@
 // The NVRTC compile grid (CPU tier; NVRTC needs no GPU): kernels of the real
-// emitter and the builtin profiles for sm_80, sm_86, sm_89 and sm_90, checked
-// to be non-empty ELF cubins whose ptxas report shows no spill stores.
+// emitters and the builtin profiles for sm_70 (volta, m8n8k4), sm_75 (turing,
+// m16n8k8), sm_80, sm_86 (ampere), sm_89 (ada) and sm_90 (hopper), checked to
+// be non-empty ELF cubins whose ptxas report shows no spill stores (and, for
+// the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at all).
 //
 // Coverage (not a full cross product; every value of every factor at every arch):
-//   A. every arch x dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
+//   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
 //      with the (mask, bias, lse) combination rotating through all 18;
 //   B. every arch x head_dim in {96, 256} x all 18 (mask, bias, lse)
-//      combinations, dtype alternating.
-// sm_89: no builtin profile lists 89 yet (the ada profile is a later issue), so
-// its kernels use the ampere profile's tiles and go through the runtime's
-// internal compile path (rt::compile_unvalidated), validated against a copy of
-// the ampere profile extended to sm_89.
+//      combinations, dtype alternating over the profile's dtypes.
+// sm_70 compiles with an NVRTC of CUDA 12 (CUDA 13's refuses sm_70; see
+// runtime/nvrtc.hpp); without one on the machine its part is skipped with a
+// message saying so.
 //
 // Compiles run on a pool of hardware_concurrency threads into a fresh cache
 // directory (every kernel really goes through NVRTC); the per-kernel NVRTC time
@@ -52,33 +53,12 @@ std::vector<Combo> all_combos() {
   return v;
 }
 
-const Profile& builtin(const std::string& name) {
-  for (const Profile& p : builtin_profiles())
-    if (p.name == name) return p;
-  FAIL("no builtin profile named " << name);
-  throw std::logic_error("unreachable");
-}
-
-// The profile a grid arch compiles with (see the file comment for sm_89).
-Profile grid_profile(int arch, bool* internal_path) {
-  *internal_path = false;
-  try {
-    return profile_for_arch(arch);
-  } catch (const Unsupported&) {
-    REQUIRE(arch == 89);
-    *internal_path = true;
-    Profile p = builtin("ampere");
-    p.archs = {89};
-    p.name = "ampere-for-sm89";
-    return p;
-  }
-}
-
 struct PtxasReport {
   int entries = 0;          // "Function properties for" blocks
   int64_t spill_stores = 0;  // sum over the report
   int64_t spill_loads = 0;
   int max_registers = 0;
+  int64_t stack_frame = 0;  // sum of "N bytes stack frame"
   bool ok = false;          // every line parsed
 };
 
@@ -103,6 +83,12 @@ PtxasReport parse_ptxas(const std::string& log) {
       r.spill_stores += stores;
       r.spill_loads += loads;
     }
+    at = line.find(" bytes stack frame");
+    if (at != std::string::npos) {
+      size_t start = at;
+      while (start > 0 && line[start - 1] >= '0' && line[start - 1] <= '9') --start;
+      if (start < at) r.stack_frame += std::stoll(line.substr(start, at - start));
+    }
     at = line.find("Used ");
     if (at != std::string::npos && line.find(" registers") != std::string::npos) {
       int regs = 0;
@@ -117,7 +103,13 @@ PtxasReport parse_ptxas(const std::string& log) {
 
 TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LSE") {
   REQUIRE(rt::nvrtc_available());
-  const std::vector<int> archs = {80, 86, 89, 90};
+  std::vector<int> archs = {75, 80, 86, 89, 90};
+  if (rt::nvrtc_available_for(70)) {
+    archs.insert(archs.begin(), 70);
+  } else {
+    MESSAGE("sm_70 (volta, m8n8k4) kernels skipped: no NVRTC on this machine targets sm_70 (CUDA 13's does "
+            "not); install one with `pip install nvidia-cuda-nvrtc-cu12` or set FLASHGEN_NVRTC_LIBRARY");
+  }
   const std::vector<int> head_dims = {16, 32, 64, 72, 80, 96, 128, 160, 192, 256};
   const std::vector<int> full_combo_dims = {96, 256};
   const std::vector<Combo> combos = all_combos();
@@ -125,28 +117,26 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
 
   struct Job {
     KernelSpec spec;
-    bool internal_path;
   };
   std::vector<Job> jobs;
   std::set<std::string> seen;
-  auto add = [&](const Profile& profile, bool internal, int arch, DType dt, int d, const Combo& c) {
+  auto add = [&](const Profile& profile, int arch, DType dt, int d, const Combo& c) {
     KernelSpec s = test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse);
     const auto problems = validate(s, profile);
     std::string why;
     for (const auto& p : problems) why += "\n  " + p;
     INFO("spec ", s.canonical(), " profile ", profile.name, why);
     REQUIRE(problems.empty());
-    if (seen.insert(s.canonical()).second) jobs.push_back({s, internal});
+    if (seen.insert(s.canonical()).second) jobs.push_back({s});
   };
   size_t rotate = 0;
   for (int arch : archs) {
-    bool internal = false;
-    const Profile profile = grid_profile(arch, &internal);
-    for (DType dt : {DType::f16, DType::bf16})
-      for (int d : head_dims) add(profile, internal, arch, dt, d, combos[rotate++ % combos.size()]);
+    const Profile& profile = profile_for_arch(arch);
+    const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
+    for (DType dt : dtypes)
+      for (int d : head_dims) add(profile, arch, dt, d, combos[rotate++ % combos.size()]);
     for (int d : full_combo_dims)
-      for (size_t i = 0; i < combos.size(); ++i)
-        add(profile, internal, arch, i % 2 == 0 ? DType::f16 : DType::bf16, d, combos[i]);
+      for (size_t i = 0; i < combos.size(); ++i) add(profile, arch, dtypes[i % dtypes.size()], d, combos[i]);
   }
 
   // Coverage: every value of every factor at every arch.
@@ -164,7 +154,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
                    j.spec.has_lse ? 1 : 0});
     }
     CAPTURE(arch);
-    CHECK(dts.size() == 2);
+    CHECK(dts.size() == profile_for_arch(arch).matrix_unit.operand_dtypes.size());
     CHECK(ds.size() == head_dims.size());
     CHECK(masks.size() == 3);
     CHECK(biases.size() == 3);
@@ -192,10 +182,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
         for (size_t i = next++; i < jobs.size(); i = next++) {
           const auto t0 = std::chrono::steady_clock::now();
           try {
-            // compile() validates against the arch's builtin profile; sm_89
-            // has none yet, so it takes the internal path.
-            results[i].kernel = jobs[i].internal_path ? rt::compile_unvalidated(jobs[i].spec)
-                                                      : compile(jobs[i].spec);
+            results[i].kernel = compile(jobs[i].spec);
           } catch (const std::exception& e) {
             results[i].error = e.what();
           }
@@ -229,6 +216,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
     CHECK(rep.entries >= 1);
     CHECK(rep.spill_stores == 0);
     CHECK(rep.spill_loads == 0);
+    if (j.spec.unit != MatrixUnit::m16n8k16) CHECK(rep.stack_frame == 0);
     if (rep.spill_stores != 0 || rep.spill_loads != 0)
       spilled += "\n  " + j.spec.kernel_name() + ": " + std::to_string(rep.spill_stores) + " B spill stores, " +
                  std::to_string(rep.spill_loads) + " B spill loads, " + std::to_string(rep.max_registers) +
@@ -255,6 +243,9 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
   };
   std::string report = "compile grid: " + summary(all) + "; wall " + std::to_string(wall) + " s on " +
                        std::to_string(workers) + " threads; NVRTC " + rt::nvrtc_version().str() +
+                       (rt::nvrtc_available_for(70) ? " (sm_70: NVRTC " + rt::nvrtc_version_for(70).str() + " from " +
+                                                          rt::nvrtc_library_for(70) + ")"
+                                                    : std::string()) +
                        "; most registers " + std::to_string(worst_regs) + " (" + worst_name + ")";
   for (const auto& [arch, v] : per_arch) report += "\n  sm_" + std::to_string(arch) + ": " + summary(v);
   if (!spilled.empty()) report += "\nkernels with spills:" + spilled;

@@ -158,7 +158,7 @@ TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves")
     for (int d = 16; d <= 256; d += 8) {
       for (int dv = 16; dv <= 256; dv += 8) {
         const FlashTile& t = p.tile_for(std::max(d, dv));
-        for (DType dtype : {DType::f16, DType::bf16}) {
+        for (DType dtype : p.matrix_unit.operand_dtypes) {
           KernelSpec s;
           s.arch = p.archs.front();
           s.unit = p.matrix_unit.shape;
@@ -314,14 +314,14 @@ TEST_CASE("load_profile_file: unreadable file") {
 
 TEST_CASE("profile_for_arch: no match names the nearest profiles") {
   ScopedEnv env("FLASHGEN_PROFILE", nullptr);
-  CHECK_THROWS_WITH_AS(profile_for_arch(75),
-                       Contains("no profile for compute capability sm_75; nearest: ampere (sm_80, sm_86, sm_87) above"),
+  CHECK_THROWS_WITH_AS(profile_for_arch(61),
+                       Contains("no profile for compute capability sm_61; nearest: volta (sm_70, sm_72) above"),
                        Unsupported);
-  CHECK_THROWS_WITH_AS(profile_for_arch(89),
-                       Contains("sm_89; nearest: ampere (sm_80, sm_86, sm_87) below and hopper (sm_90) above"),
+  CHECK_THROWS_WITH_AS(profile_for_arch(88),
+                       Contains("sm_88; nearest: ampere (sm_80, sm_86, sm_87) below and ada (sm_89) above"),
                        Unsupported);
   CHECK_THROWS_WITH_AS(profile_for_arch(100), Contains("sm_100; nearest: hopper (sm_90) below."), Unsupported);
-  CHECK_THROWS_WITH_AS(profile_for_arch(75), Contains("FLASHGEN_PROFILE"), Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(61), Contains("FLASHGEN_PROFILE"), Unsupported);
 }
 
 TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
@@ -343,6 +343,54 @@ TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
   // Back to the built-in set once the variable is gone.
   ScopedEnv env("FLASHGEN_PROFILE", nullptr);
   CHECK(profile_for_arch(90).name == "hopper");
-  CHECK_THROWS_AS(profile_for_arch(75), Unsupported);
+  CHECK(profile_for_arch(75).name == "turing");
+  CHECK_THROWS_AS(profile_for_arch(61), Unsupported);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("builtin profiles from Volta to Hopper, selected by compute capability") {
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  const std::vector<std::pair<int, std::string>> want = {{70, "volta"}, {72, "volta"},  {75, "turing"},
+                                                         {80, "ampere"}, {86, "ampere"}, {87, "ampere"},
+                                                         {89, "ada"},    {90, "hopper"}};
+  for (const auto& [arch, name] : want) {
+    CAPTURE(arch);
+    const Profile& p = profile_for_arch(arch);
+    CHECK(p.name == name);
+    CHECK(p.source == "<builtin>/" + name + ".yml");
+  }
+  const Profile& volta = profile_for_arch(70);
+  CHECK(volta.matrix_unit.shape == MatrixUnit::m8n8k4);
+  CHECK(volta.matrix_unit.operand_dtypes == std::vector<DType>{DType::f16});
+  CHECK(volta.tile_for(256).block_m == 64);
+  CHECK(volta.tile_for(256).block_n == 32);
+  CHECK(volta.smem_per_block == 98304);
+  const Profile& turing = profile_for_arch(75);
+  CHECK(turing.matrix_unit.shape == MatrixUnit::m16n8k8);
+  CHECK_FALSE(turing.supports_dtype(DType::bf16));
+  CHECK(turing.smem_per_block == 65536);
+  const Profile& ada = profile_for_arch(89);
+  CHECK(ada.matrix_unit.shape == MatrixUnit::m16n8k16);
+  CHECK(ada.supports_dtype(DType::bf16));
+  CHECK(ada.smem_per_block == 101376);
+}
+
+// `text` with its first `from` replaced by `to`.
+std::string swap(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  REQUIRE(pos != std::string::npos);
+  return text.replace(pos, from.size(), to);
+}
+
+TEST_CASE("parse_profile: a matrix unit on archs the PTX ISA does not give it, bf16 where it has none") {
+  check_rejected(replace("archs: [75]", "archs: [70, 75]"),
+                 {"key 'archs[0]'", "70", "matrix unit m16n8k8", "needs sm_75 or later"});
+  check_rejected(replace("shape: m16n8k8", "shape: m16n8k16"), {"key 'archs[0]'", "m16n8k16", "sm_80"});
+  check_rejected(replace("[float16]", "[float16, bfloat16]"),
+                 {"key 'matrix_unit.operand_dtypes[1]'", "bfloat16", "need sm_80 or later", "sm_75"});
+  check_rejected(swap(replace("shape: m16n8k8", "shape: m8n8k4"), "[float16]", "[bfloat16]"),
+                 {"key 'matrix_unit.operand_dtypes[0]'", "m8n8k4 takes float16 operands only"});
+  // Accepted: m8n8k4 on sm_70, m16n8k8 with bf16 on sm_80 and later.
+  CHECK_NOTHROW(parse_profile(swap(replace("shape: m16n8k8", "shape: m8n8k4"), "archs: [75]", "archs: [70, 90]"), kOrigin));
+  CHECK_NOTHROW(parse_profile(swap(replace("[float16]", "[float16, bfloat16]"), "archs: [75]", "archs: [80, 90]"), kOrigin));
 }

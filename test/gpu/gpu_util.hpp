@@ -39,6 +39,7 @@
 #include "flashgen/flashgen.hpp"
 #include "runtime/driver.hpp"
 #include "test/reference.hpp"
+#include "test/gpu/units.hpp"
 
 namespace fgtest {
 
@@ -559,8 +560,9 @@ inline std::mutex& kernel_origins_mutex() {
   return m;
 }
 
-/// flashgen::compile() every distinct kernel of `cases` on all host threads.
-inline void precompile(const std::vector<Case>& cases) {
+/// flashgen::compile() every distinct kernel of `cases` for `unit` (its
+/// profile selected) on all host threads.
+inline void precompile_unit(const std::vector<Case>& cases, const Unit& unit) {
   const int arch = flashgen::current_device().arch;
   std::vector<flashgen::KernelSpec> specs;
   std::set<std::string> seen;
@@ -570,6 +572,7 @@ inline void precompile(const std::vector<Case>& cases) {
     const AttentionProblem p =
         make_problem(c, g, g.q_elems > 0 ? fake : 0, g.k_elems > 0 ? fake : 0, g.v_elems > 0 ? fake : 0, fake,
                      g.bias_elems > 0 ? fake : 0, c.lse ? fake : 0);
+    if (!unit.takes(c.dtype)) continue;  // reported per case as skipped
     flashgen::KernelSpec spec;
     try {
       spec = flashgen::plan(p, arch);
@@ -618,11 +621,19 @@ inline void precompile(const std::vector<Case>& cases) {
     }
   }
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("  kernels: %zu for sm_%d in %.1f s on %zu threads: %d from the disk cache, %d compiled by NVRTC "
+  std::printf("  kernels: %zu %s (%s) for sm_%d in %.1f s on %zu threads: %d from the disk cache, %d compiled by NVRTC "
               "(slowest %.1f s), %d failed\n",
-              specs.size(), arch, wall, nthreads, cached, static_cast<int>(specs.size()) - cached - failed,
-              slowest, failed);
+              specs.size(), unit.name.c_str(), unit.profile_name.c_str(), arch, wall, nthreads, cached,
+              static_cast<int>(specs.size()) - cached - failed, slowest, failed);
   std::fflush(stdout);
+}
+
+/// precompile_unit for every matrix unit of the device (units.hpp).
+inline void precompile(const std::vector<Case>& cases) {
+  for (const Unit& u : units()) {
+    UnitScope scope(u);
+    precompile_unit(cases, u);
+  }
 }
 
 /// Where the kernel of `spec` came from, for the per-case line.
@@ -829,43 +840,76 @@ inline std::string summary_line(const Case& c, const CaseResult& r, const std::s
                      r.max_err_o, r.max_err_lse, r.ok ? "ok" : fmt::format("FAIL (seed {})", r.seed));
 }
 
-/// Runs one case end to end: inputs, poison, forward, every check.
+/// Runs one case end to end on every matrix unit of the device (units.hpp):
+/// inputs and the reference once, then per unit poison, forward (the unit's
+/// profile selected), every check. One summary line per unit; the result is
+/// ok only when every unit is. A unit without the case's dtype (m8n8k4 and
+/// bf16) reports the case as skipped for it.
 inline CaseResult run_case(const Case& c) {
-  CaseResult res;
-  std::string kernel = "-";
+  CaseResult all;
+  std::vector<std::string> lines;
   try {
     const HostCase hc = make_host_case(c);
-    res.seed = hc.seed;
+    all.seed = hc.seed;
     DeviceCase dc(hc);
     Stream stream;
-    const flashgen::ForwardInfo info = flashgen::forward(dc.problem, stream.get());
-    stream.sync();
-    res.launched = info.launched;
-    kernel = info.launched ? kernel_origin_text(info) : "no launch";
-    const bool expect_launch = c.batch > 0 && c.seqlen_q > 0 && c.heads_q > 0;
-    if (info.launched != expect_launch) {
-      res.fail(fmt::format("forward() reported launched = {}, expected {}", info.launched, expect_launch));
+    std::optional<RefRows> rr;
+    for (const Unit& u : units()) {
+      CaseResult res;
+      res.seed = hc.seed;
+      std::string kernel = u.name + " -";
+      if (!u.takes(c.dtype)) {
+        lines.push_back(fmt::format("{:<86} | {:<22} | skipped: {} takes {} only", c.str(), u.name, u.profile_name,
+                                    u.dtypes.size() == 1 ? flashgen::to_string(u.dtypes[0]) : "other dtypes"));
+        continue;
+      }
+      try {
+        UnitScope scope(u);
+        dc.poison();
+        const flashgen::ForwardInfo info = flashgen::forward(dc.problem, stream.get());
+        stream.sync();
+        res.launched = info.launched;
+        kernel = u.name + " " + (info.launched ? kernel_origin_text(info) : "no launch");
+        if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name))
+          res.fail(fmt::format("planned unit {} instead of {}", flashgen::to_string(info.spec.unit), u.name));
+        const bool expect_launch = c.batch > 0 && c.seqlen_q > 0 && c.heads_q > 0;
+        if (info.launched != expect_launch) {
+          res.fail(fmt::format("forward() reported launched = {}, expected {}", info.launched, expect_launch));
+        }
+
+        const std::vector<uint16_t> o_dev = dc.o.download<uint16_t>();
+        const std::vector<float> lse_dev = dc.lse.download<float>();
+        check_o_poison(hc, o_dev, res);
+        if (c.lse) check_lse_poison(hc, lse_dev, res);
+        check_unchanged(hc.g.packed ? "QKV" : "Q", hc.q, dc.q, res);
+        check_unchanged("K", hc.k, dc.k, res);
+        check_unchanged("V", hc.v, dc.v, res);
+        check_unchanged("bias", hc.bias16, dc.bias, res);
+        check_unchanged("bias", hc.bias32, dc.bias, res);
+
+        if (!rr) {
+          const auto t0 = std::chrono::steady_clock::now();
+          rr = reference(hc);
+          all.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        check_values(hc, *rr, o_dev, lse_dev, res);
+      } catch (const std::exception& e) {
+        res.fail(std::string("exception: ") + e.what());
+      }
+      lines.push_back(summary_line(c, res, kernel));
+      all.launched = all.launched || res.launched;
+      all.max_err_o = std::max(all.max_err_o, res.max_err_o);
+      all.max_err_lse = std::max(all.max_err_lse, res.max_err_lse);
+      all.rows_checked = std::max(all.rows_checked, res.rows_checked);
+      all.rows_no_key = std::max(all.rows_no_key, res.rows_no_key);
+      for (const std::string& e : res.errors) all.fail("[" + u.name + "] " + e);
     }
-
-    const std::vector<uint16_t> o_dev = dc.o.download<uint16_t>();
-    const std::vector<float> lse_dev = dc.lse.download<float>();
-    check_o_poison(hc, o_dev, res);
-    if (c.lse) check_lse_poison(hc, lse_dev, res);
-    check_unchanged(hc.g.packed ? "QKV" : "Q", hc.q, dc.q, res);
-    check_unchanged("K", hc.k, dc.k, res);
-    check_unchanged("V", hc.v, dc.v, res);
-    check_unchanged("bias", hc.bias16, dc.bias, res);
-    check_unchanged("bias", hc.bias32, dc.bias, res);
-
-    const auto t0 = std::chrono::steady_clock::now();
-    const RefRows rr = reference(hc);
-    res.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    check_values(hc, rr, o_dev, lse_dev, res);
   } catch (const std::exception& e) {
-    res.fail(std::string("exception: ") + e.what());
+    all.fail(std::string("exception: ") + e.what());
+    lines.push_back(summary_line(c, all, "-"));
   }
-  res.line = summary_line(c, res, kernel);
-  return res;
+  for (const std::string& l : lines) all.line += (all.line.empty() ? "" : "\n  ") + l;
+  return all;
 }
 
 }  // namespace fgtest
