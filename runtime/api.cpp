@@ -2,6 +2,7 @@
 // load_kernel, launch, forward.
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -12,12 +13,14 @@
 #include <fmt/format.h>
 
 #include "flashgen/flashgen.hpp"
+#include "flashgen/tune.hpp"
 #include "gen/emit.hpp"
 #include "gen/params.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/tune_internal.hpp"
 
 namespace flashgen {
 namespace {
@@ -147,7 +150,7 @@ bool gpu_available() { return rt::driver_available(); }
 
 // ---- plan / generate ---------------------------------------------------------
 
-KernelSpec plan(const AttentionProblem& problem, int arch) {
+KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   check_problem(problem);
   const Profile& profile = profile_for_arch(arch);
   const int d = static_cast<int>(problem.head_dim);
@@ -170,9 +173,67 @@ KernelSpec plan(const AttentionProblem& problem, int arch) {
   return spec;
 }
 
+namespace {
+
+// The profile's default spec, then the tile of a tune entry for this class,
+// arch, profile and device (runtime/tune.cpp), if one applies and is valid.
+KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::function<std::string()>& device_name) {
+  KernelSpec spec = rt::plan_default(problem, arch);
+  const Profile& profile = profile_for_arch(arch);
+  const auto tuned = rt::find_tuned_tile_lazy(problem_class(problem), arch, profile, device_name);
+  if (!tuned) return spec;
+  KernelSpec t = spec;
+  t.block_m = tuned->tile.block_m;
+  t.block_n = tuned->tile.block_n;
+  t.warps = tuned->tile.warps;
+  t.stages = tuned->tile.stages;
+  const std::vector<std::string> broken = validate(t, profile);
+  if (!broken.empty()) {
+    rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
+                                     "profile {}: {}",
+                                     tuned->file, problem_class(problem).str(), tuned->tile.str(), profile.name,
+                                     join(broken, " ")));
+    return spec;
+  }
+  return t;
+}
+
+}  // namespace
+
+KernelSpec plan(const AttentionProblem& problem, int arch) {
+  return plan_tuned(problem, arch, [arch] { return rt::device_name_for_arch(arch); });
+}
+
+KernelSpec rt::plan_for_device(const AttentionProblem& problem, int arch, const std::string& device_name) {
+  return plan_tuned(problem, arch, [&device_name] { return device_name; });
+}
+
 KernelSpec plan(const AttentionProblem& problem) {
   check_problem(problem);  // bad input is reported before the device is looked at
-  return plan(problem, current_device().arch);
+  const DeviceInfo dev = current_device();
+  return plan_tuned(problem, dev.arch, [&dev] { return dev.name; });
+}
+
+std::string rt::device_name_for_arch(int arch) noexcept {
+  try {
+    if (!rt::driver_available()) return "";
+    const rt::Driver& d = rt::driver();
+    CUdevice dev = 0;
+    CUcontext ctx = nullptr;
+    if (d.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == nullptr || d.cuCtxGetDevice(&dev) != CUDA_SUCCESS) {
+      if (d.cuDeviceGet(&dev, 0) != CUDA_SUCCESS) return "";
+    }
+    int major = 0, minor = 0;
+    if (d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev) != CUDA_SUCCESS ||
+        d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev) != CUDA_SUCCESS ||
+        10 * major + minor != arch)
+      return "";
+    char name[256] = {};
+    if (d.cuDeviceGetName(name, static_cast<int>(sizeof name) - 1, dev) != CUDA_SUCCESS) return "";
+    return name;
+  } catch (...) {
+    return "";
+  }
 }
 
 std::string generate(const KernelSpec& spec) {
@@ -182,22 +243,34 @@ std::string generate(const KernelSpec& spec) {
 
 // ---- compile -------------------------------------------------------------------
 
+rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
+  CompileInputs in;
+  in.name = spec.kernel_name();
+  in.source = gen::emit_forward(spec);
+  in.options = rt::nvrtc_options(spec.arch);
+  // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
+  in.nvrtc = rt::nvrtc_version_for(spec.arch);
+  in.key = rt::cache_key(in.source, in.options, spec.arch, in.nvrtc);
+  return in;
+}
+
 CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recompile) {
   CompiledKernel out;
   out.spec = spec;
-  out.name = spec.kernel_name();
-  const std::string source = gen::emit_forward(spec);
-  const std::vector<std::string> options = rt::nvrtc_options(spec.arch);
-  // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
-  const rt::NvrtcVersion version = rt::nvrtc_version_for(spec.arch);
-  out.key = rt::cache_key(source, options, spec.arch, version);
+  rt::CompileInputs in = rt::compile_inputs(spec);
+  out.name = in.name;
+  const std::string& source = in.source;
+  const std::vector<std::string>& options = in.options;
+  const rt::NvrtcVersion version = in.nvrtc;
+  out.key = in.key;
+  const rt::EntryIdentity identity = rt::current_identity(out.key, spec.arch, version);
 
   // One compile per key within this process: later callers wait, then hit.
   std::shared_ptr<std::mutex> slot = compile_locks().get(out.key);
   std::lock_guard<std::mutex> lock(*slot);
 
   if (!force_recompile) {
-    if (auto hit = rt::cache_lookup(out.name, out.key)) {
+    if (auto hit = rt::cache_lookup(out.name, identity)) {
       out.cubin = std::move(hit->cubin);
       out.compile_log = std::move(hit->log);
       out.cache_path = std::move(hit->path);
@@ -227,7 +300,7 @@ CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recomp
   }
   out.cubin = std::move(compiled.cubin);
   out.compile_log = std::move(compiled.log);
-  out.cache_path = rt::cache_store(out.name, out.key, out.cubin, source, out.compile_log);
+  out.cache_path = rt::cache_store(out.name, identity, out.cubin, source, out.compile_log);
   out.from_cache = false;
   return out;
 }

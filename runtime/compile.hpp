@@ -5,9 +5,25 @@
 // builtin profile lists yet (e.g. sm_89 with the ampere tiles).
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "flashgen/flashgen.hpp"
+#include "runtime/nvrtc.hpp"
 
 namespace flashgen::rt {
+
+/// What compile() uses for `spec`: kernel name, generated source, NVRTC
+/// options, the version of the NVRTC that compiles for spec.arch, cache key.
+/// Throws Unavailable when no NVRTC serves the arch.
+struct CompileInputs {
+  std::string name;
+  std::string source;
+  std::vector<std::string> options;
+  NvrtcVersion nvrtc;
+  std::string key;
+};
+CompileInputs compile_inputs(const KernelSpec& spec);
 
 /// gen::emit_forward(spec), then the disk cache, then NVRTC on a miss (and
 /// store). No profile validation. Within a process, concurrent calls for the

@@ -19,7 +19,9 @@
 #include "flashgen/problem.hpp"
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
+#include "flashgen/tune.hpp"
 #include "flashgen/types.hpp"
+#include "flashgen/warmup.hpp"
 
 // Same declaration as cuda.h, so users need not include it.
 typedef struct CUstream_st* CUstream;
@@ -46,10 +48,18 @@ DeviceInfo current_device();
 bool gpu_available();
 
 /// Choose a KernelSpec for `problem` on compute capability `arch`: the profile's
-/// matrix unit and its tile for max(head_dim, head_dim_v). Checks the problem
-/// (check_problem) and the spec (validate). Throws InvalidArgument / Unsupported.
+/// matrix unit and its tile for max(head_dim, head_dim_v), unless a tune file
+/// (flashgen/tune.hpp: $FLASHGEN_TUNE_FILE, then tune.yml in the user cache)
+/// has an entry for this problem class (dtype, head dims, mask, bias kind,
+/// LSE, seqlen_q bucket), this arch, this profile's hash and the device: the
+/// GPU current in this thread (or device 0) when its arch is `arch`; without
+/// such a GPU, tune entries are ignored with one notice. An entry of another
+/// device, arch or profile version, or with a tile invalid for the profile, is
+/// ignored with one notice on stderr. Checks the problem (check_problem) and
+/// the spec (validate). Needs no GPU. Throws InvalidArgument / Unsupported.
 KernelSpec plan(const AttentionProblem& problem, int arch);
-/// plan() for the current device.
+/// plan() for the current device (its arch and name). Throws as plan(problem,
+/// arch), plus Unavailable / DriverError without a usable GPU.
 KernelSpec plan(const AttentionProblem& problem);
 
 /// The generated CUDA source for `spec` (self-contained, deterministic; begins

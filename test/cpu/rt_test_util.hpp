@@ -64,12 +64,15 @@ class EnvGuard {
   std::optional<std::string> old_;
 };
 
-/// FLASHGEN_CACHE_DIR pointed at a fresh temp dir (no bundles) for one test;
-/// the cache's resolved state is reset on entry and exit.
+/// FLASHGEN_CACHE_DIR pointed at a fresh temp dir (no bundles, no tune file)
+/// for one test; the cache's resolved state is reset on entry and exit.
 class ScopedCache {
  public:
   ScopedCache()
-      : dir_("flashgen-cache"), env_("FLASHGEN_CACHE_DIR", dir_.path()), bundles_("FLASHGEN_CACHE_BUNDLES", std::nullopt) {
+      : dir_("flashgen-cache"),
+        env_("FLASHGEN_CACHE_DIR", dir_.path()),
+        bundles_("FLASHGEN_CACHE_PATH", std::nullopt),
+        tune_("FLASHGEN_TUNE_FILE", std::nullopt) {
     rt::cache_reset_for_tests();
   }
   ~ScopedCache() { rt::cache_reset_for_tests(); }
@@ -79,6 +82,7 @@ class ScopedCache {
   TempDir dir_;
   EnvGuard env_;
   EnvGuard bundles_;
+  EnvGuard tune_;
 };
 
 /// Redirects file descriptor 2 into a temp file until stop().

@@ -1,8 +1,10 @@
 // CPU tests of the kernel cache (runtime/cache.*) and the compile path:
-// miss -> hit without NVRTC, corrupt / truncated / foreign entries recompiled
-// and replaced, atomic writes that leave no temp files, directory fallbacks,
-// bundles, concurrency across threads and processes, compile errors, NVRTC
-// loading. Needs NVRTC (no GPU).
+// miss -> hit without NVRTC, corrupt / truncated / foreign entries (arch,
+// NVRTC version, generator version) recompiled and replaced with one notice,
+// atomic writes that leave no temp files, directory fallbacks, bundles,
+// concurrency across threads and processes, compile errors, NVRTC loading.
+// Needs NVRTC (no GPU). Trust, crashes, the 8 x 4 race and unwritable or
+// read-only locations are in test_cache_reliability.cpp.
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -109,6 +111,36 @@ TEST_CASE("cache: entry encoding round-trips and every defect is named") {
   version[8] = 99;
   bad(version, key, "format version");
   bad(entry, std::string(32, 'b'), "another key");
+
+  // The header records what made the entry; each foreign field is named.
+  const rt::EntryIdentity id{key, 90, rt::NvrtcVersion{13, 0}, kGeneratorVersion};
+  const std::vector<char> full = rt::encode_cache_entry(id, payload);
+  REQUIRE(rt::decode_cache_entry(full, id, &reason).has_value());
+  auto foreign = [&](rt::EntryIdentity writer, const char* expect) {
+    std::string why;
+    CHECK_FALSE(rt::decode_cache_entry(rt::encode_cache_entry(writer, payload), id, &why).has_value());
+    INFO("reason: ", why);
+    CHECK(why.find(expect) != std::string::npos);
+  };
+  foreign(rt::EntryIdentity{key, 80, id.nvrtc, id.generator}, "compiled for sm_80 (this lookup is for sm_90)");
+  foreign(rt::EntryIdentity{key, 90, rt::NvrtcVersion{12, 8}, id.generator},
+          "made by NVRTC 12.8 (this process uses NVRTC 13.0)");
+  foreign(rt::EntryIdentity{key, 90, id.nvrtc, "0.0.1"}, "made by flashgen generator 0.0.1");
+  const auto header = rt::decode_cache_header(full.data(), full.size(), &reason);
+  REQUIRE(header.has_value());
+  CHECK(header->id.key == key);
+  CHECK(header->id.arch == 90);
+  CHECK(header->id.nvrtc == (rt::NvrtcVersion{13, 0}));
+  CHECK(header->id.generator == kGeneratorVersion);
+  CHECK(header->payload_size == payload.size());
+  // Every header byte is covered by the header checksum.
+  for (size_t i : {size_t{20}, size_t{48}, size_t{64}, size_t{70}, size_t{84}, size_t{115}}) {
+    std::vector<char> b = full;
+    b[i] ^= 0x10;
+    std::string why;
+    CHECK_FALSE(rt::decode_cache_entry(b, id, &why).has_value());
+    CHECK(why.find("header checksum") != std::string::npos);
+  }
 }
 
 TEST_CASE("cache: miss, then hit without an NVRTC call") {
@@ -167,12 +199,24 @@ TEST_CASE("cache: corrupt, truncated and empty entries are recompiled and replac
   {
     std::vector<char> b = bytes;
     b[20] ^= 0x01;  // inside the stored key
-    damages.push_back({"flipped key byte", b, "another key"});
+    damages.push_back({"flipped key byte", b, "header checksum"});
   }
   damages.push_back({"truncated payload", std::vector<char>(bytes.begin(), bytes.begin() + bytes.size() / 2),
                      "truncated"});
   damages.push_back({"truncated header", std::vector<char>(bytes.begin(), bytes.begin() + 10), "truncated"});
   damages.push_back({"zero-length", {}, "empty"});
+  {
+    // Whole entries of this key, written by another NVRTC / generator.
+    const rt::NvrtcVersion v = rt::nvrtc_version_for(spec.arch);
+    damages.push_back({"foreign NVRTC version",
+                       rt::encode_cache_entry(rt::EntryIdentity{good.key, spec.arch, rt::NvrtcVersion{v.major - 1, 7},
+                                                                kGeneratorVersion},
+                                              good.cubin),
+                       "made by NVRTC"});
+    damages.push_back({"foreign generator version",
+                       rt::encode_cache_entry(rt::EntryIdentity{good.key, spec.arch, v, "0.0.9"}, good.cubin),
+                       "made by flashgen generator 0.0.9"});
+  }
   {
     std::vector<char> b = bytes;
     b.insert(b.end(), 16, 'z');
@@ -193,6 +237,7 @@ TEST_CASE("cache: corrupt, truncated and empty entries are recompiled and replac
     CHECK(log.find("flashgen: cache entry " + good.cache_path + " is ") != std::string::npos);
     CHECK(log.find(d.reason) != std::string::npos);
     CHECK(log.find("; recompiling") != std::string::npos);
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);  // one notice
     // Replaced: valid again, a hit without NVRTC.
     CHECK(test::read_bytes(good.cache_path) == bytes);
     CompiledKernel hit = compile(spec);
@@ -223,7 +268,8 @@ TEST_CASE("cache: an entry of another arch copied over this entry's file is reco
   CHECK(rt::nvrtc_compile_count() == before + 1);
   CHECK(again.cubin == k90.cubin);
   INFO("stderr: ", log);
-  CHECK(log.find("another key") != std::string::npos);
+  CHECK(log.find("compiled for sm_80 (this lookup is for sm_90)") != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);  // one notice
   CHECK(test::read_bytes(k90.cache_path) == good90);
   CHECK(compile(s90).from_cache);
   CHECK(compile(s80).from_cache);  // the sm_80 entry itself is untouched
@@ -235,7 +281,7 @@ TEST_CASE("cache: the directory is created with mode 0700, parents included") {
   TempDir root("flashgen-cachedir");
   const std::string dir = root.path() + "/a/b/flashgen";
   EnvGuard env("FLASHGEN_CACHE_DIR", dir);
-  EnvGuard bundles("FLASHGEN_CACHE_BUNDLES", std::nullopt);
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", std::nullopt);
   rt::cache_reset_for_tests();
   CHECK(rt::cache_dir() == dir);
   struct stat st {};
@@ -266,7 +312,7 @@ TEST_CASE("cache: an unusable directory falls back to memory with one warning") 
   test::write_bytes(root.path() + "/file", {'x'});
   // A directory below a regular file can never be created (even by root).
   EnvGuard env("FLASHGEN_CACHE_DIR", root.path() + "/file/cache");
-  EnvGuard bundles("FLASHGEN_CACHE_BUNDLES", std::nullopt);
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", std::nullopt);
   rt::cache_reset_for_tests();
 
   const KernelSpec spec = test::simple_spec(80, 64, MaskKind::causal_bottom_right);
@@ -306,7 +352,7 @@ TEST_CASE("cache: read-only bundles are searched first and never written") {
                                  rt::cache_entry_path(bundle.path(), original.name, original.key, ext));
   }
   ScopedCache user;
-  EnvGuard bundles("FLASHGEN_CACHE_BUNDLES", "/nonexistent/flashgen-bundle:" + bundle.path());
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", "/nonexistent/flashgen-bundle:" + bundle.path());
   rt::cache_reset_for_tests();
   const uint64_t before = rt::nvrtc_compile_count();
   CompiledKernel k = compile(spec);

@@ -508,7 +508,7 @@ TEST_CASE("faults: a cache directory removed or replaced by a file mid-run: warn
   TempDir root("flashgen-vanish");
   const std::string dir = root.path() + "/cache";
   EnvGuard env("FLASHGEN_CACHE_DIR", dir);
-  EnvGuard bundles("FLASHGEN_CACHE_BUNDLES", std::nullopt);
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", std::nullopt);
   rt::cache_reset_for_tests();
 
   const CompiledKernel a = compile(test::simple_spec(80, 64));
@@ -573,7 +573,7 @@ TEST_CASE("faults: a full file system (ENOSPC on a small tmpfs) falls back to me
     REQUIRE(last_errno == ENOSPC);
   }
   EnvGuard env("FLASHGEN_CACHE_DIR", dir);
-  EnvGuard bundles("FLASHGEN_CACHE_BUNDLES", std::nullopt);
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", std::nullopt);
   rt::cache_reset_for_tests();
 
   const KernelSpec spec = test::simple_spec(80, 96);

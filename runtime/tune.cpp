@@ -1,0 +1,643 @@
+// Tune files (include/flashgen/tune.hpp): strict parsing, formatting, the
+// table plan() consults, and the profile hash.
+#include "flashgen/tune.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+#include <yaml-cpp/yaml.h>
+
+#include "flashgen/flashgen.hpp"
+#include "runtime/cache.hpp"
+#include "runtime/tune_internal.hpp"
+
+namespace flashgen {
+namespace {
+
+constexpr int kMaxHeadDim = 256;
+constexpr int kMinHeadDim = 16;
+constexpr int kMaxBlock = 256;
+constexpr int kMaxWarps = 16;
+constexpr int kMaxStages = 4;
+constexpr int64_t kMaxSeqlenBucket = int64_t{1} << 40;
+constexpr size_t kMaxTuneFileBytes = 16u << 20;
+constexpr size_t kMaxDeviceName = 256;
+constexpr size_t kMaxGenerator = 32;
+
+// ---- input guards --------------------------------------------------------------
+
+// yaml-cpp recurses once per nesting level; refuse input nested deeper than any
+// tune file is, before it reaches the parser. "" when fine.
+std::string nesting_problem(const std::string& text) {
+  constexpr int kMaxFlowDepth = 16;
+  constexpr size_t kMaxIndent = 64;
+  constexpr int kMaxLeadingIndicators = 8;
+  int depth = 0;
+  char quote = 0;
+  bool comment = false;
+  bool line_start = true;
+  size_t indent = 0;
+  int indicators = 0;
+  size_t line = 1;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') {
+      ++line;
+      comment = false;
+      line_start = true;
+      indent = 0;
+      indicators = 0;
+      if (quote == '\'' || quote == '"') continue;  // multi-line quoted scalar
+      continue;
+    }
+    if (comment) continue;
+    if (quote != 0) {
+      if (quote == '"' && c == '\\') {
+        ++i;
+      } else if (c == quote) {
+        quote = 0;
+      }
+      continue;
+    }
+    if (line_start) {
+      if (c == ' ' || c == '\t') {
+        if (++indent > kMaxIndent)
+          return fmt::format("line {} is indented more than {} columns, deeper than any tune file", line, kMaxIndent);
+        continue;
+      }
+      if ((c == '-' || c == '?' || c == ':') && i + 1 < text.size() && (text[i + 1] == ' ' || text[i + 1] == '\t')) {
+        if (++indicators > kMaxLeadingIndicators)
+          return fmt::format("line {} nests more than {} block collections, deeper than any tune file", line,
+                             kMaxLeadingIndicators);
+        continue;
+      }
+      line_start = false;
+    }
+    switch (c) {
+      case '#':
+        if (i == 0 || text[i - 1] == ' ' || text[i - 1] == '\t' || text[i - 1] == '\n') comment = true;
+        break;
+      case '\'':
+      case '"': quote = c; break;
+      case '[':
+      case '{':
+        if (++depth > kMaxFlowDepth)
+          return fmt::format("line {} nests more than {} flow collections, deeper than any tune file", line,
+                             kMaxFlowDepth);
+        break;
+      case ']':
+      case '}':
+        if (depth > 0) --depth;
+        break;
+      default: break;
+    }
+  }
+  return "";
+}
+
+// ---- strict reader -----------------------------------------------------------------
+
+class Reader {
+ public:
+  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
+
+  [[noreturn]] void fail(const std::string& path, const std::string& reason) const {
+    throw InvalidArgument(fmt::format("{}: key '{}' {}", origin_, path, reason));
+  }
+  [[noreturn]] void fail_document(const std::string& reason) const {
+    throw InvalidArgument(fmt::format("{}: {}", origin_, reason));
+  }
+
+  static std::string describe(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Scalar: {
+        std::string s = n.Scalar();
+        if (s.size() > 40) s = s.substr(0, 40) + "...";
+        for (char& c : s)
+          if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+        return fmt::format("'{}'", s);
+      }
+      case YAML::NodeType::Sequence: return "a sequence";
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Null: return "empty";
+      default: return "undefined";
+    }
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  std::map<std::string, YAML::Node> fields(const YAML::Node& n, const std::string& path,
+                                           const std::vector<std::string>& keys) const {
+    std::string allowed;
+    for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+    if (!n.IsMap()) {
+      if (path.empty())
+        fail_document(fmt::format("the document must be a mapping with the keys {}; got {}", allowed, describe(n)));
+      fail(path, fmt::format("must be a mapping with the keys {}; got {}", allowed, describe(n)));
+    }
+    std::map<std::string, YAML::Node> out;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      if (!key_node.IsScalar()) {
+        fail(path.empty() ? std::string("<root>") : path,
+             fmt::format("has a key that is {}, not a name; allowed keys: {}", describe(key_node), allowed));
+      }
+      const std::string key = key_node.Scalar();
+      const std::string sub = join(path, key);
+      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+        std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
+        for (char& c : shown)
+          if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+        fail(join(path, shown), fmt::format("is unknown; allowed keys: {}", allowed));
+      }
+      if (!out.emplace(key, it->second).second) fail(sub, "appears more than once");
+    }
+    for (const auto& key : keys) {
+      if (!out.count(key)) fail(join(path, key), "is missing");
+    }
+    return out;
+  }
+
+  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) const {
+    int64_t v = 0;
+    bool ok = n.IsScalar();
+    if (ok) {
+      const std::string& s = n.Scalar();
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      ok = !s.empty() && ec == std::errc() && ptr == s.data() + s.size();
+    }
+    if (!ok || v < lo || v > hi) fail(path, fmt::format("has value {}: must be an integer in [{}, {}]", describe(n), lo, hi));
+    return v;
+  }
+
+  std::string scalar(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) fail(path, fmt::format("has value {}: must be a scalar", describe(n)));
+    return n.Scalar();
+  }
+
+  // Printable ASCII, 1..max_len characters.
+  std::string text(const YAML::Node& n, const std::string& path, size_t max_len) const {
+    const std::string s = scalar(n, path);
+    const bool printable = std::all_of(s.begin(), s.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+    });
+    if (s.empty() || s.size() > max_len || !printable) {
+      fail(path, fmt::format("has value {}: must be 1 to {} printable ASCII characters", describe(n), max_len));
+    }
+    return s;
+  }
+
+  bool boolean(const YAML::Node& n, const std::string& path) const {
+    const std::string s = n.IsScalar() ? n.Scalar() : std::string();
+    if (n.IsScalar() && s == "true") return true;
+    if (n.IsScalar() && s == "false") return false;
+    fail(path, fmt::format("has value {}: allowed: true, false", describe(n)));
+  }
+
+  // Plain decimal (digits, at most one '.'), in [0, hi].
+  double decimal(const YAML::Node& n, const std::string& path, double hi) const {
+    bool ok = n.IsScalar();
+    double v = 0;
+    if (ok) {
+      const std::string& s = n.Scalar();
+      ok = !s.empty() && s.size() <= 32 && std::isdigit(static_cast<unsigned char>(s.front())) &&
+           std::isdigit(static_cast<unsigned char>(s.back())) &&
+           std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; }) &&
+           std::count(s.begin(), s.end(), '.') <= 1;
+      if (ok) {
+        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        ok = ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(v);
+      }
+    }
+    if (!ok || v < 0 || v > hi) fail(path, fmt::format("has value {}: must be a decimal number in [0, {}] (e.g. 312.5)", describe(n), hi));
+    return v;
+  }
+
+  // The "not a known ..." part of a parse_* message.
+  static std::string enum_reason(const InvalidArgument& e) {
+    const std::string m = e.what();
+    const auto pos = m.find("not a known");
+    return pos == std::string::npos ? m : m.substr(pos);
+  }
+
+ private:
+  std::string origin_;
+};
+
+bool valid_profile_name(const std::string& s) {
+  if (s.empty() || s.size() > 64 || !std::islower(static_cast<unsigned char>(s[0]))) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '_' ||
+           c == '-';
+  });
+}
+
+bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string& path) {
+  auto f = r.fields(node, path,
+                    {"device", "arch", "profile", "profile_hash", "generator", "problem", "tile", "tflops"});
+  TuneEntry e;
+  e.device = r.text(f["device"], path + ".device", kMaxDeviceName);
+  e.arch = static_cast<int>(r.integer(f["arch"], path + ".arch", 10, 999));
+  e.profile = r.scalar(f["profile"], path + ".profile");
+  if (!valid_profile_name(e.profile)) {
+    r.fail(path + ".profile", fmt::format("has value {}: must be a profile name (a-z first, then a-z, 0-9, '_', '-'; "
+                                          "at most 64 characters)",
+                                          Reader::describe(f["profile"])));
+  }
+  e.profile_hash = r.scalar(f["profile_hash"], path + ".profile_hash");
+  if (e.profile_hash.size() != 16 || e.profile_hash.find_first_not_of("0123456789abcdef") != std::string::npos) {
+    r.fail(path + ".profile_hash",
+           fmt::format("has value {}: must be 16 lowercase hex digits", Reader::describe(f["profile_hash"])));
+  }
+  e.generator = r.text(f["generator"], path + ".generator", kMaxGenerator);
+
+  {
+    const std::string pp = path + ".problem";
+    auto p = r.fields(f["problem"], pp, {"dtype", "head_dim", "head_dim_v", "mask", "bias", "lse", "seqlen_q_le"});
+    const std::string dtype = r.scalar(p["dtype"], pp + ".dtype");
+    try {
+      e.problem.dtype = parse_dtype(dtype, pp + ".dtype");
+    } catch (const InvalidArgument& ex) {
+      r.fail(pp + ".dtype", fmt::format("has value {}: {}", Reader::describe(p["dtype"]), Reader::enum_reason(ex)));
+    }
+    for (const char* key : {"head_dim", "head_dim_v"}) {
+      const int64_t v = r.integer(p[key], pp + "." + key, kMinHeadDim, kMaxHeadDim);
+      if (v % 8 != 0) r.fail(pp + "." + key, fmt::format("has value {}: must be a multiple of 8 in [16, 256]", v));
+      (std::strcmp(key, "head_dim") == 0 ? e.problem.head_dim : e.problem.head_dim_v) = static_cast<int>(v);
+    }
+    const std::string mask = r.scalar(p["mask"], pp + ".mask");
+    try {
+      e.problem.mask = parse_mask(mask, pp + ".mask");
+    } catch (const InvalidArgument& ex) {
+      r.fail(pp + ".mask", fmt::format("has value {}: {}", Reader::describe(p["mask"]), Reader::enum_reason(ex)));
+    }
+    const std::string bias = r.scalar(p["bias"], pp + ".bias");
+    try {
+      e.problem.bias = parse_bias(bias, pp + ".bias");
+    } catch (const InvalidArgument& ex) {
+      r.fail(pp + ".bias", fmt::format("has value {}: {}", Reader::describe(p["bias"]), Reader::enum_reason(ex)));
+    }
+    e.problem.has_lse = r.boolean(p["lse"], pp + ".lse");
+    e.problem.seqlen_q_le = r.integer(p["seqlen_q_le"], pp + ".seqlen_q_le", 64, kMaxSeqlenBucket);
+    if (!is_power_of_two(e.problem.seqlen_q_le)) {
+      r.fail(pp + ".seqlen_q_le",
+             fmt::format("has value {}: must be a power of two >= 64 (a seqlen_q bucket)", e.problem.seqlen_q_le));
+    }
+  }
+  {
+    const std::string tp = path + ".tile";
+    auto t = r.fields(f["tile"], tp, {"block_m", "block_n", "warps", "stages"});
+    e.tile.warps = static_cast<int>(r.integer(t["warps"], tp + ".warps", 1, kMaxWarps));
+    e.tile.block_m = static_cast<int>(r.integer(t["block_m"], tp + ".block_m", 16, kMaxBlock));
+    e.tile.block_n = static_cast<int>(r.integer(t["block_n"], tp + ".block_n", 16, kMaxBlock));
+    e.tile.stages = static_cast<int>(r.integer(t["stages"], tp + ".stages", 1, kMaxStages));
+    if (e.tile.block_m % (16 * e.tile.warps) != 0) {
+      r.fail(tp + ".block_m",
+             fmt::format("has value {}: must be a multiple of 16 * warps ({})", e.tile.block_m, 16 * e.tile.warps));
+    }
+    if (e.tile.block_n % 16 != 0) {
+      r.fail(tp + ".block_n", fmt::format("has value {}: must be a multiple of 16", e.tile.block_n));
+    }
+  }
+  e.tflops = r.decimal(f["tflops"], path + ".tflops", 1e6);
+  return e;
+}
+
+bool same_slot(const TuneEntry& a, const TuneEntry& b) {
+  return a.device == b.device && a.arch == b.arch && a.profile_hash == b.profile_hash && a.problem == b.problem;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// ---- the table plan() reads ----------------------------------------------------------
+
+struct FileSig {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  int64_t mtime_ns = 0;
+  bool operator==(const FileSig&) const = default;
+};
+
+struct LoadedFile {
+  FileSig sig;
+  std::shared_ptr<const TuneFile> file;  // null when invalid
+};
+
+struct TuneState {
+  std::mutex mu;
+  std::map<std::string, LoadedFile> files;
+  std::set<std::string> notices;  // printed once each
+};
+
+TuneState& tune_state() {
+  static auto* s = new TuneState();  // leaked: usable at exit
+  return *s;
+}
+
+void notice_once_locked(TuneState& s, const std::string& line) {
+  if (!s.notices.insert(line).second) return;
+  std::fprintf(stderr, "%s\n", line.c_str());
+}
+
+// The current tune files, (re)loaded when they changed.
+std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> current_files() {
+  std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> out;
+  TuneState& s = tune_state();
+  for (const std::string& path : tune_file_paths()) {
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.files.erase(path);
+      if (errno != ENOENT)
+        notice_once_locked(s, fmt::format("flashgen: warning: tune file {} is not used: {}", path, std::strerror(errno)));
+      continue;
+    }
+    const FileSig sig{st.st_dev, st.st_ino, st.st_size,
+                      static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      auto it = s.files.find(path);
+      if (it != s.files.end() && it->second.sig == sig) {
+        if (it->second.file) out.emplace_back(path, it->second.file);
+        continue;
+      }
+    }
+    std::shared_ptr<const TuneFile> file;
+    std::string error;
+    try {
+      file = std::make_shared<const TuneFile>(load_tune_file(path));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.files[path] = LoadedFile{sig, file};
+    if (!error.empty()) {
+      notice_once_locked(s, fmt::format("flashgen: warning: tune file {} is not used (the profiles' default tiles "
+                                        "are): {}",
+                                        path, error));
+    }
+    if (file) out.emplace_back(path, file);
+  }
+  return out;
+}
+
+}  // namespace
+
+// ---- public ------------------------------------------------------------------------
+
+int64_t seqlen_q_bucket(int64_t seqlen_q) {
+  int64_t b = 64;
+  while (b < seqlen_q && b < kMaxSeqlenBucket) b *= 2;
+  return b;
+}
+
+ProblemClass problem_class(const AttentionProblem& p) {
+  ProblemClass c;
+  c.dtype = p.dtype;
+  c.head_dim = static_cast<int>(p.head_dim);
+  c.head_dim_v = static_cast<int>(p.head_dim_v);
+  c.mask = p.mask;
+  c.bias = p.bias.kind;
+  c.has_lse = p.lse.data != nullptr;
+  c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);
+  return c;
+}
+
+std::string ProblemClass::str() const {
+  return fmt::format("{} d{}/v{} mask={} bias={} lse={} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
+                     to_string(mask), to_string(bias), has_lse ? 1 : 0, seqlen_q_le);
+}
+
+std::string TileShape::str() const { return fmt::format("bm{} bn{} w{} s{}", block_m, block_n, warps, stages); }
+
+TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {
+  Reader r(origin);
+  if (yaml_text.size() > kMaxTuneFileBytes) {
+    r.fail_document(fmt::format("is {} bytes, more than the {} a tune file may have", yaml_text.size(),
+                                kMaxTuneFileBytes));
+  }
+  if (yaml_text.find('\0') != std::string::npos) r.fail_document("contains a NUL byte (not a YAML text file)");
+  if (std::string why = nesting_problem(yaml_text); !why.empty()) r.fail_document(why);
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    r.fail_document(fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    r.fail_document(fmt::format("invalid YAML: {}", e.what()));
+  } catch (const std::exception& e) {
+    r.fail_document(fmt::format("cannot be read as YAML: {}", e.what()));
+  }
+  TuneFile out;
+  try {
+    auto top = r.fields(root, "", {"version", "entries"});
+    r.integer(top["version"], "version", 1, 1);
+    const YAML::Node& entries = top["entries"];
+    if (!entries.IsSequence()) {
+      r.fail("entries", fmt::format("has value {}: must be a sequence (possibly empty: [])", Reader::describe(entries)));
+    }
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const std::string path = fmt::format("entries[{}]", i);
+      TuneEntry e = parse_entry(r, entries[i], path);
+      for (size_t j = 0; j < out.entries.size(); ++j) {
+        if (same_slot(out.entries[j], e)) {
+          r.fail(path, fmt::format("repeats entries[{}] (same device, arch, profile_hash and problem)", j));
+        }
+      }
+      out.entries.push_back(std::move(e));
+    }
+  } catch (const InvalidArgument&) {
+    throw;
+  } catch (const YAML::Exception& e) {
+    r.fail_document(fmt::format("invalid YAML: {}", e.what()));
+  } catch (const std::exception& e) {
+    r.fail_document(fmt::format("cannot be read: {}", e.what()));
+  }
+  return out;
+}
+
+TuneFile load_tune_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot read tune file '{}': {}", path, err ? std::strerror(err) : "open failed"));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(fmt::format("cannot read tune file '{}': read failed", path));
+  return parse_tune_file(ss.str(), path);
+}
+
+std::string format_tune_file(const TuneFile& file) {
+  std::string out =
+      "# flashgen tune file: measured tiles by device, arch, profile and problem class\n"
+      "# (include/flashgen/tune.hpp). Written by `flashgen tune`; read by plan() from\n"
+      "# $FLASHGEN_TUNE_FILE and from tune.yml in the user cache directory.\n"
+      "version: 1\n";
+  if (file.entries.empty()) return out + "entries: []\n";
+  out += "entries:\n";
+  for (const TuneEntry& e : file.entries) {
+    out += fmt::format("  - device: {}\n", quoted(e.device));
+    out += fmt::format("    arch: {}\n", e.arch);
+    out += fmt::format("    profile: {}\n", e.profile);
+    out += fmt::format("    profile_hash: \"{}\"\n", e.profile_hash);
+    out += fmt::format("    generator: {}\n", quoted(e.generator));
+    out += fmt::format(
+        "    problem: {{dtype: {}, head_dim: {}, head_dim_v: {}, mask: {}, bias: {}, lse: {}, seqlen_q_le: {}}}\n",
+        to_string(e.problem.dtype), e.problem.head_dim, e.problem.head_dim_v, to_string(e.problem.mask),
+        to_string(e.problem.bias), e.problem.has_lse ? "true" : "false", e.problem.seqlen_q_le);
+    out += fmt::format("    tile: {{block_m: {}, block_n: {}, warps: {}, stages: {}}}\n", e.tile.block_m,
+                       e.tile.block_n, e.tile.warps, e.tile.stages);
+    out += fmt::format("    tflops: {:.1f}\n", e.tflops);
+  }
+  return out;
+}
+
+void save_tune_file(const std::string& path, const TuneFile& file) {
+  const std::string text = format_tune_file(file);
+  const std::string err = rt::write_file_atomic(path, text.data(), text.size(), 0644);
+  if (!err.empty()) throw IoError(fmt::format("cannot write tune file '{}': {}", path, err));
+}
+
+void merge_tune_entries(TuneFile& file, const std::vector<TuneEntry>& entries) {
+  for (const TuneEntry& e : entries) {
+    auto it = std::find_if(file.entries.begin(), file.entries.end(),
+                           [&](const TuneEntry& x) { return same_slot(x, e); });
+    if (it != file.entries.end()) {
+      *it = e;
+    } else {
+      file.entries.push_back(e);
+    }
+  }
+}
+
+std::string profile_hash(const Profile& p) {
+  std::string text = fmt::format("flashgen.profile_hash.v1;name={};archs=", p.name);
+  for (int a : p.archs) text += fmt::format("{},", a);
+  text += fmt::format(";unit={};dtypes=", to_string(p.matrix_unit.shape));
+  for (DType d : p.matrix_unit.operand_dtypes) text += fmt::format("{},", to_string(d));
+  text += fmt::format(";acc={};smem_per_block={};smem_per_sm={};registers_per_sm={};max_threads_per_sm={};"
+                      "mma={};smem_bw={};dram_bw={:.6g}",
+                      p.matrix_unit.accumulator_dtype, p.smem_per_block, p.smem_per_sm, p.registers_per_sm,
+                      p.max_threads_per_sm, p.mma_flop_per_clock_per_sm, p.smem_bytes_per_clock_per_sm,
+                      p.dram_bytes_per_clock_per_sm);
+  return fmt::format("{:016x}", XXH3_64bits(text.data(), text.size()));
+}
+
+std::string default_tune_file_path() {
+  for (const rt::CacheLayer& l : rt::cache_layers()) {
+    if (l.kind == rt::CacheLayer::Kind::user && !l.path.empty()) return l.path + "/tune.yml";
+  }
+  return "";
+}
+
+std::vector<std::string> tune_file_paths() {
+  std::vector<std::string> out;
+  if (const char* v = std::getenv("FLASHGEN_TUNE_FILE"); v != nullptr && *v != '\0') out.emplace_back(v);
+  const std::string def = default_tune_file_path();
+  if (!def.empty() && std::find(out.begin(), out.end(), def) == out.end()) out.push_back(def);
+  return out;
+}
+
+std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int arch, const Profile& profile,
+                                                  const std::function<std::string()>& device_name) {
+  const auto files = current_files();
+  if (files.empty()) return std::nullopt;
+  const std::string hash = profile_hash(profile);
+  bool have_device = false;
+  std::string device;
+  struct Foreign {
+    std::string file;
+    size_t index;
+    const TuneEntry* entry;
+  };
+  std::vector<Foreign> foreign;
+  for (const auto& [path, file] : files) {
+    for (size_t i = 0; i < file->entries.size(); ++i) {
+      const TuneEntry& e = file->entries[i];
+      if (!(e.problem == cls)) continue;
+      if (e.arch == arch && e.profile_hash == hash) {
+        if (!have_device) {
+          device = device_name();
+          have_device = true;
+        }
+        if (!device.empty() && e.device == device) return TunedTile{e.tile, path, e};
+      }
+      foreign.push_back(Foreign{path, i, &e});
+    }
+  }
+  if (foreign.empty()) return std::nullopt;
+  TuneState& s = tune_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  for (const Foreign& f : foreign) {
+    const TuneEntry& e = *f.entry;
+    std::string why;
+    if (e.arch != arch) {
+      why = fmt::format("it was measured for sm_{}, this plan is for sm_{}", e.arch, arch);
+    } else if (e.profile_hash != hash) {
+      why = fmt::format("it was measured with another version of profile {} (hash {}, now {} for {}); run flashgen "
+                        "tune again",
+                        e.profile, e.profile_hash, hash, profile.name);
+    } else if (device.empty()) {
+      why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME "
+            "selects entries for a named device)";
+    } else {
+      why = fmt::format("it was measured on {}, this device is {}", e.device, device);
+    }
+    notice_once_locked(s, fmt::format("flashgen: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
+                                      cls.str(), e.tile.str(), e.device, why));
+  }
+  return std::nullopt;
+}
+
+std::optional<TunedTile> find_tuned_tile(const ProblemClass& cls, int arch, const Profile& profile,
+                                         const std::string& device_name) {
+  return rt::find_tuned_tile_lazy(cls, arch, profile, [&] { return device_name; });
+}
+
+void rt::tune_notice_once(const std::string& line) {
+  TuneState& s = tune_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  notice_once_locked(s, line);
+}
+
+void rt::tune_reset_for_tests() {
+  TuneState& s = tune_state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  s.files.clear();
+  s.notices.clear();
+}
+
+}  // namespace flashgen

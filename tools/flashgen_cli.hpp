@@ -1,0 +1,176 @@
+// Shared pieces of the `flashgen` command-line tool (tools/flashgen*.cpp):
+// problem descriptions (flags and YAML problem sets), the progress display,
+// the tile model (enumeration and ranking for `tune`, numbers for `explain`)
+// and the ptxas report parser. Internal to the tool and its tests.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+
+namespace flashgen::cli {
+
+// ---- problems ------------------------------------------------------------------
+
+/// One attention problem as a user writes it (shapes only, no pointers).
+struct ProblemDesc {
+  std::string name;            ///< optional label ("" = none)
+  DType dtype = DType::f16;
+  int64_t batch = 1;
+  int64_t seqlen_q = 1024;
+  int64_t seqlen_k = 1024;
+  int64_t heads_q = 1;
+  int64_t heads_kv = 1;
+  int64_t head_dim = 64;
+  int64_t head_dim_v = 64;
+  MaskKind mask = MaskKind::none;
+  BiasKind bias = BiasKind::none;
+  bool lse = false;
+
+  std::string str() const;  ///< one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 causalbr bias=none lse=0"
+};
+
+/// An AttentionProblem over contiguous BSHD tensors at fake (aligned, never
+/// dereferenced) addresses: enough for plan() and check_problem(). A bias is
+/// [batch, heads_q, seqlen_q, seqlen_k] contiguous; LSE [batch, heads_q, seqlen_q].
+AttentionProblem to_problem(const ProblemDesc& d);
+
+/// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
+/// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse).
+/// seqlen sets both seqlens, heads both head counts; head_dim_v defaults to
+/// head_dim and seqlen_k to seqlen_q. Throws InvalidArgument naming the key.
+ProblemDesc parse_problem_text(const std::string& text);
+
+/// A YAML problem set ("problems seen in production"):
+///   problems:
+///     - {name: llama3-8b-prefill, dtype: f16, batch: 1, seqlen_q: 4096, heads_q: 32, heads_kv: 8,
+///        head_dim: 128, mask: causalbr}
+/// Required: dtype, head_dim, seqlen_q (or seqlen), heads_q (or heads);
+/// optional: name, batch (1), seqlen_k (= seqlen_q), heads_kv (= heads_q),
+/// head_dim_v (= head_dim), mask (none), bias (none), lse (false).
+/// Unknown keys are errors. Throws InvalidArgument "<origin>: key '<path>' <reason>".
+std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin);
+std::vector<ProblemDesc> load_problem_set(const std::string& path);
+
+// ---- progress ------------------------------------------------------------------
+
+/// Progress of a counted job on stderr: on a terminal, one redrawn line with a
+/// bar, count, rate and ETA; otherwise one plain line per finished item.
+class Progress {
+ public:
+  /// `tty`: draw a bar (normally isatty(fileno(out))).
+  Progress(std::string what, size_t total, FILE* out, bool tty);
+  /// One item finished; `line` describes it (printed as is when not a tty).
+  void step(const std::string& line, bool failed = false);
+  /// Ends the bar line (tty). Idempotent.
+  void finish();
+  double elapsed() const;
+
+  /// "12.3 s", "4m05s", "1h02m".
+  static std::string duration(double seconds);
+
+ private:
+  void draw(bool force);
+  std::string what_;
+  size_t total_;
+  size_t done_ = 0;
+  size_t failed_ = 0;
+  FILE* out_;
+  bool tty_;
+  bool finished_ = false;
+  double start_;
+  double last_draw_ = -1.0;
+  std::mutex mu_;
+};
+
+/// True when `f` is a terminal.
+bool is_terminal(FILE* f);
+
+// ---- ptxas report ------------------------------------------------------------
+
+/// The per-kernel numbers of a ptxas --verbose report (the NVRTC log).
+struct PtxasReport {
+  bool found = false;         ///< a "Used N registers" line was seen
+  int registers = 0;
+  int64_t spill_stores = 0;   ///< bytes
+  int64_t spill_loads = 0;    ///< bytes
+  int64_t stack_frame = 0;    ///< bytes
+  int64_t smem_static = 0;    ///< bytes of static shared memory ("N bytes smem")
+};
+PtxasReport parse_ptxas(const std::string& log);
+
+// ---- the tile model ----------------------------------------------------------
+
+/// What the model needs of a GPU beyond the profile (0 = unknown).
+struct DeviceShape {
+  int sm_count = 0;
+  double clock_ghz = 0.0;
+};
+
+/// The model's numbers for one spec on one problem. Units: FLOP, bytes, SM clocks.
+struct TileModel {
+  KernelSpec spec;
+  int registers = 0;            ///< per thread (ptxas if measured, else estimated)
+  bool registers_measured = false;
+  int64_t spill_bytes = 0;      ///< ptxas spill stores + loads
+  // work
+  double flops = 0;             ///< useful FLOPs of the problem: 4*B*Hq*Sq*Sk_eff*(D+Dv)/2
+  double tile_flops = 0;        ///< FLOPs one thread block executes (tiles padded to block_m x block_n)
+  int64_t blocks = 0;           ///< thread blocks in the grid
+  // bytes
+  double unique_bytes = 0;      ///< Q + K + V + O (+ bias, LSE): what DRAM must move at least
+  double tile_global_bytes = 0; ///< bytes one block moves between global memory and the SM (Q, K/V stream, O)
+  double tile_smem_bytes = 0;   ///< shared-memory traffic of one block (cp.async writes + ldmatrix reads)
+  // intensities (FLOP per byte) and the profile's ridge points
+  double ai_dram = 0;           ///< flops / unique_bytes
+  double ai_tile = 0;           ///< tile_flops / tile_global_bytes
+  double ai_smem = 0;           ///< tile_flops / tile_smem_bytes
+  double ridge_dram = 0;        ///< mma_flop_per_clock_per_sm / dram_bytes_per_clock_per_sm
+  double ridge_smem = 0;        ///< mma_flop_per_clock_per_sm / smem_bytes_per_clock_per_sm
+  // occupancy
+  int blocks_per_sm = 0;        ///< min over shared memory, registers, threads
+  std::string occupancy_limit;  ///< "shared memory", "registers", "threads", "blocks"
+  int resident_warps = 0;
+  double latency_efficiency = 0;  ///< min(1, resident warps / kWarpsToHideLatency), x0.8 for one stage
+  double wave_efficiency = 1;     ///< blocks / (waves * SMs * blocks_per_sm) (1 when SMs unknown)
+  double padding_efficiency = 1;  ///< useful / executed FLOPs
+  // verdict
+  double flop_per_clock_per_sm = 0;  ///< modelled attained rate
+  std::string bound;            ///< "matrix unit", "shared memory", "memory", "latency"
+  double score = 0;             ///< modelled fraction of the matrix-unit peak (0..1); higher is better
+  bool fits = true;             ///< at least one block fits an SM and no rule is broken
+  std::string why_not;          ///< when !fits
+};
+
+/// Warps per SM that keep mma.sync busy (two per SM sub-partition).
+inline constexpr int kWarpsToHideLatency = 8;
+
+/// Registers per thread the model expects for `spec` (accumulators of O and S,
+/// Q fragments, row statistics, ~40 for addressing).
+int estimate_registers(const KernelSpec& spec);
+
+/// The model for `spec` on `problem` (spec must match the problem's features).
+/// registers < 0: estimate them.
+TileModel model_tile(const KernelSpec& spec, const ProblemDesc& problem, const Profile& profile,
+                     const DeviceShape& dev, int registers = -1, int64_t spill_bytes = 0);
+
+/// Every tile (block_m, block_n, warps, stages) that passes validate() for the
+/// problem's features on `arch` and fits the profile's shared memory and
+/// register budgets (estimated registers <= 255 and at least one block per SM),
+/// ranked best first by the model.
+std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Profile& profile,
+                                  const DeviceShape& dev);
+
+/// The spec `problem` gets on `arch` with `tile`.
+KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile);
+
+/// Useful FLOPs of a problem: 4*B*Hq*Sq*Sk*(D+Dv)/2, causal masks counting
+/// only the keys each query sees.
+double problem_flops(const ProblemDesc& p);
+
+}  // namespace flashgen::cli

@@ -1,0 +1,923 @@
+// flashgen subcommands: pregen, explain, show, cache, info (tune is in
+// tools/flashgen_tune.cpp).
+#include "tools/flashgen_cmds.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "flashgen/flashgen.hpp"
+#include "runtime/cache.hpp"
+#include "runtime/compile.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/nvrtc.hpp"
+#include "runtime/tune_internal.hpp"
+#include "tools/flashgen_cli.hpp"
+
+namespace flashgen::cli {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + v[i];
+  return out;
+}
+
+std::string join_ints(const std::vector<int>& v, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? sep : "") + std::to_string(v[i]);
+  return out;
+}
+
+std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+// "a,b c" and repeated flags -> items.
+std::vector<std::string> items(const std::vector<std::string>& raw) {
+  std::vector<std::string> out;
+  for (const auto& r : raw) {
+    std::string cur;
+    for (char c : r) {
+      if (c == ',' || c == ' ') {
+        if (!cur.empty()) out.push_back(cur);
+        cur.clear();
+      } else {
+        cur += c;
+      }
+    }
+    if (!cur.empty()) out.push_back(cur);
+  }
+  return out;
+}
+
+void row(const char* label, const std::string& text) { std::printf("%-12s %s\n", label, text.c_str()); }
+
+// Problem features as a spec fragment for the pregen line.
+struct Feature {
+  DType dtype;
+  int d, dv;
+  MaskKind mask;
+  BiasKind bias;
+  bool lse;
+};
+
+struct Job {
+  KernelSpec spec;
+  std::string origin;  // problem name / "flags"
+};
+
+// Where an entry came from, for pregen lines and explain.
+std::string layer_of(const std::string& path) {
+  if (path.empty()) return "memory";
+  for (const rt::CacheLayer& l : rt::cache_layers()) {
+    if (!l.path.empty() && path.rfind(l.path + "/", 0) == 0)
+      return l.kind == rt::CacheLayer::Kind::bundle ? "bundle " + l.path : "user cache " + l.path;
+  }
+  return path;
+}
+
+}  // namespace
+
+int choose_arch(int requested, std::string* note) {
+  if (requested != 0) return requested;
+  if (gpu_available()) {
+    try {
+      const int arch = current_device().arch;
+      if (note) *note = fmt::format("sm_{} (the GPU of this machine)", arch);
+      return arch;
+    } catch (const std::exception&) {
+    }
+  }
+  if (note) *note = "sm_90 (no GPU here; choose another with --arch)";
+  return 90;
+}
+
+bool parse_tile_text(const std::string& text, int* bm, int* bn, int* w, int* s) {
+  if (text.empty() || text == "default") return false;
+  char x1 = 0, x2 = 0, x3 = 0;
+  int n = 0;
+  if (std::sscanf(text.c_str(), "%d%c%d%c%d%c%d%n", bm, &x1, bn, &x2, w, &x3, s, &n) != 7 || x1 != 'x' ||
+      x2 != 'x' || x3 != 'x' || n != static_cast<int>(text.size())) {
+    throw InvalidArgument(fmt::format(
+        "tile '{}' is not BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default'", text));
+  }
+  return true;
+}
+
+// ============================================================================
+// pregen
+// ============================================================================
+
+CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "pregen",
+      "Compile a set of kernels ahead of time (NVRTC, no GPU needed) into the user cache or a bundle directory. "
+      "The set is the cross product of the flags for every chosen arch, or the problems of a YAML file.");
+  c->add_option("--arch", o.archs, "target compute capabilities, e.g. 80,90 (10*major+minor)")->delimiter(',');
+  c->add_option("--profile", o.profiles, "every arch of these built-in profiles, e.g. ampere,hopper")->delimiter(',');
+  c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
+      ->capture_default_str();
+  c->add_option("--dtypes", o.dtypes, "f16, bf16 (combinations a profile cannot run are skipped)")
+      ->capture_default_str();
+  c->add_option("--masks", o.masks, "none, causaltl, causalbr")->capture_default_str();
+  c->add_option("--bias", o.biases, "bias kinds: none, input, f32")->capture_default_str();
+  c->add_option("--lse", o.lse, "LSE output: no, yes (both: no,yes)")->capture_default_str();
+  c->add_option("--tiles", o.tiles,
+                "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
+                "entry's)")
+      ->capture_default_str();
+  c->add_option("--problems", o.problems_file,
+                "YAML file of problems seen in production (problems: [{dtype, head_dim, seqlen_q, heads_q, ...}]); "
+                "replaces the feature flags")
+      ->check(CLI::ExistingFile);
+  c->add_option("--device", o.device,
+                "plan with the tune entries of this device name (e.g. \"NVIDIA H200\"), for a GPU that is not here");
+  c->add_option("--tune-file", o.tune_file, "read tune entries from this file (as FLASHGEN_TUNE_FILE)");
+  c->add_option("--out", o.out,
+                "write into this bundle directory (created 0755, files 0644) instead of the user cache; ship it and "
+                "point FLASHGEN_CACHE_PATH at it");
+  c->add_option("-j,--jobs", o.threads, "compile threads (default: one per core)")->check(CLI::NonNegativeNumber);
+  c->add_flag("--list", o.list, "print the specs and exit (nothing is compiled)");
+  return c;
+}
+
+int run_pregen(const PregenOptions& o) {
+  if (!o.tune_file.empty()) ::setenv("FLASHGEN_TUNE_FILE", o.tune_file.c_str(), 1);
+  // Archs.
+  std::vector<int> archs = o.archs;
+  for (const std::string& name : items(o.profiles)) {
+    bool found = false;
+    for (const Profile& p : builtin_profiles()) {
+      if (p.name != name) continue;
+      found = true;
+      archs.insert(archs.end(), p.archs.begin(), p.archs.end());
+    }
+    if (!found) {
+      std::vector<std::string> names;
+      for (const Profile& p : builtin_profiles()) names.push_back(p.name);
+      throw InvalidArgument(
+          fmt::format("--profile {}: no built-in profile has that name; allowed: {}", name, join(names, ", ")));
+    }
+  }
+  if (archs.empty()) {
+    if (!gpu_available())
+      throw InvalidArgument("choose the target with --arch (e.g. --arch 80,90) or --profile (e.g. --profile hopper); "
+                            "there is no GPU here to default to");
+    archs.push_back(current_device().arch);
+  }
+  std::sort(archs.begin(), archs.end());
+  archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
+
+  // Problems: from the file, or the cross product of the flags.
+  std::vector<ProblemDesc> problems;
+  if (!o.problems_file.empty()) {
+    problems = load_problem_set(o.problems_file);
+  } else {
+    std::vector<std::pair<int, int>> dims;
+    for (const std::string& t : items(o.head_dims)) {
+      int d = 0, dv = 0;
+      char colon = 0;
+      int n = 0;
+      if (std::sscanf(t.c_str(), "%d%n", &d, &n) == 1 && n == static_cast<int>(t.size())) {
+        dv = d;
+      } else if (std::sscanf(t.c_str(), "%d%c%d%n", &d, &colon, &dv, &n) != 3 || colon != ':' ||
+                 n != static_cast<int>(t.size())) {
+        throw InvalidArgument(fmt::format("--head-dims: '{}' is not D or D:DV (e.g. 96 or 192:128)", t));
+      }
+      dims.emplace_back(d, dv);
+    }
+    std::vector<bool> lses;
+    for (const std::string& t : items(o.lse)) {
+      if (t == "no" || t == "false" || t == "0") lses.push_back(false);
+      else if (t == "yes" || t == "true" || t == "1") lses.push_back(true);
+      else throw InvalidArgument(fmt::format("--lse: '{}' is not one of no, yes", t));
+    }
+    for (const std::string& dt : items(o.dtypes))
+      for (auto [d, dv] : dims)
+        for (const std::string& mk : items(o.masks))
+          for (const std::string& bk : items(o.biases))
+            for (bool l : lses) {
+              ProblemDesc p;
+              p.dtype = parse_dtype(dt, "--dtypes");
+              p.head_dim = d;
+              p.head_dim_v = dv;
+              p.mask = parse_mask(mk, "--masks");
+              p.bias = parse_bias(bk, "--bias");
+              p.lse = l;
+              p.seqlen_q = p.seqlen_k = 1024;
+              problems.push_back(p);
+            }
+  }
+  std::vector<std::optional<TileShape>> tiles;
+  for (const std::string& t : items(o.tiles)) {
+    TileShape ts;
+    if (parse_tile_text(t, &ts.block_m, &ts.block_n, &ts.warps, &ts.stages)) tiles.emplace_back(ts);
+    else tiles.emplace_back(std::nullopt);
+  }
+  if (tiles.empty()) tiles.emplace_back(std::nullopt);
+
+  // Specs.
+  std::vector<Job> jobs;
+  std::set<std::string> seen;
+  std::vector<std::string> planning_errors;
+  size_t skipped = 0;
+  for (int arch : archs) {
+    const Profile& profile = profile_for_arch(arch);  // Unsupported names the nearest profiles
+    for (const ProblemDesc& p : problems) {
+      if (!profile.supports_dtype(p.dtype) && o.problems_file.empty()) {
+        ++skipped;  // a flag combination this profile cannot run
+        continue;
+      }
+      for (const auto& tile : tiles) {
+        try {
+          KernelSpec spec;
+          if (tile) {
+            spec = spec_with_tile(p, arch, profile, *tile);
+            check_problem(to_problem(p));
+            require_valid(spec, profile);
+          } else if (!o.device.empty()) {
+            spec = rt::plan_for_device(to_problem(p), arch, o.device);
+          } else {
+            spec = plan(to_problem(p), arch);
+          }
+          if (seen.insert(spec.canonical()).second) jobs.push_back(Job{spec, p.name});
+        } catch (const Error& e) {
+          planning_errors.push_back(fmt::format("sm_{} {}{}: {}", arch, p.str(), tile ? " tile " + tile->str() : "",
+                                                e.what()));
+        }
+      }
+    }
+  }
+  if (o.list) {
+    for (const Job& j : jobs) std::printf("%s\n", j.spec.canonical().c_str());
+    for (const std::string& e : planning_errors) std::fprintf(stderr, "flashgen pregen: not planned: %s\n", e.c_str());
+    return planning_errors.empty() ? 0 : 1;
+  }
+
+  // Where the entries go.
+  if (!o.out.empty()) {
+    rt::CacheOverride ov;
+    ov.store_dir = o.out;
+    ov.bundles = std::vector<std::string>{};
+    ov.bundle_mode = true;
+    rt::cache_override(ov);
+  }
+  std::string target;
+  for (const rt::CacheLayer& l : rt::cache_layers()) {
+    if (l.kind != rt::CacheLayer::Kind::user) continue;
+    if (!l.usable) {
+      throw IoError(fmt::format("{} cannot receive kernels: {}", o.out.empty() ? "the user cache" : "--out " + o.out,
+                                l.problem.empty() ? std::string("no directory") : l.problem));
+    }
+    target = o.out.empty() ? "user cache " + l.path : "bundle " + l.path;
+  }
+
+  const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<KernelSpec> specs;
+  for (const Job& j : jobs) specs.push_back(j.spec);
+  const int used_threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(1, specs.size()))));
+  std::fprintf(stderr, "flashgen pregen: %zu kernels for %s into %s on %d threads\n", specs.size(),
+               [&] {
+                 std::vector<std::string> a;
+                 for (int x : archs) a.push_back(fmt::format("sm_{}", x));
+                 return join(a, ", ");
+               }()
+                   .c_str(),
+               target.c_str(), used_threads);
+  Progress progress("pregen", specs.size(), stderr, is_terminal(stderr));
+  const auto results = warmup(specs, threads, [&](const WarmupProgress& w) {
+    const WarmupResult& r = *w.last;
+    std::string line;
+    if (!r.ok) {
+      line = fmt::format("FAILED   {}: {}", r.spec.kernel_name(), first_line(r.error));
+    } else if (r.from_cache) {
+      line = fmt::format("present  {} ({})", r.spec.kernel_name(), layer_of(r.cache_path));
+    } else {
+      line = fmt::format("compiled {} ({:.1f} s)", r.spec.kernel_name(), r.seconds);
+    }
+    progress.step(line, !r.ok);
+  });
+  progress.finish();
+  const double wall = progress.elapsed();
+
+  size_t compiled = 0, present = 0, failed = 0;
+  double nvrtc_seconds = 0;
+  uint64_t bytes = 0;
+  for (const WarmupResult& r : results) {
+    if (!r.ok) {
+      ++failed;
+      continue;
+    }
+    if (r.from_cache) {
+      ++present;
+    } else {
+      ++compiled;
+      nvrtc_seconds += r.seconds;
+    }
+    struct stat st {};
+    if (!r.cache_path.empty() && ::stat(r.cache_path.c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
+  }
+  std::printf("pregen: %zu kernels in %s (wall) on %d threads: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
+              "already present, %zu failed%s\n",
+              results.size(), Progress::duration(wall).c_str(), used_threads, compiled, nvrtc_seconds,
+              wall > 0 ? static_cast<double>(compiled + present) / wall : 0.0, present, failed + planning_errors.size(),
+              skipped ? fmt::format("; {} flag combinations skipped (dtype not supported by the profile)", skipped).c_str()
+                      : "");
+  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), mib(static_cast<double>(bytes)).c_str());
+  if (!o.out.empty()) {
+    std::printf("pregen: use the bundle with FLASHGEN_CACHE_PATH=%s (read-only; files must not be writable by "
+                "others)\n",
+                o.out.c_str());
+  }
+  if (failed > 0 || !planning_errors.empty()) {
+    std::fprintf(stderr, "pregen: failures:\n");
+    for (const std::string& e : planning_errors) std::fprintf(stderr, "  not planned: %s\n", e.c_str());
+    for (const WarmupResult& r : results) {
+      if (r.ok) continue;
+      std::fprintf(stderr, "  %s (%s):\n    %s\n", r.spec.kernel_name().c_str(), r.spec.canonical().c_str(),
+                   [&] {
+                     std::string s = r.error;
+                     for (size_t p = 0; (p = s.find('\n', p)) != std::string::npos; p += 5) s.replace(p, 1, "\n    ");
+                     return s;
+                   }()
+                       .c_str());
+    }
+    return 1;
+  }
+  return 0;
+}
+
+// ============================================================================
+// explain
+// ============================================================================
+
+CLI::App* add_explain(CLI::App& app, ExplainOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "explain",
+      "A dry run (no GPU needed): what a problem gets, or every rule it breaks and the nearest supported "
+      "alternatives. Nothing is written to the cache.");
+  c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)")->required();
+  c->add_option("--arch", o.arch, "target compute capability (default: the GPU's, else 90)");
+  c->add_option("--device", o.device, "use the tune entries of this device name");
+  c->add_option("--tile", o.tile, "explain this tile (BLOCK_MxBLOCK_NxWARPSxSTAGES) instead of the planned one");
+  c->add_option("--sms", o.sms, "SM count for the wave model (default: the GPU's when it is the target)");
+  c->add_flag("--no-compile", o.no_compile, "do not run NVRTC for the register report when the kernel is not cached");
+  return c;
+}
+
+namespace {
+
+// Each rule `d` breaks on `arch` (and with `tile`, when set).
+std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std::optional<TileShape>& tile,
+                                      KernelSpec* spec_out) {
+  std::vector<std::string> out;
+  // check_problem() reports the first broken rule; to find every one, each
+  // group of fields is checked alone on top of a problem that is valid.
+  try {
+    check_problem(to_problem(d));
+  } catch (const Error& first) {
+    ProblemDesc base;
+    base.dtype = d.dtype;
+    base.batch = base.seqlen_q = base.seqlen_k = base.heads_q = base.heads_kv = 1;
+    base.head_dim = base.head_dim_v = 64;
+    const std::vector<std::function<void(ProblemDesc&)>> groups = {
+        [&](ProblemDesc& x) { x.batch = d.batch; },
+        [&](ProblemDesc& x) { x.seqlen_q = d.seqlen_q, x.seqlen_k = d.seqlen_k; },
+        [&](ProblemDesc& x) { x.heads_q = d.heads_q, x.heads_kv = d.heads_kv; },
+        [&](ProblemDesc& x) { x.head_dim = d.head_dim; },
+        [&](ProblemDesc& x) { x.head_dim_v = d.head_dim_v; },
+        [&](ProblemDesc& x) { x.mask = d.mask, x.bias = d.bias, x.lse = d.lse; },
+    };
+    size_t found = 0;
+    for (const auto& g : groups) {
+      ProblemDesc x = base;
+      g(x);
+      try {
+        check_problem(to_problem(x));
+      } catch (const Error& e) {
+        out.push_back(std::string("problem: ") + e.what());
+        ++found;
+      }
+    }
+    if (found == 0) out.push_back(std::string("problem: ") + first.what());
+  }
+  // Spec sentences that repeat a problem rule ("head_dim (100) must be ...") are left out.
+  auto repeats_problem_rule = [&](const std::string& sentence) {
+    std::string core = sentence;
+    if (!core.empty() && core.back() == '.') core.pop_back();
+    return std::any_of(out.begin(), out.end(), [&](const std::string& r) { return r.find(core) != std::string::npos; });
+  };
+  const Profile* profile = nullptr;
+  try {
+    profile = &profile_for_arch(arch);
+  } catch (const Error& e) {
+    out.push_back(std::string("arch: ") + e.what());
+    return out;
+  }
+  TileShape t;
+  if (tile) {
+    t = *tile;
+  } else {
+    const int hd = static_cast<int>(std::max(d.head_dim, d.head_dim_v));
+    try {
+      const FlashTile& ft = profile->tile_for(hd);
+      t = TileShape{ft.block_m, ft.block_n, ft.warps, ft.stages};
+    } catch (const Error& e) {
+      out.push_back(std::string("profile: ") + e.what());
+      const FlashTile& ft = profile->flash.back();
+      t = TileShape{ft.block_m, ft.block_n, ft.warps, ft.stages};
+    }
+  }
+  const KernelSpec spec = spec_with_tile(d, arch, *profile, t);
+  for (const std::string& s : validate(spec, *profile)) {
+    if (!repeats_problem_rule(s)) out.push_back("spec: " + s);
+  }
+  if (spec_out) *spec_out = spec;
+  return out;
+}
+
+struct Alternative {
+  ProblemDesc d;
+  int arch;
+  std::optional<TileShape> tile;
+  int changes;
+  int64_t distance;
+  std::string what;
+};
+
+std::vector<int64_t> nearby_head_dims(int64_t v) {
+  if (v % 8 == 0 && v >= 16 && v <= 256) return {v};
+  std::vector<int64_t> out;
+  const int64_t below = std::clamp<int64_t>(v / 8 * 8, 16, 256);
+  const int64_t above = std::clamp<int64_t>((v + 7) / 8 * 8, 16, 256);
+  out.push_back(below);
+  if (above != below) out.push_back(above);
+  return out;
+}
+
+std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std::optional<TileShape>& tile) {
+  std::vector<int64_t> ds = nearby_head_dims(d.head_dim), dvs = nearby_head_dims(d.head_dim_v);
+  std::vector<DType> dtypes = {d.dtype, d.dtype == DType::f16 ? DType::bf16 : DType::f16};
+  std::vector<int> archs = {arch};
+  {
+    std::set<int> all;
+    for (const Profile& p : builtin_profiles()) all.insert(p.archs.begin(), p.archs.end());
+    int lower = -1, higher = -1;
+    for (int a : all) {
+      if (a < arch) lower = a;
+      if (a > arch && higher < 0) higher = a;
+    }
+    if (lower > 0) archs.push_back(lower);
+    if (higher > 0) archs.push_back(higher);
+  }
+  std::vector<int64_t> kvs = {d.heads_kv};
+  if (d.heads_kv > 0 && d.heads_q % d.heads_kv != 0) {
+    kvs.clear();
+    for (int64_t k = d.heads_kv; k >= 1; --k)
+      if (d.heads_q % k == 0) {
+        kvs.push_back(k);
+        break;
+      }
+    for (int64_t k = d.heads_kv; k <= d.heads_q; ++k)
+      if (d.heads_q % k == 0) {
+        kvs.push_back(k);
+        break;
+      }
+  }
+  std::vector<std::optional<TileShape>> tiles = {tile};
+  if (tile) tiles.push_back(std::nullopt);
+
+  std::vector<Alternative> out;
+  for (int64_t hd : ds)
+    for (int64_t hdv : dvs)
+      for (DType dt : dtypes)
+        for (int a : archs)
+          for (int64_t kv : kvs)
+            for (const auto& t : tiles) {
+              ProblemDesc c = d;
+              c.head_dim = hd;
+              c.head_dim_v = hdv;
+              c.dtype = dt;
+              c.heads_kv = kv;
+              if (!broken_rules(c, a, t, nullptr).empty()) continue;
+              Alternative alt{c, a, t, 0, 0, ""};
+              std::vector<std::string> what;
+              if (hd != d.head_dim) what.push_back(fmt::format("head_dim {} (not {})", hd, d.head_dim)), alt.changes++;
+              if (hdv != d.head_dim_v)
+                what.push_back(fmt::format("head_dim_v {} (not {})", hdv, d.head_dim_v)), alt.changes++;
+              if (dt != d.dtype)
+                what.push_back(fmt::format("dtype {} (not {})", to_string(dt), to_string(d.dtype))), alt.changes++;
+              if (a != arch) what.push_back(fmt::format("sm_{} (not sm_{})", a, arch)), alt.changes++;
+              if (kv != d.heads_kv) what.push_back(fmt::format("heads_kv {} (not {})", kv, d.heads_kv)), alt.changes++;
+              if (t != tile) what.push_back("the profile's tile (not " + (tile ? tile->str() : "") + ")"), alt.changes++;
+              alt.distance = std::abs(hd - d.head_dim) + std::abs(hdv - d.head_dim_v) + std::abs(a - arch) +
+                             std::abs(kv - d.heads_kv);
+              alt.what = join(what, ", ");
+              if (alt.changes > 0) out.push_back(alt);
+            }
+  std::sort(out.begin(), out.end(), [](const Alternative& x, const Alternative& y) {
+    if (x.changes != y.changes) return x.changes < y.changes;
+    return x.distance < y.distance;
+  });
+  if (out.size() > 5) out.resize(5);
+  return out;
+}
+
+}  // namespace
+
+int run_explain(const ExplainOptions& o) {
+  const ProblemDesc d = parse_problem_text(o.problem);
+  std::string arch_note;
+  const int arch = choose_arch(o.arch, &arch_note);
+  std::optional<TileShape> tile;
+  {
+    TileShape t;
+    if (parse_tile_text(o.tile, &t.block_m, &t.block_n, &t.warps, &t.stages)) tile = t;
+  }
+  row("problem", d.str());
+  row("arch", arch_note.empty() ? fmt::format("sm_{}", arch) : arch_note);
+
+  KernelSpec unchecked;
+  const std::vector<std::string> rules = broken_rules(d, arch, tile, &unchecked);
+  if (!rules.empty()) {
+    std::printf("\nunsupported: %zu rule%s broken\n", rules.size(), rules.size() == 1 ? "" : "s");
+    for (const std::string& r : rules) std::printf("  - %s\n", r.c_str());
+    const auto alts = alternatives(d, arch, tile);
+    if (alts.empty()) {
+      std::printf("\nno supported alternative was found by changing head dims, dtype, arch, heads_kv or the tile\n");
+    } else {
+      std::printf("\nnearest supported alternatives:\n");
+      for (const Alternative& a : alts) {
+        KernelSpec s;
+        try {
+          s = a.tile ? spec_with_tile(a.d, a.arch, profile_for_arch(a.arch), *a.tile) : plan(to_problem(a.d), a.arch);
+        } catch (const std::exception&) {
+          continue;
+        }
+        std::printf("  - %s\n      -> %s\n", a.what.c_str(), s.kernel_name().c_str());
+      }
+    }
+    return 1;
+  }
+
+  const Profile& profile = profile_for_arch(arch);
+  std::string tile_source;
+  KernelSpec spec;
+  if (tile) {
+    spec = spec_with_tile(d, arch, profile, *tile);
+    tile_source = "--tile";
+  } else {
+    const KernelSpec def = rt::plan_default(to_problem(d), arch);
+    spec = o.device.empty() ? plan(to_problem(d), arch) : rt::plan_for_device(to_problem(d), arch, o.device);
+    if (spec == def) {
+      const FlashTile& ft = profile.tile_for(static_cast<int>(std::max(d.head_dim, d.head_dim_v)));
+      tile_source = fmt::format("profile {} default (flash row head_dim_le {})", profile.name, ft.head_dim_le);
+    } else {
+      tile_source = "tune file entry";
+      const std::string device = o.device.empty() ? rt::device_name_for_arch(arch) : o.device;
+      if (auto t = find_tuned_tile(problem_class(to_problem(d)), arch, profile, device)) {
+        tile_source = fmt::format("tune file {} ({}, {:.1f} TFLOP/s measured)", t->file, t->entry.device,
+                                  t->entry.tflops);
+      }
+    }
+  }
+  row("profile", fmt::format("{} ({}), archs {}, matrix unit {} ({} -> f32)", profile.name, profile.source,
+                             join_ints(profile.archs, ","), to_string(profile.matrix_unit.shape),
+                             [&] {
+                               std::vector<std::string> v;
+                               for (DType t : profile.matrix_unit.operand_dtypes) v.emplace_back(to_string(t));
+                               return join(v, "/");
+                             }()));
+  row("spec", spec.canonical());
+  row("kernel", spec.kernel_name());
+  row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} (power-of-two chunks, never padded)",
+                               spec.head_dim, join_ints(spec.qk_chunks(), " + "), spec.head_dim_v,
+                               join_ints(spec.v_chunks(), " + ")));
+  row("tile", fmt::format("block_m {}, block_n {}, {} warps ({} threads), {} stages; from {}", spec.block_m,
+                          spec.block_n, spec.warps, spec.threads(), spec.stages, tile_source));
+  const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
+  row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}); profile limit {} per block, {} per SM",
+                          spec.smem_bytes(), 2 * spec.block_m * dmax, spec.stages, 2 * spec.block_n * spec.head_dim,
+                          2 * spec.block_n * spec.head_dim_v, profile.smem_per_block, profile.smem_per_sm));
+
+  // Cache and registers.
+  int registers = -1;
+  int64_t spills = 0;
+  std::string cache_text, reg_text;
+  try {
+    const rt::CompileInputs in = rt::compile_inputs(spec);
+    const auto hit = rt::cache_lookup(in.name, rt::current_identity(in.key, spec.arch, in.nvrtc));
+    std::string log;
+    if (hit) {
+      cache_text = fmt::format("cached: {} ({})", hit->path.empty() ? "memory" : hit->path, layer_of(hit->path));
+      log = hit->log;
+    } else {
+      cache_text = "not cached (the first call compiles it, or: flashgen pregen)";
+      if (!o.no_compile) {
+        const auto out = rt::compile_to_cubin(in.source, in.name, in.options);
+        log = out.log;
+        cache_text += "; compiled now for this report, not stored";
+      }
+    }
+    const PtxasReport rep = parse_ptxas(log);
+    if (rep.found) {
+      registers = rep.registers;
+      spills = rep.spill_stores + rep.spill_loads;
+      reg_text = fmt::format("{} per thread, {} bytes spill stores, {} bytes spill loads, {} bytes stack (ptxas, "
+                             "NVRTC {})",
+                             rep.registers, rep.spill_stores, rep.spill_loads, rep.stack_frame, in.nvrtc.str());
+    } else {
+      reg_text = fmt::format("unknown (no ptxas report{}); estimated {}", o.no_compile ? "; --no-compile" : "",
+                             estimate_registers(spec));
+    }
+  } catch (const Unavailable& e) {
+    cache_text = fmt::format("unknown: {}", first_line(e.what()));
+    reg_text = fmt::format("unknown (no NVRTC); estimated {}", estimate_registers(spec));
+  } catch (const CompileError& e) {
+    cache_text = "not cached";
+    reg_text = fmt::format("unknown: NVRTC failed: {}", first_line(e.what()));
+  }
+  row("registers", reg_text);
+
+  DeviceShape dev;
+  dev.sm_count = o.sms;
+  if (dev.sm_count == 0 && gpu_available()) {
+    try {
+      const DeviceInfo di = current_device();
+      if (di.arch == arch) dev.sm_count = di.sm_count;
+    } catch (const std::exception&) {
+    }
+  }
+  const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
+  row("occupancy", fmt::format("{} block{} per SM ({} warps), limited by {}", m.blocks_per_sm,
+                               m.blocks_per_sm == 1 ? "" : "s", m.resident_warps, m.occupancy_limit));
+  row("grid", fmt::format("{} blocks (ceil(seqlen_q / block_m) x heads_q x batch){}", m.blocks,
+                          dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last wave used on {} SMs",
+                                                         100.0 * m.wave_efficiency, dev.sm_count)
+                                           : std::string()));
+  row("flops", fmt::format("{:.4g} = 2 x B x Hq x visible (q, k) pairs x (D + Dv){}", m.flops,
+                           d.mask != MaskKind::none ? " (causal: keys up to the diagonal)" : ""));
+  row("bytes", fmt::format("{} unique (Q, K, V, O{}{}); per block {:.0f} from global memory, {:.0f} of shared-memory "
+                           "traffic",
+                           mib(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",
+                           m.tile_global_bytes, m.tile_smem_bytes));
+  row("intensity",
+      fmt::format("{:.1f} FLOP/byte of unique memory traffic vs the profile's ridge point {:.1f} ({} FLOP / {:.4g} "
+                  "bytes per clock per SM): {}",
+                  m.ai_dram, m.ridge_dram, profile.mma_flop_per_clock_per_sm, profile.dram_bytes_per_clock_per_sm,
+                  m.ai_dram >= m.ridge_dram ? "compute-bound" : "memory-bound"));
+  row("", fmt::format("per block: {:.1f} FLOP/byte from global memory (if K/V missed L2), {:.1f} FLOP per "
+                      "shared-memory byte vs {:.1f} ({} FLOP / {} bytes per clock): {}",
+                      m.ai_tile, m.ai_smem, m.ridge_smem, profile.mma_flop_per_clock_per_sm,
+                      profile.smem_bytes_per_clock_per_sm,
+                      m.ai_smem >= m.ridge_smem ? "the matrix unit, not shared memory, limits"
+                                                : "shared-memory bandwidth limits"));
+  row("model", fmt::format("bound by {}; {:.0f}% of the matrix-unit peak (latency {:.0f}%, waves {:.0f}%, padding "
+                           "{:.0f}%{})",
+                           m.bound, 100.0 * m.score, 100.0 * m.latency_efficiency, 100.0 * m.wave_efficiency,
+                           100.0 * m.padding_efficiency,
+                           m.spill_bytes > 0 ? fmt::format(", spills {:.0f}%", 100.0 / (1.0 + m.spill_bytes / 64.0))
+                                             : std::string()));
+  row("cache", cache_text);
+  return 0;
+}
+
+// ============================================================================
+// show
+// ============================================================================
+
+CLI::App* add_show(CLI::App& app, ShowOptions& o) {
+  CLI::App* c = app.add_subcommand("show", "Print the generated CUDA source for a problem or a spec.");
+  auto* p = c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)");
+  auto* s = c->add_option("--spec", o.spec, "a canonical spec string (flashgen.fwd.v1:...)");
+  p->excludes(s);
+  c->add_option("--arch", o.arch, "target compute capability for --problem (default: the GPU's, else 90)");
+  c->add_option("--tile", o.tile, "tile BLOCK_MxBLOCK_NxWARPSxSTAGES for --problem instead of the planned one");
+  return c;
+}
+
+int run_show(const ShowOptions& o) {
+  KernelSpec spec;
+  if (!o.spec.empty()) {
+    spec = KernelSpec::parse(o.spec);
+  } else if (!o.problem.empty()) {
+    const ProblemDesc d = parse_problem_text(o.problem);
+    const int arch = choose_arch(o.arch, nullptr);
+    TileShape t;
+    if (parse_tile_text(o.tile, &t.block_m, &t.block_n, &t.warps, &t.stages)) {
+      spec = spec_with_tile(d, arch, profile_for_arch(arch), t);
+    } else {
+      spec = plan(to_problem(d), arch);
+    }
+  } else {
+    throw InvalidArgument("give --problem key=value,... or --spec flashgen.fwd.v1:...");
+  }
+  const std::string source = generate(spec);
+  std::fwrite(source.data(), 1, source.size(), stdout);
+  return 0;
+}
+
+// ============================================================================
+// cache
+// ============================================================================
+
+CLI::App* add_cache(CLI::App& app, CacheOptions& o) {
+  CLI::App* c = app.add_subcommand(
+      "cache",
+      "Inspect and maintain the kernel cache: ls (every layer), verify (every layer; exit 1 on a bad entry), prune "
+      "(the user cache: bad, foreign and stale entries, old temp files), clear (every entry of the user cache).");
+  c->add_option("action", o.action, "ls | verify | prune | clear")
+      ->required()
+      ->check(CLI::IsMember({"ls", "verify", "prune", "clear"}));
+  c->add_option("--dir", o.dir, "work on this directory instead of the cache layers");
+  c->add_flag("--dry-run", o.dry_run, "prune/clear: list what would be removed");
+  c->add_option("--older-than", o.older_than_days, "prune: also remove entries not modified for this many days");
+  c->add_option("--temp-age", o.temp_age_s,
+                "prune: remove temp files and orphaned sources older than this many seconds (default 600; younger "
+                "ones may belong to a live writer)");
+  return c;
+}
+
+int run_cache(const CacheOptions& o) {
+  const rt::NvrtcForArch nvrtc = rt::loaded_nvrtc_for_arch();
+  struct Dir {
+    std::string path;
+    bool bundle;
+    std::string label;
+  };
+  std::vector<Dir> dirs;
+  std::string user_dir;
+  if (!o.dir.empty()) {
+    dirs.push_back(Dir{o.dir, false, "directory"});
+    user_dir = o.dir;
+  } else {
+    for (const rt::CacheLayer& l : rt::cache_layers()) {
+      if (l.kind == rt::CacheLayer::Kind::bundle) {
+        if (l.usable) {
+          dirs.push_back(Dir{l.path, true, "bundle"});
+        } else {
+          std::printf("bundle %s: not used: %s\n", l.path.c_str(), l.problem.c_str());
+        }
+      } else if (l.kind == rt::CacheLayer::Kind::user) {
+        if (l.usable) {
+          dirs.push_back(Dir{l.path, false, "user cache"});
+          user_dir = l.path;
+        } else {
+          std::printf("user cache: not used: %s\n", l.problem.c_str());
+        }
+      }
+    }
+  }
+
+  if (o.action == "ls" || o.action == "verify") {
+    size_t total = 0, bad = 0, foreign = 0;
+    for (const Dir& dir : dirs) {
+      const auto reports = rt::cache_scan(dir.path, dir.bundle, nvrtc);
+      uint64_t bytes = 0;
+      for (const auto& r : reports) bytes += r.bytes;
+      std::printf("%s %s: %zu entries, %s\n", dir.label.c_str(), dir.path.c_str(), reports.size(),
+                  mib(static_cast<double>(bytes)).c_str());
+      for (const auto& r : reports) {
+        ++total;
+        if (!r.valid) ++bad;
+        else if (!r.current) ++foreign;
+        const bool show = o.action == "ls" || !r.current;
+        if (!show) continue;
+        std::string id = r.header ? fmt::format("sm_{} NVRTC {} gen {}", r.header->id.arch, r.header->id.nvrtc.str(),
+                                                r.header->id.generator)
+                                  : std::string("?");
+        char when[32] = "?";
+        const std::time_t t = static_cast<std::time_t>(r.mtime);
+        if (std::tm tm{}; ::localtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M", &tm);
+        std::printf("  %-8s %s  %8.1f KiB  %s  %s%s\n", !r.valid ? "BAD" : r.current ? "ok" : "foreign",
+                    r.path.substr(r.path.rfind('/') + 1).c_str(), static_cast<double>(r.bytes) / 1024.0, when,
+                    id.c_str(), r.problem.empty() ? "" : (": " + r.problem).c_str());
+      }
+    }
+    std::printf("%zu entries: %zu ok, %zu foreign or stale (never loaded here; flashgen cache prune removes them from "
+                "the user cache), %zu bad\n",
+                total, total - bad - foreign, foreign, bad);
+    return o.action == "verify" && bad > 0 ? 1 : 0;
+  }
+
+  // prune / clear: the user cache (or --dir) only; bundles are read-only.
+  if (user_dir.empty()) throw IoError("there is no usable user cache directory to " + o.action);
+  rt::PruneOptions po;
+  po.all = o.action == "clear";
+  po.dry_run = o.dry_run;
+  po.temp_min_age_s = static_cast<int64_t>(o.temp_age_s);
+  if (o.older_than_days >= 0) po.older_than_s = static_cast<int64_t>(o.older_than_days * 86400.0);
+  const rt::PruneResult r = rt::cache_prune(user_dir, nvrtc, po);
+  for (const std::string& f : r.removed) std::printf("%s %s\n", o.dry_run ? "would remove" : "removed", f.c_str());
+  for (const std::string& e : r.errors) std::fprintf(stderr, "flashgen cache %s: %s\n", o.action.c_str(), e.c_str());
+  std::printf("%s: %zu files, %s %s in %s\n", o.action.c_str(), r.removed.size(),
+              mib(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
+  return r.errors.empty() ? 0 : 1;
+}
+
+// ============================================================================
+// info
+// ============================================================================
+
+CLI::App* add_info(CLI::App& app, InfoOptions& o) {
+  CLI::App* c = app.add_subcommand("info",
+                                   "Print the device, its profile, the NVRTC and driver versions, the cache layers "
+                                   "and the tune files.");
+  c->add_option("--arch", o.arch, "show the profile and NVRTC of this arch (default: the GPU's, else 90)");
+  return c;
+}
+
+int run_info(const InfoOptions& o) {
+  row("flashgen", fmt::format("generator {}, cache format {}", kGeneratorVersion, rt::kCacheFormatVersion));
+  std::optional<DeviceInfo> dev;
+  if (gpu_available()) {
+    try {
+      dev = current_device();
+    } catch (const std::exception& e) {
+      row("device", fmt::format("error: {}", e.what()));
+    }
+  }
+  if (dev) {
+    row("device", fmt::format("{} (sm_{}, {} SMs, {} KiB shared memory per block, {:.2f} GHz max clock)", dev->name,
+                              dev->arch, dev->sm_count, dev->smem_per_block_optin / 1024, dev->clock_khz / 1e6));
+  } else {
+    std::string why;
+    try {
+      (void)rt::driver();
+      why = "the driver reports no device";
+    } catch (const std::exception& e) {
+      why = first_line(e.what());
+    }
+    row("device", "none (" + why + ")");
+  }
+  try {
+    const rt::Driver& d = rt::driver();
+    int v = 0;
+    if (d.cuDriverGetVersion(&v) == CUDA_SUCCESS) row("driver", fmt::format("CUDA {}.{}", v / 1000, v % 1000 / 10));
+  } catch (const std::exception&) {
+    row("driver", "not loaded");
+  }
+  const int arch = o.arch != 0 ? o.arch : dev ? dev->arch : 90;
+  try {
+    const Profile& p = profile_for_arch(arch);
+    row("profile", fmt::format("sm_{}: {} ({}), matrix unit {}, hash {}", arch, p.name, p.source,
+                               to_string(p.matrix_unit.shape), profile_hash(p)));
+  } catch (const std::exception& e) {
+    row("profile", fmt::format("sm_{}: {}", arch, first_line(e.what())));
+  }
+  try {
+    row("nvrtc", fmt::format("{} from {} (for sm_{})", rt::nvrtc_version_for(arch).str(), rt::nvrtc_library_for(arch),
+                             arch));
+  } catch (const std::exception& e) {
+    row("nvrtc", fmt::format("not available for sm_{}: {}", arch, first_line(e.what())));
+  }
+  for (const rt::CacheLayer& l : rt::cache_layers()) {
+    const char* kind = l.kind == rt::CacheLayer::Kind::bundle ? "bundle"
+                       : l.kind == rt::CacheLayer::Kind::user ? "user cache"
+                                                              : "memory";
+    std::string text;
+    if (l.kind == rt::CacheLayer::Kind::memory) {
+      text = l.usable ? "in use (nothing is written to disk)" : "unused (the user cache is writable)";
+    } else {
+      text = fmt::format("{} ({}): {}", l.path.empty() ? "-" : l.path, l.origin,
+                         l.usable ? (l.kind == rt::CacheLayer::Kind::bundle ? "searched first, read-only"
+                                                                            : "searched, written")
+                                  : "not used: " + l.problem);
+    }
+    row(fmt::format("cache {}", kind).c_str(), text);
+  }
+  for (const std::string& f : tune_file_paths()) {
+    std::string text;
+    struct stat st {};
+    if (::stat(f.c_str(), &st) != 0) {
+      text = "absent";
+    } else {
+      try {
+        text = fmt::format("{} entries", load_tune_file(f).entries.size());
+      } catch (const std::exception& e) {
+        text = fmt::format("invalid: {}", first_line(e.what()));
+      }
+    }
+    row("tune file", fmt::format("{}: {}", f, text));
+  }
+  return 0;
+}
+
+}  // namespace flashgen::cli

@@ -1,0 +1,219 @@
+// The tile model of `flashgen tune` and `flashgen explain` (tools/flashgen_cli.hpp).
+//
+// For one spec on one problem, per thread block (one block_m x seqlen_k tile
+// of one query head), with D = head_dim, Dv = head_dim_v, 2-byte elements:
+//   tile FLOPs         2 * block_m * keys * (D + Dv), keys = the block's key
+//                      rows rounded up to block_n (causal: up to the diagonal)
+//   tile global bytes  Q tile + O tile + the K/V stream: 2 * (block_m * (D + Dv)
+//                      + keys * (D + Dv))  (+ bias rows, LSE)
+//   tile smem bytes    per K/V step, cp.async writes one K and one V tile and
+//                      every warp reads both with ldmatrix: (warps + 1) *
+//                      block_n * (D + Dv) * 2; plus Q read once, O staged once.
+// Roofs per SM and clock, from the profile:
+//   matrix unit        mma_flop_per_clock_per_sm
+//   shared memory      ai_smem * smem_bytes_per_clock_per_sm
+//   memory             ai_dram * dram_bytes_per_clock_per_sm, ai_dram = useful
+//                      FLOPs / unique bytes (K/V re-reads of the other query
+//                      blocks of a head are assumed to hit L2)
+// The attained rate is the lowest roof times the latency efficiency
+// (resident warps / 8, x0.8 without a K/V pipeline), and the score further
+// multiplies the wave efficiency (last partial wave of the grid) and the
+// padding efficiency (rows/keys computed beyond seqlen or the causal
+// diagonal). Occupancy: blocks per SM from shared memory, registers
+// (allocated per warp in units of 256), threads and 32 blocks per SM.
+// Spilling costs a factor 1 / (1 + spill_bytes / 64). The model ranks; the
+// GPU decides (flashgen tune times the best few).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "tools/flashgen_cli.hpp"
+
+namespace flashgen::cli {
+namespace {
+
+constexpr int kMaxBlocksPerSm = 32;
+constexpr int kRegisterLimit = 255;
+constexpr int kRegisterAllocUnit = 256;  // registers, per warp
+
+// Keys each query row sees (causal masks), summed over the query rows
+// [row0, row0 + rows) of a problem; exact.
+double visible_pairs(int64_t row0, int64_t rows, int64_t sq, int64_t sk, MaskKind mask) {
+  rows = std::max<int64_t>(0, std::min(rows, sq - row0));
+  if (mask == MaskKind::none) return static_cast<double>(rows) * static_cast<double>(sk);
+  const int64_t off = mask == MaskKind::causal_bottom_right ? sk - sq : 0;
+  double total = 0;
+  for (int64_t i = row0; i < row0 + rows; ++i) total += static_cast<double>(std::clamp<int64_t>(i + 1 + off, 0, sk));
+  return total;
+}
+
+// Key rows a block processes: up to its last visible key, rounded up to block_n.
+int64_t block_keys(int64_t row0, int64_t block_m, int64_t block_n, int64_t sq, int64_t sk, MaskKind mask) {
+  int64_t last = sk;  // exclusive
+  if (mask != MaskKind::none) {
+    const int64_t off = mask == MaskKind::causal_bottom_right ? sk - sq : 0;
+    const int64_t last_row = std::min(row0 + block_m, sq) - 1;
+    last = std::clamp<int64_t>(last_row + 1 + off, 0, sk);
+  }
+  return (last + block_n - 1) / block_n * block_n;
+}
+
+}  // namespace
+
+double problem_flops(const ProblemDesc& p) {
+  return 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
+         visible_pairs(0, p.seqlen_q, p.seqlen_q, p.seqlen_k, p.mask) *
+         static_cast<double>(p.head_dim + p.head_dim_v);
+}
+
+int estimate_registers(const KernelSpec& s) {
+  const int m_tiles = std::max(1, s.block_m / std::max(1, 16 * s.warps));
+  // Per thread: O accumulators (m16n8 fragment = 4 floats), S accumulators,
+  // Q fragments (m16k16 = 4 registers), row max and sum, addressing.
+  return m_tiles * (s.head_dim_v / 2 + s.block_n / 2 + s.head_dim / 4 + 4) + 40;
+}
+
+KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile) {
+  KernelSpec s;
+  s.arch = arch;
+  s.unit = profile.matrix_unit.shape;
+  s.dtype = problem.dtype;
+  s.head_dim = static_cast<int>(problem.head_dim);
+  s.head_dim_v = static_cast<int>(problem.head_dim_v);
+  s.block_m = tile.block_m;
+  s.block_n = tile.block_n;
+  s.warps = tile.warps;
+  s.stages = tile.stages;
+  s.mask = problem.mask;
+  s.bias = problem.bias;
+  s.has_lse = problem.lse;
+  return s;
+}
+
+TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile& profile, const DeviceShape& dev,
+                     int registers, int64_t spill_bytes) {
+  TileModel m;
+  m.spec = spec;
+  m.registers_measured = registers >= 0;
+  m.registers = registers >= 0 ? registers : estimate_registers(spec);
+  m.spill_bytes = spill_bytes;
+  const std::vector<std::string> broken = validate(spec, profile);
+  if (!broken.empty()) {
+    m.fits = false;
+    m.why_not = broken.front();
+  }
+  const double D = static_cast<double>(spec.head_dim), Dv = static_cast<double>(spec.head_dim_v);
+  const double eb = 2.0;  // bytes per element
+  const int64_t bm = std::max(1, spec.block_m), bn = std::max(1, spec.block_n);
+  const int64_t m_blocks = p.seqlen_q > 0 ? (p.seqlen_q + bm - 1) / bm : 0;
+  m.blocks = m_blocks * p.heads_q * p.batch;
+  m.flops = problem_flops(p);
+
+  // Executed work and traffic, averaged over the query blocks of one head.
+  double exec_pairs = 0, keys_total = 0;
+  for (int64_t b = 0; b < m_blocks; ++b) {
+    const int64_t keys = block_keys(b * bm, bm, bn, p.seqlen_q, p.seqlen_k, p.mask);
+    keys_total += static_cast<double>(keys);
+    exec_pairs += static_cast<double>(bm) * static_cast<double>(keys);
+  }
+  const double mb = std::max<double>(1, static_cast<double>(m_blocks));
+  const double keys_avg = keys_total / mb;
+  m.tile_flops = 2.0 * (exec_pairs / mb) * (D + Dv);
+  const double bias_bytes = p.bias == BiasKind::none ? 0 : (p.bias == BiasKind::f32 ? 4.0 : 2.0);
+  m.tile_global_bytes = eb * static_cast<double>(bm) * (D + Dv) + eb * keys_avg * (D + Dv) +
+                        bias_bytes * static_cast<double>(bm) * keys_avg + (p.lse ? 4.0 * static_cast<double>(bm) : 0);
+  const double steps = keys_avg / static_cast<double>(bn);
+  m.tile_smem_bytes = steps * static_cast<double>(spec.warps + 1) * static_cast<double>(bn) * (D + Dv) * eb +
+                      static_cast<double>(bm) * D * eb + 2.0 * static_cast<double>(bm) * Dv * eb;
+  const double B = static_cast<double>(p.batch), Hq = static_cast<double>(p.heads_q),
+               Hkv = static_cast<double>(p.heads_kv), Sq = static_cast<double>(p.seqlen_q),
+               Sk = static_cast<double>(p.seqlen_k);
+  m.unique_bytes = eb * (B * Sq * Hq * D + B * Sk * Hkv * (D + Dv) + B * Sq * Hq * Dv) +
+                   bias_bytes * B * Hq * Sq * Sk + (p.lse ? 4.0 * B * Hq * Sq : 0.0);
+  m.ai_dram = m.unique_bytes > 0 ? m.flops / m.unique_bytes : 0;
+  m.ai_tile = m.tile_global_bytes > 0 ? m.tile_flops / m.tile_global_bytes : 0;
+  m.ai_smem = m.tile_smem_bytes > 0 ? m.tile_flops / m.tile_smem_bytes : 0;
+  const double P = static_cast<double>(profile.mma_flop_per_clock_per_sm);
+  const double Bs = static_cast<double>(profile.smem_bytes_per_clock_per_sm);
+  const double Bd = profile.dram_bytes_per_clock_per_sm;
+  m.ridge_dram = Bd > 0 ? P / Bd : 0;
+  m.ridge_smem = Bs > 0 ? P / Bs : 0;
+
+  // Occupancy.
+  const int threads = spec.threads();
+  const int64_t smem = spec.smem_bytes();
+  const int by_smem = smem > 0 ? static_cast<int>(profile.smem_per_sm / smem) : kMaxBlocksPerSm;
+  const int64_t regs_per_warp =
+      (static_cast<int64_t>(m.registers) * 32 + kRegisterAllocUnit - 1) / kRegisterAllocUnit * kRegisterAllocUnit;
+  const int by_regs =
+      regs_per_warp > 0 ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.warps)) : kMaxBlocksPerSm;
+  const int by_threads = threads > 0 ? profile.max_threads_per_sm / threads : 0;
+  m.blocks_per_sm = std::min({by_smem, by_regs, by_threads, kMaxBlocksPerSm});
+  if (m.blocks_per_sm == by_smem) m.occupancy_limit = "shared memory";
+  else if (m.blocks_per_sm == by_regs) m.occupancy_limit = "registers";
+  else if (m.blocks_per_sm == by_threads) m.occupancy_limit = "threads";
+  else m.occupancy_limit = "blocks";
+  if (m.fits && m.registers > kRegisterLimit) {
+    m.fits = false;
+    m.why_not = fmt::format("needs about {} registers per thread, more than {}", m.registers, kRegisterLimit);
+  }
+  if (m.fits && m.blocks_per_sm < 1) {
+    m.fits = false;
+    m.why_not = fmt::format("one block does not fit an SM ({} bytes of shared memory, {} registers x {} threads)",
+                            smem, m.registers, threads);
+  }
+  m.resident_warps = std::max(0, m.blocks_per_sm) * spec.warps;
+  m.latency_efficiency = std::min(1.0, static_cast<double>(m.resident_warps) / kWarpsToHideLatency);
+  if (spec.stages < 2) m.latency_efficiency *= 0.8;
+
+  // Roofs (FLOP per clock per SM).
+  const double roof_smem = m.ai_smem * Bs;
+  const double roof_dram = m.ai_dram * Bd * (exec_pairs > 0 ? 1.0 : 0.0);
+  double rate = P;
+  m.bound = "matrix unit";
+  if (roof_smem < rate) rate = roof_smem, m.bound = "shared memory";
+  if (roof_dram > 0 && roof_dram < rate) rate = roof_dram, m.bound = "memory";
+  const double attained = rate * m.latency_efficiency;
+  if (m.latency_efficiency < 1.0 && attained < 0.999 * rate) m.bound += " (latency-limited occupancy)";
+  m.flop_per_clock_per_sm = attained / (1.0 + static_cast<double>(spill_bytes) / 64.0);
+
+  if (dev.sm_count > 0 && m.blocks > 0 && m.blocks_per_sm > 0) {
+    const double slots = static_cast<double>(dev.sm_count) * m.blocks_per_sm;
+    const double waves = std::ceil(static_cast<double>(m.blocks) / slots);
+    m.wave_efficiency = static_cast<double>(m.blocks) / (waves * slots);
+  }
+  const double executed = 2.0 * exec_pairs * (D + Dv) * B * Hq;
+  m.padding_efficiency = executed > 0 ? std::min(1.0, m.flops / executed) : 1.0;
+  m.score = m.fits && P > 0 ? m.flop_per_clock_per_sm / P * m.wave_efficiency * m.padding_efficiency : 0.0;
+  return m;
+}
+
+std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Profile& profile,
+                                  const DeviceShape& dev) {
+  std::vector<TileModel> out;
+  for (int warps : {1, 2, 4, 8, 16}) {
+    for (int block_m : {16, 32, 64, 128, 256}) {
+      if (block_m % (16 * warps) != 0 || block_m / (16 * warps) > 4) continue;
+      for (int block_n : {16, 32, 64, 128}) {
+        for (int stages : {1, 2, 3}) {
+          const KernelSpec s = spec_with_tile(problem, arch, profile, TileShape{block_m, block_n, warps, stages});
+          TileModel m = model_tile(s, problem, profile, dev);
+          if (m.fits) out.push_back(std::move(m));
+        }
+      }
+    }
+  }
+  std::stable_sort(out.begin(), out.end(), [](const TileModel& a, const TileModel& b) {
+    if (a.score != b.score) return a.score > b.score;
+    // Ties: less shared memory, then fewer registers (more room for others).
+    if (a.spec.smem_bytes() != b.spec.smem_bytes()) return a.spec.smem_bytes() < b.spec.smem_bytes();
+    return a.registers < b.registers;
+  });
+  return out;
+}
+
+}  // namespace flashgen::cli

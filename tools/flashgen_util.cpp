@@ -1,0 +1,316 @@
+// flashgen CLI: problem descriptions, problem-set files, progress display,
+// ptxas report parsing (see tools/flashgen_cli.hpp).
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "tools/flashgen_cli.hpp"
+
+namespace flashgen::cli {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int64_t parse_int(const std::string& what, const std::string& value, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || v < lo || v > hi) {
+    throw InvalidArgument(fmt::format("{} has value '{}': must be an integer in [{}, {}]", what, value, lo, hi));
+  }
+  return v;
+}
+
+bool parse_bool(const std::string& what, const std::string& value) {
+  if (value == "true" || value == "1" || value == "yes") return true;
+  if (value == "false" || value == "0" || value == "no") return false;
+  throw InvalidArgument(fmt::format("{} has value '{}': allowed: true, false (or 1, 0, yes, no)", what, value));
+}
+
+constexpr int64_t kMaxSize = int64_t{1} << 40;
+
+// Applies key=value to `d`; `seen` tracks which keys were given.
+void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where, const std::string& key,
+           const std::string& value) {
+  const std::string what = fmt::format("{} '{}'", where, key);
+  if (seen[key]) throw InvalidArgument(fmt::format("{} appears more than once", what));
+  seen[key] = true;
+  if (key == "name") {
+    d.name = value;
+  } else if (key == "dtype") {
+    d.dtype = parse_dtype(value, what);
+  } else if (key == "batch") {
+    d.batch = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "seqlen") {
+    d.seqlen_q = d.seqlen_k = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "seqlen_q") {
+    d.seqlen_q = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "seqlen_k") {
+    d.seqlen_k = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "heads") {
+    d.heads_q = d.heads_kv = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "heads_q") {
+    d.heads_q = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "heads_kv") {
+    d.heads_kv = parse_int(what, value, 0, kMaxSize);
+  } else if (key == "head_dim") {
+    d.head_dim = parse_int(what, value, 0, 1 << 20);
+  } else if (key == "head_dim_v") {
+    d.head_dim_v = parse_int(what, value, 0, 1 << 20);
+  } else if (key == "mask") {
+    d.mask = parse_mask(value, what);
+  } else if (key == "bias") {
+    d.bias = parse_bias(value, what);
+  } else if (key == "lse") {
+    d.lse = parse_bool(what, value);
+  } else {
+    throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
+                                      "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse",
+                                      what));
+  }
+}
+
+// Defaults that depend on other keys, and the required keys.
+void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where) {
+  if (!seen["head_dim"]) throw InvalidArgument(fmt::format("{} key 'head_dim' is missing", where));
+  if (!seen["seqlen"] && !seen["seqlen_q"])
+    throw InvalidArgument(fmt::format("{} key 'seqlen_q' (or 'seqlen') is missing", where));
+  if (!seen["heads"] && !seen["heads_q"])
+    throw InvalidArgument(fmt::format("{} key 'heads_q' (or 'heads') is missing", where));
+  if (!seen["head_dim_v"]) d.head_dim_v = d.head_dim;
+  if (!seen["seqlen"] && !seen["seqlen_k"]) d.seqlen_k = d.seqlen_q;
+  if (!seen["heads"] && !seen["heads_kv"]) d.heads_kv = d.heads_q;
+}
+
+}  // namespace
+
+std::string ProblemDesc::str() const {
+  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}", name.empty() ? "" : name + ": ",
+                     to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v,
+                     to_string(mask), to_string(bias), lse ? 1 : 0);
+}
+
+AttentionProblem to_problem(const ProblemDesc& d) {
+  const void* fake = reinterpret_cast<const void*>(uintptr_t{0x10000000});
+  AttentionProblem p = make_bshd_problem(d.dtype, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.head_dim,
+                                         d.head_dim_v, d.mask, fake, fake, fake, const_cast<void*>(fake));
+  if (d.bias != BiasKind::none) {
+    p.bias.kind = d.bias;
+    p.bias.data = fake;
+    p.bias.stride_k = 1;
+    p.bias.stride_q = d.seqlen_k;
+    p.bias.stride_head = d.seqlen_q * d.seqlen_k;
+    p.bias.stride_batch = d.heads_q * d.seqlen_q * d.seqlen_k;
+  }
+  if (d.lse) {
+    p.lse.data = reinterpret_cast<float*>(uintptr_t{0x20000000});
+    p.lse.stride_head = std::max<int64_t>(1, d.seqlen_q);
+    p.lse.stride_batch = std::max<int64_t>(1, d.heads_q * d.seqlen_q);
+  }
+  return p;
+}
+
+ProblemDesc parse_problem_text(const std::string& text) {
+  ProblemDesc d;
+  std::map<std::string, bool> seen;
+  const std::string where = fmt::format("--problem '{}': key", text);
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item.empty()) {
+      if (comma == text.size()) break;
+      throw InvalidArgument(fmt::format("--problem '{}': empty item (expected key=value,key=value,...)", text));
+    }
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos)
+      throw InvalidArgument(fmt::format("--problem '{}': item '{}' has no '=' (expected key=value)", text, item));
+    apply(d, seen, where, item.substr(0, eq), item.substr(eq + 1));
+  }
+  complete(d, seen, where);
+  return d;
+}
+
+std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::ParserException& e) {
+    throw InvalidArgument(
+        fmt::format("{}: invalid YAML at line {}, column {}: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    throw InvalidArgument(fmt::format("{}: invalid YAML: {}", origin, e.what()));
+  }
+  if (!root.IsMap() || root.size() != 1 || !root["problems"]) {
+    throw InvalidArgument(
+        fmt::format("{}: the document must be a mapping with the single key 'problems' (a list of problems)", origin));
+  }
+  const YAML::Node list = root["problems"];
+  if (!list.IsSequence() || list.size() == 0)
+    throw InvalidArgument(fmt::format("{}: key 'problems' must be a non-empty sequence of mappings", origin));
+  std::vector<ProblemDesc> out;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = fmt::format("problems[{}]", i);
+    const YAML::Node item = list[i];
+    if (!item.IsMap()) throw InvalidArgument(fmt::format("{}: key '{}' must be a mapping", origin, path));
+    ProblemDesc d;
+    std::map<std::string, bool> seen;
+    const std::string where = fmt::format("{}: {}", origin, path);
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      if (!it->first.IsScalar() || !it->second.IsScalar()) {
+        throw InvalidArgument(fmt::format("{}: key '{}' must map names to scalar values", origin, path));
+      }
+      const std::string key = it->first.Scalar();
+      try {
+        apply(d, seen, where + " key", key, it->second.Scalar());
+      } catch (const InvalidArgument& e) {
+        // Rephrase as "<origin>: key '<path>.<key>' ..." from the message's "key '<key>' ..." part.
+        std::string m = e.what();
+        const std::string marker = fmt::format("key '{}'", key);
+        const size_t at = m.find(marker);
+        if (at != std::string::npos)
+          m = fmt::format("{}: key '{}.{}'{}", origin, path, key, m.substr(at + marker.size()));
+        throw InvalidArgument(m);
+      }
+    }
+    complete(d, seen, where);
+    out.push_back(d);
+  }
+  return out;
+}
+
+std::vector<ProblemDesc> load_problem_set(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(fmt::format("cannot read problem file '{}': {}", path, std::strerror(errno)));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return parse_problem_set(ss.str(), path);
+}
+
+// ---- progress ------------------------------------------------------------------
+
+bool is_terminal(FILE* f) { return f != nullptr && ::isatty(::fileno(f)) == 1; }
+
+Progress::Progress(std::string what, size_t total, FILE* out, bool tty)
+    : what_(std::move(what)), total_(total), out_(out), tty_(tty), start_(now_s()) {
+  if (tty_) draw(true);
+}
+
+double Progress::elapsed() const { return now_s() - start_; }
+
+std::string Progress::duration(double s) {
+  if (!(s >= 0)) s = 0;
+  if (s < 60) return fmt::format("{:.1f} s", s);
+  const auto total = static_cast<int64_t>(s + 0.5);
+  if (total < 3600) return fmt::format("{}m{:02}s", total / 60, total % 60);
+  return fmt::format("{}h{:02}m", total / 3600, total % 3600 / 60);
+}
+
+void Progress::step(const std::string& line, bool failed) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++done_;
+  if (failed) ++failed_;
+  if (tty_) {
+    if (failed) {
+      // Keep failures visible above the bar.
+      std::fprintf(out_, "\r\033[K%s\n", line.c_str());
+    }
+    draw(failed || done_ == total_);
+  } else {
+    const int width = static_cast<int>(std::to_string(total_).size());
+    std::fprintf(out_, "[%*zu/%zu] %s\n", width, done_, total_, line.c_str());
+    std::fflush(out_);
+  }
+}
+
+void Progress::draw(bool force) {
+  const double t = now_s();
+  if (!force && last_draw_ >= 0 && t - last_draw_ < 0.1) return;
+  last_draw_ = t;
+  const double el = t - start_;
+  const double rate = el > 0 ? static_cast<double>(done_) / el : 0.0;
+  std::string eta = "--";
+  if (done_ > 0 && done_ < total_ && rate > 0) eta = duration(static_cast<double>(total_ - done_) / rate);
+  if (done_ == total_) eta = "done";
+  int cols = 80;
+  winsize ws{};
+  if (::ioctl(::fileno(out_), TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) cols = ws.ws_col;
+  const std::string tail =
+      fmt::format(" {}/{} {:.2f}/s ETA {}{}", done_, total_, rate, eta, failed_ ? fmt::format(" ({} failed)", failed_) : "");
+  const std::string head = what_ + " [";
+  int bar = cols - 1 - static_cast<int>(head.size() + tail.size()) - 1;
+  bar = std::clamp(bar, 10, 60);
+  const int filled = total_ == 0 ? bar : static_cast<int>(static_cast<double>(bar) * done_ / total_);
+  std::string line = head + std::string(filled, '#') + std::string(bar - filled, '.') + "]" + tail;
+  std::fprintf(out_, "\r\033[K%s", line.c_str());
+  std::fflush(out_);
+}
+
+void Progress::finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (finished_) return;
+  finished_ = true;
+  if (tty_) {
+    draw(true);
+    std::fprintf(out_, "\n");
+    std::fflush(out_);
+  }
+}
+
+// ---- ptxas ---------------------------------------------------------------------
+
+PtxasReport parse_ptxas(const std::string& log) {
+  PtxasReport r;
+  std::istringstream in(log);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t at = line.find("bytes spill stores");
+    if (at != std::string::npos) {
+      // "...  N bytes stack frame, N bytes spill stores, N bytes spill loads"
+      long long frame = 0, stores = 0, loads = 0;
+      const size_t start = line.find_first_of("0123456789");
+      if (start != std::string::npos &&
+          std::sscanf(line.c_str() + start, "%lld bytes stack frame, %lld bytes spill stores, %lld bytes spill loads",
+                      &frame, &stores, &loads) == 3) {
+        r.stack_frame = std::max<int64_t>(r.stack_frame, frame);
+        r.spill_stores += stores;
+        r.spill_loads += loads;
+      }
+    }
+    at = line.find("Used ");
+    if (at != std::string::npos && line.find(" registers") != std::string::npos) {
+      int regs = 0;
+      if (std::sscanf(line.c_str() + at, "Used %d registers", &regs) == 1) {
+        r.found = true;
+        r.registers = std::max(r.registers, regs);
+      }
+      const size_t sm = line.find(" bytes smem");
+      if (sm != std::string::npos) {
+        size_t b = sm;
+        while (b > 0 && std::isdigit(static_cast<unsigned char>(line[b - 1]))) --b;
+        long long smem = 0;
+        if (b < sm && std::sscanf(line.c_str() + b, "%lld", &smem) == 1) r.smem_static = smem;
+      }
+    }
+  }
+  return r;
+}
+
+}  // namespace flashgen::cli
