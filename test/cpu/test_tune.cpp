@@ -1,0 +1,493 @@
+// Tune files (include/flashgen/tune.hpp): strict parsing with origin + key +
+// reason, round trip, plan() using an entry of this device and ignoring
+// foreign ones with one notice; warmup(); the tile model of flashgen tune /
+// explain (tools/flashgen_model.cpp) and the CLI's problem parsing.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+#include "runtime/compile.hpp"
+#include "runtime/nvrtc.hpp"
+#include "runtime/tune_internal.hpp"
+#include "test/cpu/rt_test_util.hpp"
+#include "tools/flashgen_cli.hpp"
+
+using namespace flashgen;
+using flashgen::test::EnvGuard;
+using flashgen::test::ScopedCache;
+using flashgen::test::StderrCapture;
+using flashgen::test::TempDir;
+
+namespace {
+
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+const Profile& hopper() { return profile_for_arch(90); }
+
+std::string entry_text(const std::string& device, int arch, const std::string& hash, const std::string& tile,
+                       const std::string& problem = "{dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, "
+                                                    "bias: none, lse: false, seqlen_q_le: 4096}") {
+  return "  - device: \"" + device + "\"\n    arch: " + std::to_string(arch) +
+         "\n    profile: hopper\n    profile_hash: \"" + hash + "\"\n    generator: \"0.1.0\"\n    problem: " + problem +
+         "\n    tile: " + tile + "\n    tflops: 345.2\n";
+}
+
+const std::string kTile = "{block_m: 128, block_n: 32, warps: 8, stages: 2}";
+
+std::string valid_file() {
+  return "version: 1\nentries:\n" + entry_text("Test GPU", 90, profile_hash(hopper()), kTile) +
+         entry_text("Test GPU", 90, profile_hash(hopper()), "{block_m: 64, block_n: 64, warps: 4, stages: 3}",
+                    "{dtype: bf16, head_dim: 96, head_dim_v: 64, mask: none, bias: f32, lse: true, seqlen_q_le: 131072}");
+}
+
+std::string replace(std::string text, const std::string& from, const std::string& to) {
+  const auto pos = text.find(from);
+  REQUIRE_MESSAGE(pos != std::string::npos, "test bug: '", from, "' not in the text");
+  return text.replace(pos, from.size(), to);
+}
+
+void check_rejected(const std::string& text, const std::vector<std::string>& needles) {
+  try {
+    parse_tune_file(text, "t.yml");
+    FAIL_CHECK("accepted:\n", text);
+  } catch (const InvalidArgument& e) {
+    const std::string msg = e.what();
+    INFO("message: ", msg);
+    CHECK(msg.rfind("t.yml: ", 0) == 0);
+    for (const auto& n : needles) CHECK(contains(msg, n));
+  }
+}
+
+// The Llama-3-8B prefill problem of the example.
+cli::ProblemDesc llama() {
+  return cli::parse_problem_text("dtype=f16,batch=1,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr");
+}
+
+}  // namespace
+
+TEST_CASE("tune: problem classes and seqlen buckets") {
+  CHECK(seqlen_q_bucket(0) == 64);
+  CHECK(seqlen_q_bucket(1) == 64);
+  CHECK(seqlen_q_bucket(64) == 64);
+  CHECK(seqlen_q_bucket(65) == 128);
+  CHECK(seqlen_q_bucket(4096) == 4096);
+  CHECK(seqlen_q_bucket(4097) == 8192);
+  CHECK(seqlen_q_bucket(79200) == 131072);
+  const ProblemClass c = problem_class(cli::to_problem(llama()));
+  CHECK(c.dtype == DType::f16);
+  CHECK(c.head_dim == 128);
+  CHECK(c.head_dim_v == 128);
+  CHECK(c.mask == MaskKind::causal_bottom_right);
+  CHECK(c.bias == BiasKind::none);
+  CHECK_FALSE(c.has_lse);
+  CHECK(c.seqlen_q_le == 4096);
+  CHECK(c.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096");
+  // Batch, heads and seqlen_k do not change the class.
+  cli::ProblemDesc other = llama();
+  other.batch = 7;
+  other.heads_q = other.heads_kv = 4;
+  other.seqlen_k = 100;
+  other.seqlen_q = 3000;
+  CHECK(problem_class(cli::to_problem(other)) == c);
+}
+
+TEST_CASE("tune: a tune file round-trips through format and parse") {
+  const TuneFile f = parse_tune_file(valid_file(), "t.yml");
+  REQUIRE(f.entries.size() == 2);
+  const TuneEntry& e = f.entries[1];
+  CHECK(e.device == "Test GPU");
+  CHECK(e.arch == 90);
+  CHECK(e.profile == "hopper");
+  CHECK(e.profile_hash == profile_hash(hopper()));
+  CHECK(e.generator == "0.1.0");
+  CHECK(e.problem.dtype == DType::bf16);
+  CHECK(e.problem.head_dim == 96);
+  CHECK(e.problem.head_dim_v == 64);
+  CHECK(e.problem.bias == BiasKind::f32);
+  CHECK(e.problem.has_lse);
+  CHECK(e.problem.seqlen_q_le == 131072);
+  CHECK(e.tile == TileShape{64, 64, 4, 3});
+  CHECK(e.tflops == doctest::Approx(345.2));
+
+  const std::string text = format_tune_file(f);
+  const TuneFile back = parse_tune_file(text, "formatted");
+  REQUIRE(back.entries.size() == f.entries.size());
+  for (size_t i = 0; i < f.entries.size(); ++i) {
+    CHECK(back.entries[i].device == f.entries[i].device);
+    CHECK(back.entries[i].problem == f.entries[i].problem);
+    CHECK(back.entries[i].tile == f.entries[i].tile);
+    CHECK(back.entries[i].profile_hash == f.entries[i].profile_hash);
+    CHECK(back.entries[i].tflops == doctest::Approx(f.entries[i].tflops).epsilon(1e-3));
+  }
+  CHECK(format_tune_file(back) == text);
+  CHECK(parse_tune_file(format_tune_file(TuneFile{}), "empty").entries.empty());
+
+  // Device names with quotes and backslashes survive.
+  TuneFile odd = f;
+  odd.entries[0].device = "GPU \"x\" \\ #1: [a]";
+  CHECK(parse_tune_file(format_tune_file(odd), "odd").entries[0].device == odd.entries[0].device);
+
+  // Save + load, and merge replaces the entry of the same slot.
+  TempDir dir("flashgen-tune");
+  const std::string path = dir.path() + "/tune.yml";
+  save_tune_file(path, f);
+  TuneFile loaded = load_tune_file(path);
+  TuneEntry changed = loaded.entries[0];
+  changed.tile = TileShape{64, 32, 4, 2};
+  TuneEntry added = loaded.entries[0];
+  added.device = "Another GPU";
+  merge_tune_entries(loaded, {changed, added});
+  REQUIRE(loaded.entries.size() == 3);
+  CHECK(loaded.entries[0].tile == TileShape{64, 32, 4, 2});
+  CHECK(loaded.entries[2].device == "Another GPU");
+  CHECK_THROWS_AS(load_tune_file(dir.path() + "/missing.yml"), IoError);
+}
+
+TEST_CASE("tune: every field is validated, unknown keys rejected, with origin, key and reason") {
+  const std::string v = valid_file();
+  check_rejected(v + "extra: 1\n", {"key 'extra' is unknown", "allowed keys: version, entries"});
+  check_rejected(replace(v, "    tflops: 345.2\n", "    tflops: 345.2\n    note: x\n"),
+                 {"key 'entries[0].note' is unknown"});
+  check_rejected(replace(v, "mask: causalbr,", "mask: causalbr, window: 3,"),
+                 {"key 'entries[0].problem.window' is unknown"});
+  check_rejected(replace(v, "stages: 2}", "stages: 2, swizzle: 1}"), {"key 'entries[0].tile.swizzle' is unknown"});
+  check_rejected(replace(v, "version: 1\n", ""), {"key 'version' is missing"});
+  check_rejected(replace(v, "    arch: 90\n", ""), {"key 'entries[0].arch' is missing"});
+  check_rejected(replace(v, ", lse: false", ""), {"key 'entries[0].problem.lse' is missing"});
+  check_rejected(replace(v, "version: 1", "version: 2"), {"key 'version'", "'2'"});
+  check_rejected(replace(v, "device: \"Test GPU\"", "device: \"\""), {"key 'entries[0].device'", "printable"});
+  check_rejected(replace(v, "arch: 90", "arch: 9"), {"key 'entries[0].arch'", "'9'", "[10, 999]"});
+  check_rejected(replace(v, "profile: hopper", "profile: Hopper"), {"key 'entries[0].profile'", "'Hopper'"});
+  check_rejected(replace(v, profile_hash(hopper()), "XYZ"), {"key 'entries[0].profile_hash'", "16 lowercase hex"});
+  check_rejected(replace(v, "dtype: f16", "dtype: f32"), {"key 'entries[0].problem.dtype'", "'f32'", "not a known"});
+  check_rejected(replace(v, "head_dim: 128,", "head_dim: 100,"),
+                 {"key 'entries[0].problem.head_dim'", "100", "multiple of 8"});
+  check_rejected(replace(v, "head_dim_v: 128", "head_dim_v: 512"), {"key 'entries[0].problem.head_dim_v'", "'512'"});
+  check_rejected(replace(v, "mask: causalbr", "mask: causal"), {"key 'entries[0].problem.mask'", "'causal'"});
+  check_rejected(replace(v, "bias: none", "bias: f64"), {"key 'entries[0].problem.bias'", "'f64'"});
+  check_rejected(replace(v, "lse: false", "lse: yes"), {"key 'entries[0].problem.lse'", "allowed: true, false"});
+  check_rejected(replace(v, "seqlen_q_le: 4096", "seqlen_q_le: 4000"),
+                 {"key 'entries[0].problem.seqlen_q_le'", "power of two"});
+  check_rejected(replace(v, "seqlen_q_le: 4096", "seqlen_q_le: 32"), {"key 'entries[0].problem.seqlen_q_le'", "'32'"});
+  check_rejected(replace(v, "block_m: 128, block_n: 32", "block_m: 96, block_n: 32"),
+                 {"key 'entries[0].tile.block_m'", "multiple of 16 * warps (128)"});
+  check_rejected(replace(v, "block_n: 32", "block_n: 24"), {"key 'entries[0].tile.block_n'", "multiple of 16"});
+  check_rejected(replace(v, "warps: 8", "warps: 32"), {"key 'entries[0].tile.warps'", "'32'"});
+  check_rejected(replace(v, "stages: 2}", "stages: 5}"), {"key 'entries[0].tile.stages'", "'5'"});
+  for (const char* bad : {"-1", "nan", "inf", "1e3", "fast", "1.2.3", "2000000"}) {
+    CAPTURE(bad);
+    check_rejected(replace(v, "tflops: 345.2", std::string("tflops: ") + bad), {"key 'entries[0].tflops'"});
+  }
+  check_rejected("version: 1\nentries:\n" + entry_text("A", 90, profile_hash(hopper()), kTile) +
+                     entry_text("A", 90, profile_hash(hopper()), "{block_m: 64, block_n: 64, warps: 4, stages: 2}"),
+                 {"key 'entries[1]'", "repeats entries[0]"});
+  check_rejected("version: 1\nentries: 3\n", {"key 'entries'", "must be a sequence"});
+  check_rejected("- 1\n- 2\n", {"the document must be a mapping"});
+  check_rejected("", {"the document must be a mapping"});
+  check_rejected("version: [1\n", {"invalid YAML"});
+  check_rejected(std::string(200, '[') + std::string(200, ']'), {"nests more than"});
+  check_rejected("version: 1\n" + std::string(200, ' ') + "x: 1\n", {"indented more than"});
+  check_rejected(std::string("version: 1\0\n", 12), {"NUL"});
+}
+
+TEST_CASE("tune: mutated tune files are either accepted or rejected with InvalidArgument, never anything else") {
+  const std::string v = valid_file();
+  std::mt19937 rng(7);
+  const std::string alphabet = "{}[]:,-#&*!|>'\"\n 0123456789abcxyz.%@`\\\t?";
+  int accepted = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::string t = v;
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t pos = rng() % t.size();
+      switch (rng() % 3) {
+        case 0: t[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 1: t.erase(pos, 1 + rng() % 8); break;
+        default: t.insert(pos, std::string(1 + rng() % 3, alphabet[rng() % alphabet.size()])); break;
+      }
+      if (t.empty()) t = "x";
+    }
+    try {
+      parse_tune_file(t, "mutant");
+      ++accepted;
+    } catch (const InvalidArgument& e) {
+      CHECK(std::string(e.what()).rfind("mutant: ", 0) == 0);
+    }
+  }
+  MESSAGE(accepted << " of 3000 mutants were still valid tune files");
+}
+
+TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with one notice") {
+  ScopedCache cache;
+  TempDir dir("flashgen-tune-plan");
+  const std::string path = dir.path() + "/tune.yml";
+  EnvGuard env("FLASHGEN_TUNE_FILE", path);
+  rt::tune_reset_for_tests();
+  const AttentionProblem p = cli::to_problem(llama());
+  const KernelSpec def = rt::plan_default(p, 90);
+  const std::string hash = profile_hash(hopper());
+  auto write = [&](const std::string& entries) {
+    std::ofstream(path) << "version: 1\nentries:\n" << entries;
+    rt::tune_reset_for_tests();
+  };
+  auto tile_of = [](const KernelSpec& s) { return TileShape{s.block_m, s.block_n, s.warps, s.stages}; };
+
+  SUBCASE("an entry of this device, arch, profile and class is used") {
+    write(entry_text("Test GPU", 90, hash, kTile));
+    StderrCapture err;
+    const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
+    CHECK(err.stop().empty());
+    CHECK(tile_of(s) == TileShape{128, 32, 8, 2});
+    CHECK(s.dtype == def.dtype);
+    CHECK(s.head_dim == def.head_dim);
+    CHECK(s.mask == def.mask);
+    // Another seqlen bucket, dtype or mask is another class: the default.
+    cli::ProblemDesc longer = llama();
+    longer.seqlen_q = longer.seqlen_k = 8192;
+    CHECK(tile_of(rt::plan_for_device(cli::to_problem(longer), 90, "Test GPU")) == tile_of(def));
+    cli::ProblemDesc bf = llama();
+    bf.dtype = DType::bf16;
+    CHECK(tile_of(rt::plan_for_device(cli::to_problem(bf), 90, "Test GPU")) == tile_of(def));
+  }
+  SUBCASE("an entry made on another device is ignored, with one notice") {
+    write(entry_text("Other GPU", 90, hash, kTile));
+    StderrCapture err;
+    const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
+    const KernelSpec again = rt::plan_for_device(p, 90, "Test GPU");
+    const std::string log = err.stop();
+    INFO("stderr: ", log);
+    CHECK(s == def);
+    CHECK(again == def);
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "flashgen: tune entry " + path + "[0]"));
+    CHECK(contains(log, "is ignored: it was measured on Other GPU, this device is Test GPU"));
+  }
+  SUBCASE("an entry made for another arch is ignored, with one notice") {
+    write(entry_text("Test GPU", 80, hash, kTile));
+    StderrCapture err;
+    CHECK(rt::plan_for_device(p, 90, "Test GPU") == def);
+    const std::string log = err.stop();
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "it was measured for sm_80, this plan is for sm_90"));
+  }
+  SUBCASE("an entry measured with another version of the profile is ignored, with one notice") {
+    write(entry_text("Test GPU", 90, "0123456789abcdef", kTile));
+    StderrCapture err;
+    CHECK(rt::plan_for_device(p, 90, "Test GPU") == def);
+    const std::string log = err.stop();
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "another version of profile hopper"));
+    CHECK(contains(log, "run flashgen tune again"));
+  }
+  SUBCASE("without a GPU to compare with, entries are ignored, with one notice") {
+    write(entry_text("Test GPU", 90, hash, kTile));
+    if (gpu_available()) {
+      MESSAGE("a GPU is present: the no-GPU notice is not checked");
+      return;
+    }
+    StderrCapture err;
+    CHECK(plan(p, 90) == def);
+    CHECK(plan(p, 90) == def);
+    const std::string log = err.stop();
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "no GPU of that arch here"));
+  }
+  SUBCASE("a tile the profile cannot run is ignored, with one notice") {
+    write(entry_text("Test GPU", 90, hash, "{block_m: 256, block_n: 256, warps: 4, stages: 4}"));
+    StderrCapture err;
+    CHECK(rt::plan_for_device(p, 90, "Test GPU") == def);
+    const std::string log = err.stop();
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "the tile is not valid for profile hopper"));
+    CHECK(contains(log, "smem_bytes"));
+  }
+  SUBCASE("an invalid tune file is ignored with one warning; the defaults are used") {
+    std::ofstream(path) << "version: 1\nentries: [oops\n";
+    rt::tune_reset_for_tests();
+    StderrCapture err;
+    CHECK(rt::plan_for_device(p, 90, "Test GPU") == def);
+    CHECK(rt::plan_for_device(p, 90, "Test GPU") == def);
+    const std::string log = err.stop();
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(contains(log, "flashgen: warning: tune file " + path + " is not used"));
+    CHECK(contains(log, "invalid YAML"));
+  }
+  SUBCASE("the default tune file beside the user cache is read, and re-read when it changes") {
+    EnvGuard no_env("FLASHGEN_TUNE_FILE", std::nullopt);
+    CHECK(default_tune_file_path() == cache.path() + "/tune.yml");
+    std::ofstream(cache.path() + "/tune.yml") << "version: 1\nentries:\n" << entry_text("Test GPU", 90, hash, kTile);
+    rt::tune_reset_for_tests();
+    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == TileShape{128, 32, 8, 2});
+    std::ofstream(cache.path() + "/tune.yml")
+        << "version: 1\nentries:\n"
+        << entry_text("Test GPU", 90, hash, "{block_m: 64, block_n: 32, warps: 4, stages: 3}") << "# changed\n";
+    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == TileShape{64, 32, 4, 3});
+  }
+  rt::tune_reset_for_tests();
+}
+
+TEST_CASE("warmup: compiles a list on a thread pool, reports progress, and isolates failures") {
+  ScopedCache cache;
+  std::vector<KernelSpec> specs = {test::simple_spec(80, 16), test::simple_spec(90, 16),
+                                   test::simple_spec(80, 16, MaskKind::causal_top_left)};
+  KernelSpec bad = test::simple_spec(90, 16);
+  bad.block_m = 96;  // not a multiple of 16 * warps
+  specs.insert(specs.begin() + 1, bad);
+  specs.push_back(specs[0]);  // a duplicate compiles once
+
+  std::atomic<int> inside{0};
+  std::vector<size_t> done;
+  const uint64_t before = rt::nvrtc_compile_count();
+  const auto results = warmup(specs, 2, [&](const WarmupProgress& p) {
+    CHECK(inside.fetch_add(1) == 0);  // never concurrently
+    done.push_back(p.done);
+    CHECK(p.total == specs.size());
+    CHECK(p.compiled + p.cached + p.failed == p.done);
+    REQUIRE(p.last != nullptr);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    inside.fetch_sub(1);
+  });
+  CHECK(rt::nvrtc_compile_count() == before + 3);
+  REQUIRE(results.size() == specs.size());
+  CHECK(done == std::vector<size_t>{1, 2, 3, 4, 5});
+  for (size_t i = 0; i < specs.size(); ++i) {
+    CAPTURE(i);
+    CHECK(results[i].spec == specs[i]);
+  }
+  CHECK_FALSE(results[1].ok);
+  CHECK(results[1].error_code == ErrorCode::unsupported);
+  CHECK(contains(results[1].error, "block_m (96)"));
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}, size_t{4}}) {
+    CAPTURE(i);
+    CHECK(results[i].ok);
+    CHECK(results[i].cache_path.rfind(cache.path() + "/", 0) == 0);
+    CHECK(contains(results[i].compile_log, "registers"));
+  }
+  CHECK(results[0].from_cache != results[4].from_cache);  // one of the duplicates compiled
+  // Warm: the engine's load_kernel / compile now find every kernel without NVRTC.
+  const uint64_t warm = rt::nvrtc_compile_count();
+  const auto again = warmup(specs);
+  CHECK(rt::nvrtc_compile_count() == warm);
+  for (size_t i : {size_t{0}, size_t{2}, size_t{3}}) CHECK(again[i].from_cache);
+  CHECK(compile(specs[2]).from_cache);
+  CHECK(warmup({}).empty());
+  CHECK_THROWS_AS(warmup(specs, -1), InvalidArgument);
+}
+
+TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs and bytes") {
+  const cli::ProblemDesc p = llama();
+  const Profile& prof = hopper();
+  const cli::DeviceShape dev{132, 1.98};
+  const auto ranked = cli::rank_tiles(p, 90, prof, dev);
+  REQUIRE(ranked.size() > 10);
+  for (size_t i = 0; i < ranked.size(); ++i) {
+    CAPTURE(ranked[i].spec.canonical());
+    CHECK(ranked[i].fits);
+    CHECK(validate(ranked[i].spec, prof).empty());
+    CHECK(ranked[i].spec.smem_bytes() <= prof.smem_per_block);
+    CHECK(ranked[i].registers <= 255);
+    CHECK(ranked[i].blocks_per_sm >= 1);
+    CHECK(ranked[i].score > 0);
+    CHECK(ranked[i].score <= 1.0);
+    if (i > 0) CHECK(ranked[i - 1].score >= ranked[i].score);
+  }
+  const KernelSpec def = rt::plan_default(cli::to_problem(p), 90);
+  CHECK(std::any_of(ranked.begin(), ranked.end(), [&](const cli::TileModel& m) { return m.spec == def; }));
+
+  // Exact causal FLOPs: 2 * B * Hq * (visible pairs) * (D + Dv).
+  const double pairs = 4096.0 * 4097.0 / 2.0;
+  CHECK(cli::problem_flops(p) == doctest::Approx(2.0 * 32 * pairs * 256));
+  const cli::TileModel m = cli::model_tile(def, p, prof, dev);
+  CHECK(m.unique_bytes == doctest::Approx(2.0 * (4096.0 * 32 * 128 * 2 + 4096.0 * 8 * 256)));
+  CHECK(m.ai_dram > m.ridge_dram);  // long-sequence attention is compute-bound
+  CHECK(m.ridge_dram == doctest::Approx(2128.0 / 18.4));
+  CHECK(m.ridge_smem == doctest::Approx(2128.0 / 128.0));
+  // Every warp reads the whole K/V tile: on-chip intensity ~ block_m / (warps + 1).
+  CHECK(m.ai_smem == doctest::Approx(64.0 / 5.0).epsilon(0.05));
+  CHECK(m.blocks == 64 * 32);
+  // More rows per warp raise the shared-memory intensity.
+  KernelSpec wide = def;
+  wide.block_m = 128;
+  CHECK(cli::model_tile(wide, p, prof, dev).ai_smem > m.ai_smem);
+  // Measured registers change the occupancy; spills cost.
+  const cli::TileModel measured = cli::model_tile(def, p, prof, dev, 255, 0);
+  CHECK(measured.registers_measured);
+  CHECK(measured.blocks_per_sm == 2);
+  CHECK(cli::model_tile(def, p, prof, dev, 255, 512).score < measured.score);
+  // A tile over the budget does not fit.
+  KernelSpec huge = def;
+  huge.block_m = 256;
+  huge.block_n = 128;
+  huge.stages = 4;
+  CHECK_FALSE(cli::model_tile(huge, p, prof, dev).fits);
+}
+
+TEST_CASE("model: ptxas reports parse") {
+  const std::string log =
+      "ptxas info    : 0 bytes gmem\n"
+      "ptxas info    : Compiling entry function 'k' for 'sm_90'\n"
+      "ptxas info    : Function properties for k\n"
+      "    16 bytes stack frame, 24 bytes spill stores, 32 bytes spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers, 8 bytes smem, 912 bytes cmem[0]\n";
+  const cli::PtxasReport r = cli::parse_ptxas(log);
+  CHECK(r.found);
+  CHECK(r.registers == 168);
+  CHECK(r.spill_stores == 24);
+  CHECK(r.spill_loads == 32);
+  CHECK(r.stack_frame == 16);
+  CHECK(r.smem_static == 8);
+  CHECK_FALSE(cli::parse_ptxas("nothing here").found);
+}
+
+TEST_CASE("cli: problem text and problem-set files") {
+  const cli::ProblemDesc d = llama();
+  CHECK(d.dtype == DType::f16);
+  CHECK(d.seqlen_q == 4096);
+  CHECK(d.seqlen_k == 4096);
+  CHECK(d.heads_q == 32);
+  CHECK(d.heads_kv == 8);
+  CHECK(d.head_dim_v == 128);
+  CHECK(d.mask == MaskKind::causal_bottom_right);
+  CHECK_NOTHROW(check_problem(cli::to_problem(d)));
+  cli::ProblemDesc full =
+      cli::parse_problem_text("dtype=bf16,seqlen_q=10,seqlen_k=20,heads=4,head_dim=96,head_dim_v=64,bias=f32,lse=true");
+  CHECK(full.seqlen_k == 20);
+  CHECK(full.heads_kv == 4);
+  CHECK(full.bias == BiasKind::f32);
+  CHECK(full.lse);
+  CHECK_NOTHROW(check_problem(cli::to_problem(full)));
+  CHECK(problem_class(cli::to_problem(full)).has_lse);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("dtype=f16,seqlen=1,heads=1"), doctest::Contains("'head_dim' is missing"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("head_dim=64,seqlen=1,heads=1,color=red"),
+                       doctest::Contains("'color' is unknown"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("head_dim=x,seqlen=1,heads=1"), doctest::Contains("'head_dim'"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("head_dim=64,seqlen=1,heads=1,head_dim=32"),
+                       doctest::Contains("more than once"), InvalidArgument);
+
+  const auto set = cli::parse_problem_set(
+      "problems:\n"
+      "  - {name: llama3-8b-prefill, dtype: f16, batch: 1, seqlen_q: 4096, heads_q: 32, heads_kv: 8, head_dim: 128, "
+      "mask: causalbr}\n"
+      "  - {name: allegro, dtype: f16, seqlen: 79200, heads: 24, head_dim: 96}\n",
+      "p.yml");
+  REQUIRE(set.size() == 2);
+  CHECK(set[0].name == "llama3-8b-prefill");
+  CHECK(set[0].heads_kv == 8);
+  CHECK(set[1].seqlen_k == 79200);
+  CHECK(set[1].head_dim_v == 96);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems:\n  - {dtype: f16, head_dim: 64, seqlen: 1, heads: 1, x: 2}\n",
+                                              "p.yml"),
+                       doctest::Contains("p.yml: key 'problems[0].x' is unknown"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("items: []\n", "p.yml"), doctest::Contains("p.yml"), InvalidArgument);
+}
