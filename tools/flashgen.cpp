@@ -42,6 +42,19 @@ int main(int argc, char** argv) {
   InfoOptions info;
   CLI::App* info_cmd = add_info(app, info);
 
+  // Name an unknown subcommand (CLI11 would only say that one is required).
+  auto is_subcommand = [&](const std::string& name) {
+    for (const CLI::App* sub : app.get_subcommands({}))
+      if (sub->get_name() == name) return true;
+    return false;
+  };
+  if (argc > 1 && argv[1][0] != '-' && !is_subcommand(argv[1])) {
+    std::fprintf(stderr,
+                 "flashgen: error: unknown subcommand '%s'; allowed: pregen, tune, explain, show, cache, info (see "
+                 "flashgen --help)\n",
+                 argv[1]);
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
 
   const char* name = "flashgen";
