@@ -113,7 +113,7 @@ int bias_code(BiasKind b) {
 
 namespace {
 
-// Whether the m16n8k16 kernel computes Q.K^T one tile ahead. That keeps a
+// Whether the m16n8 kernel computes Q.K^T one tile ahead. That keeps a
 // second S tile live (block_n / 2 registers per 16-row slice), so it is used
 // only while the accumulators (S twice, O, and Q when it stays in registers)
 // fit in 160 of the 255 registers with head_dim_v <= 128, and without a bias
@@ -125,7 +125,18 @@ bool qk_ahead(const KernelSpec& spec) {
   return spec.bias == BiasKind::none && spec.head_dim_v <= 128 && regs <= 160;
 }
 
-std::string emit_m16n8k16(const KernelSpec& spec) {
+// templates/fwd_m16n8.cu serves both m16n8 units: m16n8k16 (sm_80+) and
+// m16n8k8 (Turing sm_75 and later; each k16 step as two k8 instructions).
+// The m16n8k8 kernel keeps to sm_75 instructions on every arch (plain copies
+// instead of cp.async, f16 pairs packed without cvt.rn.f16x2), so running it
+// on a newer GPU tests exactly the code a Turing card runs.
+std::string emit_m16n8(const KernelSpec& spec) {
+  const bool k8 = spec.unit == MatrixUnit::m16n8k8;
+  if (k8 && spec.dtype == DType::bf16 && spec.arch < 80)
+    throw Unsupported(fmt::format(
+        "kernel spec {}: bf16 operands of the m16n8k8 unit need sm_80 or later (sm_{} has float16 "
+        "m16n8k8 only); use dtype f16",
+        spec.canonical(), spec.arch));
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
@@ -140,12 +151,15 @@ std::string emit_m16n8k16(const KernelSpec& spec) {
       "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
       "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
       "constexpr bool HAS_LSE = {};\n"
-      "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax",
+      "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax\n"
+      "constexpr int UNIT_K = {};     // mma.sync.aligned.m16n8k{}\n"
+      "constexpr bool ASYNC_COPY = {};  // cp.async and cvt.rn.f16x2 (sm_80+ instructions)",
       spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages,
       spec.dtype == DType::bf16 ? "true" : "false", mask_code(spec.mask), bias_code(spec.bias),
-      spec.has_lse ? "true" : "false", qk_ahead(spec) ? "true" : "false");
+      spec.has_lse ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
+      k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
-    slots["LOAD_K"] = per_chunk(
+  slots["LOAD_K"] = per_chunk(
       qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
   slots["LOAD_V"] = per_chunk(
       vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
@@ -164,7 +178,7 @@ std::string emit_m16n8k16(const KernelSpec& spec) {
   src += "\n";
   src += detail::fwd_params_source();
   src += "\n";
-  src += fill_slots(template_text("fwd_m16n8k16.cu"), slots, "fwd_m16n8k16.cu");
+  src += fill_slots(template_text("fwd_m16n8.cu"), slots, "fwd_m16n8.cu");
   return src;
 }
 
@@ -172,8 +186,8 @@ std::string emit_m16n8k16(const KernelSpec& spec) {
 
 std::string emit_forward(const KernelSpec& spec) {
   switch (spec.unit) {
-    case MatrixUnit::m16n8k16: return emit_m16n8k16(spec);
-    case MatrixUnit::m16n8k8: return emit_m16n8k8(spec);
+    case MatrixUnit::m16n8k16:
+    case MatrixUnit::m16n8k8: return emit_m16n8(spec);
     case MatrixUnit::m8n8k4: return emit_m8n8k4(spec);
   }
   throw Error(ErrorCode::internal, "unknown matrix unit");

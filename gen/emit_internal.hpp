@@ -22,10 +22,8 @@ std::string spec_comment(const KernelSpec& spec);
 int mask_code(MaskKind m);
 int bias_code(BiasKind b);
 
-/// The forward emitters of the m16n8k8 (Turing) and m8n8k4 (Volta) units.
-/// Same contract as emit_forward (emit.hpp). emit_m16n8k8 throws Unsupported
-/// for bf16 below sm_80, emit_m8n8k4 for bf16 (the unit is float16 only).
-std::string emit_m16n8k8(const KernelSpec& spec);
+/// The forward emitter of the m8n8k4 (Volta) unit. Same contract as
+/// emit_forward (emit.hpp); throws Unsupported for bf16 (the unit is float16 only).
 std::string emit_m8n8k4(const KernelSpec& spec);
 
 }  // namespace flashgen::gen

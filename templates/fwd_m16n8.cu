@@ -1,9 +1,14 @@
-// ---- forward attention, mma.sync m16n8k16 (templates/fwd_m16n8k16.cu) -------
+// ---- forward attention, mma.sync m16n8k16 / m16n8k8 (templates/fwd_m16n8.cu) ----
 // One block computes BLOCK_M query rows of one (batch, head); each warp owns
 // M_SLICES whole 16-row slices, so row statistics never leave the warp.
-// K/V tiles of BLOCK_N keys stream through a STAGES-deep cp.async pipeline.
+// K/V tiles of BLOCK_N keys stream through a STAGES-deep pipeline: cp.async
+// where the target has it (ASYNC_COPY, sm_80+), else 16-byte loads and shared
+// stores (sm_75), published by the same barriers.
 // Fragment layouts: PTX ISA, "Matrix Fragments for mma.m16n8k16" and
-// "... mma.m16n8k8" (A row-major, B column-major, f32 accumulators).
+// "... mma.m16n8k8" (A row-major, B column-major, f32 accumulators). With
+// UNIT_K == 8 (the m16n8k8 unit, Turing) each k16 step is issued as two k8
+// instructions: the k16 fragments {a0,a1,a2,a3}, {b0,b1} are the k8 halves
+// {a0,a1},{b0} and {a2,a3},{b1}.
 
 @@CONSTANTS@@
 
@@ -23,23 +28,15 @@ constexpr float LN2 = 0.6931471805599453f;
 
 FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
-FG_DEVICE u32 fg_pack_in(float lo, float hi) { return IS_BF16 ? fg_pack_bf16(lo, hi) : fg_pack_f16(lo, hi); }
-
-// D = A.B + D, m16n8k16, f32 accumulate (PTX ISA: mma.sync.aligned.m16n8k16).
-FG_DEVICE void fg_mma16816(float* d, const u32* a, u32 b0, u32 b1) {
-  if (IS_BF16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
+FG_DEVICE u32 fg_pack_in(float lo, float hi) {
+  if constexpr (IS_BF16) return fg_pack_bf16(lo, hi);
+  else if constexpr (ASYNC_COPY) return fg_pack_f16(lo, hi);  // cvt.rn.f16x2.f32 is sm_80+, like cp.async
+  else return fg_pack_f16_sm70(lo, hi);
 }
+
 // D = A.B + D, m16n8k8 (used for an 8-wide head-dim chunk).
 FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
-  if (IS_BF16) {
+  if constexpr (IS_BF16) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(b0));
@@ -50,29 +47,81 @@ FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
   }
 }
 
-// Issue cp.async copies of ROWS rows x W elements (columns [OFF, OFF+W) of the
-// head dim) from global `src` (row stride `stride` elements) into the swizzled
-// sub-tile `dst`. Rows >= `valid_rows` are zero-filled (src-size 0; the
-// address given is then the tile's first row, which is valid).
+// D = A.B + D, m16n8k16 shape, f32 accumulate (PTX ISA: mma.sync.aligned.m16n8k16;
+// with UNIT_K == 8 two mma.sync.aligned.m16n8k8).
+FG_DEVICE void fg_mma16816(float* d, const u32* a, u32 b0, u32 b1) {
+  if constexpr (UNIT_K == 8) {
+    fg_mma1688(d, a, b0);
+    fg_mma1688(d, a + 2, b1);
+  } else if constexpr (IS_BF16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Copy ROWS rows x W elements (columns [OFF, OFF+W) of the head dim) from
+// global `src` (row stride `stride` elements) into the swizzled sub-tile
+// `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
+// each (src-size 0 zero-fills; the address given is then the tile's first
+// row, which is valid); published by fg_copy_wait + a barrier. Otherwise
+// 16-byte loads (up to four in flight per thread) then shared stores,
+// published by the next barrier.
 template <int W, int OFF, int ROWS>
 FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
   constexpr int UPR = W / 8;
   constexpr int UNITS = ROWS * UPR;
   constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
+  constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
   const int row0 = tid / UPR, unit = tid % UPR;
   const u16* g0 = src + (i64)row0 * stride + OFF + unit * 8;
   const i64 gstep = (i64)RSTEP * stride;
   const u32 s0 = fg_smem_addr(dst) + 2 * fg_swz<W>(row0, unit);
+  // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
+  auto smem_at = [&](int it, int row) {
+    return RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
+  };
+  if constexpr (ASYNC_COPY) {
 #pragma unroll
-  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int row = row0 + it * RSTEP;
-    if (UNITS % THREADS == 0 || row < ROWS) {
-      const bool ok = row < valid_rows;
-      // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
-      const u32 sa = RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
-      fg_cp_async16(sa, ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
+    for (int it = 0; it < PASSES; ++it) {
+      const int row = row0 + it * RSTEP;
+      if (UNITS % THREADS == 0 || row < ROWS) {
+        const bool ok = row < valid_rows;
+        fg_cp_async16(smem_at(it, row), ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
+      }
+    }
+  } else {
+    constexpr int G = PASSES < 4 ? PASSES : 4;
+#pragma unroll
+    for (int first = 0; first < PASSES; first += G) {
+      U4 v[G];
+#pragma unroll
+      for (int k = 0; k < G; ++k) {  // a group's loads first, then its stores
+        const int it = first + k, row = row0 + it * RSTEP;
+        v[k] = U4{0u, 0u, 0u, 0u};
+        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows)
+          v[k] = *reinterpret_cast<const U4*>(g0 + it * gstep);
+      }
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        const int it = first + k, row = row0 + it * RSTEP;
+        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS))
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(smem_at(it, row)), "r"(v[k].x), "r"(v[k].y),
+                       "r"(v[k].z), "r"(v[k].w) : "memory");
+      }
     }
   }
+}
+FG_DEVICE void fg_copy_commit() {
+  if constexpr (ASYNC_COPY) fg_cp_async_commit();
+}
+template <int N>
+FG_DEVICE void fg_copy_wait() {
+  if constexpr (ASYNC_COPY) fg_cp_async_wait<N>();
 }
 
 // Load Q rows [0, valid_rows) of this block, multiply by softmax_scale in f32,
@@ -316,9 +365,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   for (int gi = 1 - STAGES; gi <= -1; ++gi) {
     load_k(gi + STAGES - 1 + AHEAD);
     load_v(gi + STAGES - 1);
-    fg_cp_async_commit();
+    fg_copy_commit();
   }
-  if (STAGES == 1 && AHEAD) fg_cp_async_commit();
+  if (STAGES == 1 && AHEAD) fg_copy_commit();
 
   // ---- Q: scale, round, stage, then keep in registers ----
   const float scale = (float)p.softmax_scale;
@@ -435,15 +484,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       __syncthreads();  // every warp is done with K[j-1+A] and V[j-1]
       load_k(j + AHEAD);
       load_v(j);
-      fg_cp_async_commit();
-      fg_cp_async_wait<0>();
+      fg_copy_commit();
+      fg_copy_wait<0>();
       __syncthreads();
     } else {
-      fg_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
+      fg_copy_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
       __syncthreads();  // K[j+A], V[j] visible; K[j-1+A], V[j-1] buffers free
       load_k(j + STAGES - 1 + AHEAD);
       load_v(j + STAGES - 1);
-      fg_cp_async_commit();
+      fg_copy_commit();
     }
     if (AHEAD) {
       if (j + 1 < n_tiles) qk(sK + ((j + 1) % STAGES) * BLOCK_N * HEAD_DIM, sn);
@@ -456,7 +505,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 
   float s0[M_SLICES][NT][4], s1[M_SLICES][NT][4];
   if (AHEAD && n_tiles > 0) {
-    fg_cp_async_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // K[0] (and Q's stores) visible
+    fg_copy_wait<(STAGES > 1 ? STAGES - 2 : 0)>();  // K[0] (and Q's stores) visible
     __syncthreads();
 @@LDSM_Q@@
     qk(sK, s0);
@@ -473,7 +522,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   } else {
     for (int j = 0; j < n_tiles; ++j) step(j, s0, s1);
   }
-  fg_cp_async_wait<0>();
+  fg_copy_wait<0>();
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
