@@ -136,7 +136,7 @@ struct TileModel {
   int blocks_per_sm = 0;        ///< min over shared memory, registers, threads
   std::string occupancy_limit;  ///< "shared memory", "registers", "threads", "blocks"
   int resident_warps = 0;
-  double latency_efficiency = 0;  ///< min(1, resident warps / kWarpsToHideLatency), x0.8 for one stage
+  double latency_efficiency = 0;  ///< min(warps: resident / kWarpsToHideLatency, steps: see tools/flashgen_model.cpp)
   double wave_efficiency = 1;     ///< blocks / (waves * SMs * blocks_per_sm) (1 when SMs unknown)
   double padding_efficiency = 1;  ///< useful / executed FLOPs
   // verdict

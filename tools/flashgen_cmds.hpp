@@ -38,6 +38,7 @@ struct TuneOptions {
   int warmups = 3;
   int threads = 0;
   bool dry_run = false;
+  bool compile_only = false;
   int arch = 0;
 };
 CLI::App* add_tune(CLI::App& app, TuneOptions& o);

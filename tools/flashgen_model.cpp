@@ -15,14 +15,23 @@
 //   memory             ai_dram * dram_bytes_per_clock_per_sm, ai_dram = useful
 //                      FLOPs / unique bytes (K/V re-reads of the other query
 //                      blocks of a head are assumed to hit L2)
-// The attained rate is the lowest roof times the latency efficiency
-// (resident warps / 8, x0.8 without a K/V pipeline), and the score further
-// multiplies the wave efficiency (last partial wave of the grid) and the
-// padding efficiency (rows/keys computed beyond seqlen or the causal
-// diagonal). Occupancy: blocks per SM from shared memory, registers
+// The attained rate is the lowest roof times the latency efficiency, the
+// smaller of
+//   - warps: resident warps / 8 (mma.sync needs two warps per SM
+//     sub-partition to keep issuing), and
+//   - steps: the SM's busy fraction when each K/V step of a block does
+//     T = max(step FLOPs / matrix-unit rate, step smem bytes / smem rate)
+//     clocks of work and then waits for what is not hidden: the global load
+//     latency (kLoadLatency clocks) minus the work of the (stages - 1) steps
+//     in flight of all resident blocks, plus a per-step barrier and softmax
+//     reduction cost (kStepOverhead clocks): min(1, blocks_per_sm * T / (T + wait)).
+// The score further multiplies the wave efficiency (last partial wave of the
+// grid) and the padding efficiency (rows/keys computed beyond seqlen or the
+// causal diagonal). Occupancy: blocks per SM from shared memory, registers
 // (allocated per warp in units of 256), threads and 32 blocks per SM.
-// Spilling costs a factor 1 / (1 + spill_bytes / 64). The model ranks; the
-// GPU decides (flashgen tune times the best few).
+// Spilling costs a factor 1 / (1 + spill_bytes / 64). The two latency
+// constants are the model's assumptions, not profile data; the model ranks,
+// the GPU decides (flashgen tune times the best few).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -37,6 +46,8 @@ namespace flashgen::cli {
 namespace {
 
 constexpr int kMaxBlocksPerSm = 32;
+constexpr double kLoadLatency = 600.0;  // SM clocks from cp.async issue to data in shared memory
+constexpr double kStepOverhead = 80.0;  // SM clocks per K/V step: barriers, row max/sum shuffles
 constexpr int kRegisterLimit = 255;
 constexpr int kRegisterAllocUnit = 256;  // registers, per warp
 
@@ -70,11 +81,23 @@ double problem_flops(const ProblemDesc& p) {
          static_cast<double>(p.head_dim + p.head_dim_v);
 }
 
-int estimate_registers(const KernelSpec& s) {
+namespace {
+
+// Registers per thread no kernel of `s` can do without: the O and S
+// accumulators (an m16n8 fragment is 4 floats per thread) and ~40 for
+// addresses, loop state and the row statistics.
+int accumulator_registers(const KernelSpec& s) {
   const int m_tiles = std::max(1, s.block_m / std::max(1, 16 * s.warps));
-  // Per thread: O accumulators (m16n8 fragment = 4 floats), S accumulators,
-  // Q fragments (m16k16 = 4 registers), row max and sum, addressing.
-  return m_tiles * (s.head_dim_v / 2 + s.block_n / 2 + s.head_dim / 4 + 4) + 40;
+  return m_tiles * (s.head_dim_v / 2 + s.block_n / 2) + 40;
+}
+
+}  // namespace
+
+int estimate_registers(const KernelSpec& s) {
+  // Accumulators, Q fragments when they fit (m16k16 = 4 registers), and the
+  // K/V fragments in flight; ptxas may use up to 255 (launch bounds of one block).
+  const int m_tiles = std::max(1, s.block_m / std::max(1, 16 * s.warps));
+  return std::min(255, accumulator_registers(s) + m_tiles * s.head_dim / 4 + 20);
 }
 
 KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile) {
@@ -157,9 +180,10 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   else if (m.blocks_per_sm == by_regs) m.occupancy_limit = "registers";
   else if (m.blocks_per_sm == by_threads) m.occupancy_limit = "threads";
   else m.occupancy_limit = "blocks";
-  if (m.fits && m.registers > kRegisterLimit) {
+  if (m.fits && (m.registers > kRegisterLimit || accumulator_registers(spec) > kRegisterLimit)) {
     m.fits = false;
-    m.why_not = fmt::format("needs about {} registers per thread, more than {}", m.registers, kRegisterLimit);
+    m.why_not = fmt::format("needs at least {} registers per thread for its accumulators, more than {}",
+                            std::max(m.registers, accumulator_registers(spec)), kRegisterLimit);
   }
   if (m.fits && m.blocks_per_sm < 1) {
     m.fits = false;
@@ -167,8 +191,17 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
                             smem, m.registers, threads);
   }
   m.resident_warps = std::max(0, m.blocks_per_sm) * spec.warps;
-  m.latency_efficiency = std::min(1.0, static_cast<double>(m.resident_warps) / kWarpsToHideLatency);
-  if (spec.stages < 2) m.latency_efficiency *= 0.8;
+  {
+    const double warp_eff = std::min(1.0, static_cast<double>(m.resident_warps) / kWarpsToHideLatency);
+    const double step_flops = 2.0 * static_cast<double>(bm) * static_cast<double>(bn) * (D + Dv);
+    const double step_smem = static_cast<double>(spec.warps + 1) * static_cast<double>(bn) * (D + Dv) * eb;
+    const double work = std::max(P > 0 ? step_flops / P : 0.0, Bs > 0 ? step_smem / Bs : 0.0);
+    const double occ = std::max(1, m.blocks_per_sm);
+    const double hidden = static_cast<double>(std::max(0, spec.stages - 1)) * occ * work;
+    const double wait = std::max(0.0, kLoadLatency - hidden) + kStepOverhead;
+    const double step_eff = work > 0 ? std::min(1.0, occ * work / (work + wait)) : 0.0;
+    m.latency_efficiency = std::min(warp_eff, step_eff);
+  }
 
   // Roofs (FLOP per clock per SM).
   const double roof_smem = m.ai_smem * Bs;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <random>
 #include <set>
@@ -150,7 +151,7 @@ struct Timing {
   std::string error;
 };
 
-// Samples O of set 0: the first and last 32768 elements and every 4097th between.
+// Samples O of set 0: the first and last 32768 elements and about 2048 spread between.
 std::vector<uint16_t> sample_o(const Workload& w) {
   const DeviceBuffer& o = w.sets[0].o;
   const size_t n = o.bytes() / 2;
@@ -165,11 +166,11 @@ std::vector<uint16_t> sample_o(const Workload& w) {
   fgrt::check(drv.cuMemcpyDtoH(head.data(), o.get(), 2 * head.size()), "cuMemcpyDtoH");
   fgrt::check(drv.cuMemcpyDtoH(tail.data(), o.get() + 2 * (n - tail.size()), 2 * tail.size()), "cuMemcpyDtoH");
   all = head;
-  for (size_t i = 32768; i + 32768 < n; i += 4097) {
+  const size_t stride = std::max<size_t>(4097, (n - 2 * 32768) / 2048) | 1;
+  for (size_t i = 32768; i + 32768 < n; i += stride) {
     uint16_t x = 0;
     fgrt::check(drv.cuMemcpyDtoH(&x, o.get() + 2 * i, 2), "cuMemcpyDtoH");
     all.push_back(x);
-    if (all.size() > 32768 + 2048) break;
   }
   all.insert(all.end(), tail.begin(), tail.end());
   return all;
@@ -216,6 +217,7 @@ Timing time_spec(const KernelSpec& spec, const Workload& w, int warmups, int run
     }
     // The output of set 0, for the comparison with the default tile.
     fgrt::check(drv.cuMemsetD16(w.sets[0].o.get(), 0xFFFFu, w.sets[0].o.bytes() / 2), "cuMemsetD16");
+    fgrt::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");  // the stream does not wait for the null stream
     launch(kernel, w.problem(0), stream);
     fgrt::check(drv.cuStreamSynchronize(stream), "cuStreamSynchronize");
     for (CUevent e : ev) (void)drv.cuEventDestroy(e);
@@ -255,6 +257,18 @@ struct Candidate {
 
 std::string percent(double x) { return fmt::format("{:.0f}%", 100.0 * x); }
 
+// Tiles that differ only in pipeline stages score alike; candidates are
+// taken one per (block_m, block_n, warps) first, best first, then the rest.
+std::string shape_key(const KernelSpec& s) { return fmt::format("{}x{}x{}", s.block_m, s.block_n, s.warps); }
+
+std::vector<size_t> diverse_order(size_t n, const std::function<std::string(size_t)>& key) {
+  std::vector<size_t> first, rest;
+  std::set<std::string> seen;
+  for (size_t i = 0; i < n; ++i) (seen.insert(key(i)).second ? first : rest).push_back(i);
+  first.insert(first.end(), rest.begin(), rest.end());
+  return first;
+}
+
 }  // namespace
 
 CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
@@ -280,7 +294,11 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
   c->add_option("--warmup", o.warmups, "untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 100));
   c->add_option("-j,--jobs", o.threads, "compile threads (default: one per core)")->check(CLI::NonNegativeNumber);
   c->add_flag("--dry-run", o.dry_run, "print the model's ranking only (no GPU needed; with --arch)");
-  c->add_option("--arch", o.arch, "with --dry-run: the arch to rank for (default: the GPU's, else 90)");
+  c->add_flag("--compile-only", o.compile_only,
+              "compile the candidates and re-rank them with ptxas's registers and spills, then stop before timing "
+              "(no GPU needed; with --arch)");
+  c->add_option("--arch", o.arch,
+                "with --dry-run or --compile-only: the arch to rank for (default: the GPU's, else 90)");
   return c;
 }
 
@@ -295,10 +313,12 @@ int run_tune(const TuneOptions& o) {
 
   std::optional<DeviceInfo> dev;
   int arch = 0;
-  if (o.dry_run) {
+  const bool no_gpu = o.dry_run || o.compile_only;
+  if (no_gpu) {
     arch = choose_arch(o.arch, nullptr);
   } else {
-    if (o.arch != 0) throw InvalidArgument("--arch is for --dry-run; tune measures the GPU of this machine");
+    if (o.arch != 0)
+      throw InvalidArgument("--arch is for --dry-run and --compile-only; tune measures the GPU of this machine");
     if (!gpu_available()) {
       std::string why = "the CUDA driver reports no device";
       try {
@@ -327,8 +347,9 @@ int run_tune(const TuneOptions& o) {
     std::printf("tune: %s (sm_%d, %d SMs, L2 %.0f MiB), profile %s (hash %s)\n", dev->name.c_str(), arch,
                 dev->sm_count, l2_bytes / 1048576.0, profile.name.c_str(), profile_hash(profile).c_str());
   } else {
-    std::printf("tune --dry-run: sm_%d, profile %s (hash %s); model ranking only\n", arch, profile.name.c_str(),
-                profile_hash(profile).c_str());
+    std::printf("tune %s: sm_%d, profile %s (hash %s); %s\n", o.dry_run ? "--dry-run" : "--compile-only", arch,
+                profile.name.c_str(), profile_hash(profile).c_str(),
+                o.dry_run ? "model ranking only" : "candidates compiled and ranked, not timed");
   }
 
   std::vector<TuneEntry> winners;
@@ -347,13 +368,13 @@ int run_tune(const TuneOptions& o) {
     std::printf("   %zu tiles fit the profile's shared-memory and register budgets\n", ranked.size());
 
     std::vector<Candidate> cands;
-    for (size_t i = 0; i < ranked.size() && static_cast<int>(cands.size()) < o.compile; ++i)
-      {
-        Candidate c;
-        c.model = ranked[i];
-        c.is_default = ranked[i].spec == def;
-        cands.push_back(std::move(c));
-      }
+    for (size_t i : diverse_order(ranked.size(), [&](size_t k) { return shape_key(ranked[k].spec); })) {
+      if (static_cast<int>(cands.size()) >= o.compile) break;
+      Candidate c;
+      c.model = ranked[i];
+      c.is_default = ranked[i].spec == def;
+      cands.push_back(std::move(c));
+    }
     if (std::none_of(cands.begin(), cands.end(), [](const Candidate& c) { return c.is_default; })) {
       Candidate c;
       c.model = model_tile(def, p, profile, shape);
@@ -403,14 +424,30 @@ int run_tune(const TuneOptions& o) {
     });
 
     // Time the default and the best `top` by the model.
-    const Workload w = make_workload(p, l2_bytes);
-    std::printf("   inputs: %zu rotating sets of %.1f MiB (L2 %.0f MiB)\n", w.sets.size(), w.set_bytes / 1048576.0,
-                l2_bytes / 1048576.0);
     std::vector<size_t> to_time;
     for (size_t i = 0; i < cands.size(); ++i)
       if (cands[i].compiled && cands[i].is_default) to_time.push_back(i);
-    for (size_t i = 0; i < cands.size() && static_cast<int>(to_time.size()) < o.top + 1; ++i)
+    for (size_t i : diverse_order(cands.size(), [&](size_t k) { return shape_key(cands[k].model.spec); })) {
+      if (static_cast<int>(to_time.size()) >= o.top + 1) break;
       if (cands[i].compiled && !cands[i].is_default && cands[i].model.fits) to_time.push_back(i);
+    }
+    if (o.compile_only) {
+      std::printf("   %-4s %-18s %5s %6s %9s %-9s %6s\n", "", "tile", "regs", "spill", "smem", "occupancy", "model");
+      for (size_t i = 0; i < cands.size(); ++i) {
+        const TileModel& m = cands[i].model;
+        const bool timed = std::find(to_time.begin(), to_time.end(), i) != to_time.end();
+        std::printf("   %-4s %-18s %5d %6lld %9lld %-9s %6s %s%s\n", timed ? "time" : "",
+                    TileShape{m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages}.str().c_str(), m.registers,
+                    static_cast<long long>(m.spill_bytes), static_cast<long long>(m.spec.smem_bytes()),
+                    fmt::format("{}x{}w", m.blocks_per_sm, m.spec.warps).c_str(), percent(m.score).c_str(),
+                    cands[i].compiled ? m.bound.c_str() : ("compile failed: " + cands[i].compile_error.substr(0, 80)).c_str(),
+                    cands[i].is_default ? "  <- profile default" : "");
+      }
+      continue;
+    }
+    const Workload w = make_workload(p, l2_bytes);
+    std::printf("   inputs: %zu rotating sets of %.1f MiB (L2 %.0f MiB)\n", w.sets.size(), w.set_bytes / 1048576.0,
+                l2_bytes / 1048576.0);
     Progress time_progress("time", to_time.size(), stderr, is_terminal(stderr));
     const Timing* baseline = nullptr;
     for (size_t idx : to_time) {
@@ -471,7 +508,7 @@ int run_tune(const TuneOptions& o) {
                     : "the profile default");
     winners.push_back(e);
   }
-  if (o.dry_run) return 0;
+  if (no_gpu) return 0;
 
   std::string out = o.out;
   if (out.empty()) {

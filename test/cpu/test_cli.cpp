@@ -380,6 +380,17 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
   CHECK(dry.rc == 0);
   CHECK(contains(dry.out, "tiles fit the profile's shared-memory and register budgets"));
   CHECK(contains(dry.out, "(profile default)"));
+  // --compile-only: the candidates through NVRTC, re-ranked with ptxas's registers and spills.
+  const Run co = run_cli({"tune", "--compile-only", "--arch", "80", "--compile", "3", "--top", "1", "--problem",
+                          "dtype=f16,seqlen=256,heads=2,head_dim=32"},
+                         env);
+  INFO("compile-only:\n", co.out, co.err);
+  CHECK(co.rc == 0);
+  CHECK(contains(co.out, "candidates compiled and ranked, not timed"));
+  CHECK(contains(co.out, "<- profile default"));
+  size_t timed = 0;
+  for (const std::string& l : lines(co.out)) timed += l.rfind("   time ", 0) == 0 ? 1 : 0;
+  CHECK(timed == 2);  // the best by the model and the profile's default
 
   // A tune file made on "CLI Test GPU" for this class.
   const std::string tune = work.path() + "/tune.yml";
