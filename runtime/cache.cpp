@@ -739,8 +739,8 @@ std::string cache_store(const std::string& kernel_name, const std::string& key, 
 std::string cache_dir() { return snapshot().dir; }
 
 std::string dump_dir() {
-  std::string d = cache_dir();
-  if (!d.empty()) return d;
+  const Snapshot snap = snapshot();
+  if (!snap.dir.empty() && !snap.bundle_mode) return snap.dir;  // never litter a bundle being written
   std::string tmp = env("TMPDIR");
   while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
   if (!tmp.empty() && ::access(tmp.c_str(), W_OK | X_OK) == 0) return tmp;

@@ -147,8 +147,8 @@ std::string cache_store(const std::string& kernel_name, const std::string& key,
 /// The writable user cache directory, "" when memory-only.
 std::string cache_dir();
 
-/// A directory for dumping failed sources: the user cache if writable, else
-/// $TMPDIR, else /tmp.
+/// A directory for dumping failed sources: the user cache if writable (not a
+/// bundle being written), else $TMPDIR, else /tmp.
 std::string dump_dir();
 
 /// One layer as resolved for this process (flashgen info, cache ls).
