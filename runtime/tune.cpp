@@ -511,7 +511,7 @@ std::string format_tune_file(const TuneFile& file) {
   for (const TuneEntry& e : file.entries) {
     out += fmt::format("  - device: {}\n", quoted(e.device));
     out += fmt::format("    arch: {}\n", e.arch);
-    out += fmt::format("    profile: {}\n", e.profile);
+    out += fmt::format("    profile: {}\n", quoted(e.profile));  // "null" would read back as a null node
     out += fmt::format("    profile_hash: \"{}\"\n", e.profile_hash);
     out += fmt::format("    generator: {}\n", quoted(e.generator));
     out += fmt::format(

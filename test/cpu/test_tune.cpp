@@ -131,10 +131,15 @@ TEST_CASE("tune: a tune file round-trips through format and parse") {
   CHECK(format_tune_file(back) == text);
   CHECK(parse_tune_file(format_tune_file(TuneFile{}), "empty").entries.empty());
 
-  // Device names with quotes and backslashes survive.
+  // Device names with quotes and backslashes, and names YAML would read as null, survive.
   TuneFile odd = f;
   odd.entries[0].device = "GPU \"x\" \\ #1: [a]";
-  CHECK(parse_tune_file(format_tune_file(odd), "odd").entries[0].device == odd.entries[0].device);
+  odd.entries[0].profile = "null";
+  odd.entries[1].device = "~";
+  const TuneFile odd_back = parse_tune_file(format_tune_file(odd), "odd");
+  CHECK(odd_back.entries[0].device == odd.entries[0].device);
+  CHECK(odd_back.entries[0].profile == "null");
+  CHECK(odd_back.entries[1].device == "~");
 
   // Save + load, and merge replaces the entry of the same slot.
   TempDir dir("flashgen-tune");
@@ -217,8 +222,21 @@ TEST_CASE("tune: mutated tune files are either accepted or rejected with Invalid
       if (t.empty()) t = "x";
     }
     try {
-      parse_tune_file(t, "mutant");
+      const TuneFile f = parse_tune_file(t, "mutant");
       ++accepted;
+      // What parses survives the writer.
+      const std::string text = format_tune_file(f);
+      const TuneFile back = parse_tune_file(text, "formatted");
+      REQUIRE(back.entries.size() == f.entries.size());
+      for (size_t k = 0; k < f.entries.size(); ++k) {
+        CHECK(back.entries[k].device == f.entries[k].device);
+        CHECK(back.entries[k].profile == f.entries[k].profile);
+        CHECK(back.entries[k].generator == f.entries[k].generator);
+        CHECK(back.entries[k].problem == f.entries[k].problem);
+        CHECK(back.entries[k].tile == f.entries[k].tile);
+        CHECK(std::fabs(back.entries[k].tflops - f.entries[k].tflops) <= 0.05 + 1e-9);
+      }
+      CHECK(format_tune_file(back) == text);
     } catch (const InvalidArgument& e) {
       CHECK(std::string(e.what()).rfind("mutant: ", 0) == 0);
     }
