@@ -55,24 +55,35 @@ typedef enum flashgen_status {
   FLASHGEN_ERROR_INTERNAL = 7          /* a bug in libflashgen, or out of memory */
 } flashgen_status;
 
+/* The input enums below end with two range markers that are not values: with
+ * them every int is a value of the enum type, so a caller's wrong number (from C
+ * or through an FFI) is reported as FLASHGEN_ERROR_INVALID_ARGUMENT instead of
+ * being undefined behaviour in the C++ implementation. */
+
 /* Element type of Q, K, V and O (and of an "input"-kind bias). */
 typedef enum flashgen_dtype {
-  FLASHGEN_DTYPE_F16 = 0, /* IEEE binary16 */
-  FLASHGEN_DTYPE_BF16 = 1 /* bfloat16 (needs sm_80 or newer) */
+  FLASHGEN_DTYPE_F16 = 0,  /* IEEE binary16 */
+  FLASHGEN_DTYPE_BF16 = 1, /* bfloat16 (needs sm_80 or newer) */
+  FLASHGEN_DTYPE_RANGE_MIN_ = -0x7FFFFFFF - 1,
+  FLASHGEN_DTYPE_RANGE_MAX_ = 0x7FFFFFFF
 } flashgen_dtype;
 
 /* Attention mask, applied on top of the optional bias. */
 typedef enum flashgen_mask {
   FLASHGEN_MASK_NONE = 0,               /* every query row sees every key */
   FLASHGEN_MASK_CAUSAL_TOP_LEFT = 1,    /* query i sees keys j <= i */
-  FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2 /* query i sees keys j <= i + seqlen_k - seqlen_q */
+  FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2, /* query i sees keys j <= i + seqlen_k - seqlen_q */
+  FLASHGEN_MASK_RANGE_MIN_ = -0x7FFFFFFF - 1,
+  FLASHGEN_MASK_RANGE_MAX_ = 0x7FFFFFFF
 } flashgen_mask;
 
 /* Element type of the optional additive bias. */
 typedef enum flashgen_bias_kind {
   FLASHGEN_BIAS_NONE = 0,  /* no bias; bias.data must be NULL */
   FLASHGEN_BIAS_INPUT = 1, /* same dtype as Q */
-  FLASHGEN_BIAS_F32 = 2    /* float32 */
+  FLASHGEN_BIAS_F32 = 2,   /* float32 */
+  FLASHGEN_BIAS_RANGE_MIN_ = -0x7FFFFFFF - 1,
+  FLASHGEN_BIAS_RANGE_MAX_ = 0x7FFFFFFF
 } flashgen_bias_kind;
 
 /* A BSHD tensor in device memory: element [b, s, h, d] is at
