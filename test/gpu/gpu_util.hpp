@@ -78,6 +78,17 @@ inline bool gpu_present() {
   return present;
 }
 
+/// FLASHGEN_TEST_QUICK=1 (set by test/run_sanitizers_device.sh): run only a
+/// representative subset of small cases, for compute-sanitizer, which slows
+/// kernels 10-100x. Read once, when the test cases register.
+inline bool quick_mode() {
+  static const bool quick = [] {
+    const char* q = std::getenv("FLASHGEN_TEST_QUICK");
+    return q != nullptr && *q != '\0' && std::string(q) != "0";
+  }();
+  return quick;
+}
+
 // ---------------------------------------------------------------------------
 // RAII wrappers over the driver table
 // ---------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 // Per case one line: the case, where the kernel came from (disk cache or
 // NVRTC), rows checked, max |error| of O and LSE, ok / FAIL. Set
 // FLASHGEN_TEST_SEED=<n> to rerun with fixed inputs (the seed of a failing case
-// is printed).
+// is printed). FLASHGEN_TEST_QUICK=1 runs only a small representative subset
+// (quick_cases) and the refusal checks, for the compute-sanitizer runs.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -459,9 +460,166 @@ std::vector<Case> long_cases() {
   return v;
 }
 
+// FLASHGEN_TEST_QUICK=1: a representative subset with short sequences, for
+// the compute-sanitizer runs (test/run_sanitizers_device.sh). It keeps every
+// mask with both dtypes, head dims 16/72/96/128/256 and d != dv, query and key
+// tails (seqlens that are not multiples of the block, 1 and 2), many key tiles
+// (1000 keys), both bias kinds with -inf rows and broadcast, LSE on and off,
+// GQA (odd group, MQA), seqlen_k = 0, seqlen_q = 0, batch = 0 and the padded,
+// packed-QKV and K/V-broadcast layouts.
+std::vector<Case> quick_cases() {
+  std::vector<Case> v;
+  struct Shape {
+    int64_t sq, sk;
+  };
+  const Shape shapes[] = {{65, 129}, {17, 63}, {1, 2}, {129, 65}, {64, 64}};
+  int k = 0;
+  for (int64_t d : {16, 72, 96, 128, 256})
+    for (DType dt : kDtypes) {
+      Case c = base("quick head_dim");
+      c.dtype = dt;
+      c.head_dim = c.head_dim_v = d;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = shapes[k % 5].sq;
+      c.seqlen_k = shapes[k % 5].sk;
+      c.mask = kMasks[k % 3];
+      c.lse = k % 2 == 0;
+      ++k;
+      v.push_back(c);
+    }
+  // Every mask with both dtypes at one shape with tails on both sides.
+  for (DType dt : kDtypes)
+    for (MaskKind m : kMasks) {
+      Case c = base("quick mask");
+      c.dtype = dt;
+      c.mask = m;
+      c.batch = 2;
+      c.seqlen_q = 77;
+      c.seqlen_k = 100;
+      v.push_back(c);
+    }
+  {
+    Case a = base("quick d!=dv");
+    a.head_dim = 96;
+    a.head_dim_v = 40;
+    a.mask = MaskKind::causal_top_left;
+    v.push_back(a);
+    Case b = base("quick d!=dv");
+    b.dtype = DType::bf16;
+    b.head_dim = 16;
+    b.head_dim_v = 256;
+    b.mask = MaskKind::causal_bottom_right;
+    b.lse = false;
+    v.push_back(b);
+  }
+  {
+    Case many = base("quick many key tiles");
+    many.dtype = DType::bf16;
+    many.head_dim = many.head_dim_v = 128;
+    many.heads_q = 2;
+    many.heads_kv = 1;
+    many.seqlen_q = 130;
+    many.seqlen_k = 1000;
+    many.mask = MaskKind::causal_bottom_right;
+    v.push_back(many);
+  }
+  {
+    Case a = base("quick bias");
+    a.bias = BiasKind::input;
+    a.bias_neg_inf = a.bias_neg_inf_rows = true;
+    a.seqlen_q = 70;
+    a.seqlen_k = 90;
+    a.mask = MaskKind::causal_top_left;
+    v.push_back(a);
+    Case b = base("quick bias");
+    b.dtype = DType::bf16;
+    b.bias = BiasKind::f32;
+    b.bias_neg_inf = b.bias_neg_inf_rows = b.bias_broadcast = true;
+    b.head_dim = b.head_dim_v = 128;
+    b.batch = 2;
+    b.seqlen_q = 50;
+    b.seqlen_k = 140;
+    v.push_back(b);
+    Case c = base("quick bias");
+    c.bias = BiasKind::f32;
+    c.bias_neg_inf = true;
+    c.head_dim = c.head_dim_v = 96;
+    c.seqlen_q = 150;
+    c.seqlen_k = 70;
+    c.mask = MaskKind::causal_bottom_right;  // rows without keys
+    c.lse = false;
+    v.push_back(c);
+  }
+  {
+    Case odd = base("quick gqa");
+    odd.dtype = DType::bf16;
+    odd.heads_q = 21;
+    odd.heads_kv = 3;
+    odd.seqlen_q = odd.seqlen_k = 40;
+    odd.mask = MaskKind::causal_top_left;
+    v.push_back(odd);
+    Case mqa = base("quick gqa");
+    mqa.heads_q = 8;
+    mqa.heads_kv = 1;
+    mqa.seqlen_q = 33;
+    mqa.seqlen_k = 97;
+    v.push_back(mqa);
+  }
+  for (DType dt : kDtypes) {
+    Case c = base("quick empty");
+    c.dtype = dt;
+    c.seqlen_q = 65;
+    c.seqlen_k = 0;
+    c.mask = dt == DType::f16 ? MaskKind::causal_bottom_right : MaskKind::none;
+    v.push_back(c);
+  }
+  {
+    Case q0 = base("quick empty");
+    q0.seqlen_q = 0;
+    q0.seqlen_k = 64;
+    v.push_back(q0);
+    Case b0 = base("quick empty");
+    b0.batch = 0;
+    b0.seqlen_q = b0.seqlen_k = 10;
+    v.push_back(b0);
+  }
+  {
+    Case padded = base("quick padded");
+    padded.layout = Layout::padded;
+    padded.dtype = DType::bf16;
+    padded.head_dim = padded.head_dim_v = 128;
+    padded.seqlen_q = 70;
+    padded.seqlen_k = 90;
+    padded.mask = MaskKind::causal_bottom_right;
+    padded.bias = BiasKind::input;
+    padded.bias_neg_inf = true;
+    v.push_back(padded);
+    Case packed = base("quick packed qkv");
+    packed.layout = Layout::packed_qkv;
+    packed.seqlen_q = packed.seqlen_k = 130;
+    packed.mask = MaskKind::causal_top_left;
+    v.push_back(packed);
+    Case bcast = base("quick kv stride_head 0");
+    bcast.layout = Layout::kv_head_broadcast;
+    bcast.dtype = DType::bf16;
+    bcast.heads_q = 4;
+    bcast.heads_kv = 2;
+    bcast.seqlen_q = 50;
+    bcast.seqlen_k = 80;
+    v.push_back(bcast);
+  }
+  return v;
+}
+
 }  // namespace
 
-#define FLASHGEN_GPU_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present()))
+// The full grid; skipped under FLASHGEN_TEST_QUICK=1.
+#define FLASHGEN_GPU_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present() || fgtest::quick_mode()))
+// Only under FLASHGEN_TEST_QUICK=1.
+#define FLASHGEN_GPU_QUICK_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present() || !fgtest::quick_mode()))
+// Always (where a GPU is present).
+#define FLASHGEN_GPU_ALWAYS_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present()))
 
 TEST_SUITE("gpu") {
 
@@ -505,7 +663,11 @@ FLASHGEN_GPU_TEST("forward: padded (non-contiguous) Q, K, V, O and LSE") { run_g
 
 FLASHGEN_GPU_TEST("forward: long sequences (4097, 8191) with GQA") { run_group("long", long_cases()); }
 
-FLASHGEN_GPU_TEST("forward: bad input is refused before launch and outputs stay untouched") {
+FLASHGEN_GPU_QUICK_TEST("forward: quick representative subset (FLASHGEN_TEST_QUICK=1)") {
+  run_group("quick subset", quick_cases());
+}
+
+FLASHGEN_GPU_ALWAYS_TEST("forward: bad input is refused before launch and outputs stay untouched") {
   Case c = base("refused");
   c.heads_q = 4;
   c.heads_kv = 2;
