@@ -88,6 +88,10 @@ TEST_CASE("cache: 8 processes x 4 threads launch the same 4 cold kernels from on
   const std::string cache = work.path() + "/cache";
   const std::string go = work.path() + "/go";
   constexpr int kProcesses = 8;
+  // The children run the device's own matrix unit only: the other units are
+  // selected through FLASHGEN_PROFILE, a process-wide setting the 4 threads of a
+  // child would race on, and this test is about the cache, not the units.
+  const std::string native_unit = units().front().name;
   std::vector<pid_t> pids;
   for (int p = 0; p < kProcesses; ++p) {
     const std::string log = work.path() + "/log-" + std::to_string(p);
@@ -99,6 +103,7 @@ TEST_CASE("cache: 8 processes x 4 threads launch the same 4 cold kernels from on
       ::unsetenv("FLASHGEN_CACHE_PATH");
       ::unsetenv("FLASHGEN_TUNE_FILE");
       ::setenv("RACE_GO", go.c_str(), 1);
+      ::setenv("FLASHGEN_TEST_UNITS", native_unit.c_str(), 1);
       const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(fd, 1);
       ::dup2(fd, 2);
