@@ -111,6 +111,33 @@ int bias_code(BiasKind b) {
   return 0;
 }
 
+std::string spec_constants(const KernelSpec& spec) {
+  return fmt::format(
+      "constexpr int HEAD_DIM = {};\n"
+      "constexpr int HEAD_DIM_V = {};\n"
+      "constexpr int BLOCK_M = {};\n"
+      "constexpr int BLOCK_N = {};\n"
+      "constexpr int WARPS = {};\n"
+      "constexpr int STAGES = {};\n"
+      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
+      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
+      "constexpr bool HAS_LSE = {};",
+      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages, mask_code(spec.mask),
+      bias_code(spec.bias), spec.has_lse ? "true" : "false");
+}
+
+std::string assemble_forward(const KernelSpec& spec, const std::string& template_name,
+                             const std::map<std::string, std::string>& slots) {
+  std::string src = spec_comment(spec);
+  src += "\n";
+  src += template_text("common.cuh");
+  src += "\n";
+  src += detail::fwd_params_source();
+  src += "\n";
+  src += fill_slots(template_text(template_name), slots, template_name);
+  return src;
+}
+
 namespace {
 
 // Whether the m16n8 kernel computes Q.K^T one tile ahead. That keeps a
@@ -140,23 +167,12 @@ std::string emit_m16n8(const KernelSpec& spec) {
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
-  slots["CONSTANTS"] = fmt::format(
-      "constexpr int HEAD_DIM = {};\n"
-      "constexpr int HEAD_DIM_V = {};\n"
-      "constexpr int BLOCK_M = {};\n"
-      "constexpr int BLOCK_N = {};\n"
-      "constexpr int WARPS = {};\n"
-      "constexpr int STAGES = {};\n"
-      "constexpr bool IS_BF16 = {};\n"
-      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
-      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
-      "constexpr bool HAS_LSE = {};\n"
+  slots["CONSTANTS"] = spec_constants(spec) + fmt::format(
+      "\nconstexpr bool IS_BF16 = {};\n"
       "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax\n"
       "constexpr int UNIT_K = {};     // mma.sync.aligned.m16n8k{}\n"
       "constexpr bool ASYNC_COPY = {};  // cp.async and cvt.rn.f16x2 (sm_80+ instructions)",
-      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages,
-      spec.dtype == DType::bf16 ? "true" : "false", mask_code(spec.mask), bias_code(spec.bias),
-      spec.has_lse ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
+      spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["LOAD_K"] = per_chunk(
@@ -172,14 +188,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
 
-  std::string src = spec_comment(spec);
-  src += "\n";
-  src += template_text("common.cuh");
-  src += "\n";
-  src += detail::fwd_params_source();
-  src += "\n";
-  src += fill_slots(template_text("fwd_m16n8.cu"), slots, "fwd_m16n8.cu");
-  return src;
+  return assemble_forward(spec, "fwd_m16n8.cu", slots);
 }
 
 }  // namespace

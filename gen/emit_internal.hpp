@@ -2,6 +2,7 @@
 // them) and the per-unit emitters (gen/emit_<unit>.cpp).
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,16 @@ std::string spec_comment(const KernelSpec& spec);
 /// 2 causal bottom-right; 0 none, 1 input dtype, 2 float32.
 int mask_code(MaskKind m);
 int bias_code(BiasKind b);
+
+/// The constants every forward template starts from: HEAD_DIM, HEAD_DIM_V,
+/// BLOCK_M, BLOCK_N, WARPS, STAGES, MASK, BIAS_KIND, HAS_LSE (one per line,
+/// no trailing newline).
+std::string spec_constants(const KernelSpec& spec);
+
+/// The whole generated source: spec comment, templates/common.cuh, the
+/// FwdParams struct, then `template_name` with `slots` filled (fill_slots).
+std::string assemble_forward(const KernelSpec& spec, const std::string& template_name,
+                             const std::map<std::string, std::string>& slots);
 
 /// The forward emitter of the m8n8k4 (Volta) unit. Same contract as
 /// emit_forward (emit.hpp); throws Unsupported for bf16 (the unit is float16 only).

@@ -23,18 +23,7 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
-  slots["CONSTANTS"] = fmt::format(
-      "constexpr int HEAD_DIM = {};\n"
-      "constexpr int HEAD_DIM_V = {};\n"
-      "constexpr int BLOCK_M = {};\n"
-      "constexpr int BLOCK_N = {};\n"
-      "constexpr int WARPS = {};\n"
-      "constexpr int STAGES = {};\n"
-      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
-      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
-      "constexpr bool HAS_LSE = {};",
-      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages,
-      mask_code(spec.mask), bias_code(spec.bias), spec.has_lse ? "true" : "false");
+  slots["CONSTANTS"] = spec_constants(spec);
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["LOAD_KV"] =
       per_chunk(qk, "    ",
@@ -50,14 +39,7 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
 
-  std::string src = spec_comment(spec);
-  src += "\n";
-  src += template_text("common.cuh");
-  src += "\n";
-  src += detail::fwd_params_source();
-  src += "\n";
-  src += fill_slots(template_text("fwd_m8n8k4.cu"), slots, "fwd_m8n8k4.cu");
-  return src;
+  return assemble_forward(spec, "fwd_m8n8k4.cu", slots);
 }
 
 }  // namespace flashgen::gen
