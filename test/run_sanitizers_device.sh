@@ -23,6 +23,15 @@ OUT="${OUT:-$PWD/out}"
 mkdir -p "$OUT"
 tools=("$@")
 [[ ${#tools[@]} -gt 0 ]] || tools=(memcheck racecheck synccheck initcheck)
+for tool in "${tools[@]}"; do
+  case "$tool" in
+    memcheck | racecheck | synccheck | initcheck) ;;
+    *)
+      echo "run_sanitizers_device.sh: unknown tool '$tool' (memcheck racecheck synccheck initcheck)" >&2
+      exit 2
+      ;;
+  esac
+done
 
 export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build/kernel-cache}"
@@ -57,12 +66,19 @@ fi
 binary="$PWD/build/test/flashgen_tests_gpu"
 # Compile the kernels once, outside the sanitizers (NVRTC on the host is not
 # what is being checked, and it is slow under them): a quick run fills the cache.
+start=$(date +%s)
 "$binary" --test-suite=gpu --no-version >"$OUT/warmup.log" 2>&1
 warm_rc=$?
+echo "  warm-up (no sanitizer): exit $warm_rc, $(($(date +%s) - start)) s"
 grep -E "^\[doctest\] (test cases|assertions)" "$OUT/warmup.log" | sed 's/^/  warm-up (no sanitizer): /'
 if [[ $warm_rc -ne 0 ]]; then
   tail -40 "$OUT/warmup.log"
   echo "run_sanitizers_device.sh: the quick GPU tier fails without a sanitizer; fix that first" >&2
+  exit 1
+fi
+if ! grep -qE "^\[doctest\] test cases: +[0-9]+ \| +[1-9][0-9]* passed" "$OUT/warmup.log"; then
+  head -5 "$OUT/warmup.log"
+  echo "run_sanitizers_device.sh: no GPU test case ran (no GPU?)" >&2
   exit 1
 fi
 
@@ -78,14 +94,8 @@ rc=0
 : >"$OUT/sanitizers.txt"
 for tool in "${tools[@]}"; do
   extra=()
-  case "$tool" in
-    memcheck) [[ "$help" == *"--padding"* ]] && extra+=(--padding 512) ;;  # catch overruns into a neighbour
-    racecheck | synccheck | initcheck) ;;
-    *)
-      echo "run_sanitizers_device.sh: unknown tool '$tool' (memcheck racecheck synccheck initcheck)" >&2
-      exit 2
-      ;;
-  esac
+  # memcheck: padding after every allocation, so an overrun into a neighbouring buffer is caught.
+  if [[ "$tool" == memcheck && "$help" == *"--padding"* ]]; then extra+=(--padding 512); fi
   log="$OUT/sanitizer-$tool.log"
   start=$(date +%s)
   "$sanitizer" --tool "$tool" "${common[@]}" "${extra[@]}" "$binary" --test-suite=gpu \
