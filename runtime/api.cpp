@@ -362,15 +362,24 @@ Kernel load_kernel(const KernelSpec& spec) {
     }
     rt::check(r, fmt::format("cuModuleLoadData({})", ck.name).c_str());
     CUfunction fn = nullptr;
-    rt::check(d.cuModuleGetFunction(&fn, module, ck.name.c_str()),
-              fmt::format("cuModuleGetFunction({})", ck.name).c_str());
-    const int64_t smem = spec.smem_bytes();
-    if (smem > 48 * 1024) {
-      rt::check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                     static_cast<int>(smem)),
-                fmt::format("cuFuncSetAttribute({}, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {})",
-                            ck.name, smem)
-                    .c_str());
+    try {
+      // With lazy module loading the function's code reaches the device here,
+      // so these calls can fail for want of memory too.
+      rt::check(d.cuModuleGetFunction(&fn, module, ck.name.c_str()),
+                fmt::format("cuModuleGetFunction({})", ck.name).c_str());
+      const int64_t smem = spec.smem_bytes();
+      if (smem > 48 * 1024) {
+        rt::check(d.cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(smem)),
+                  fmt::format("cuFuncSetAttribute({}, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, {})",
+                              ck.name, smem)
+                      .c_str());
+      }
+    } catch (...) {
+      // Not kept (the slot stays unloaded, the next call loads afresh), so not
+      // leaked either: a retry under memory pressure must not add a module each time.
+      (void)d.cuModuleUnload(module);
+      throw;
     }
     slot->k.module = module;
     slot->k.function = fn;

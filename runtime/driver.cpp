@@ -107,6 +107,7 @@ DriverState load_driver() {
   FLASHGEN_RESOLVE(cuCtxSynchronize, "cuCtxSynchronize");
   FLASHGEN_RESOLVE(cuModuleLoadData, "cuModuleLoadData");
   FLASHGEN_RESOLVE(cuModuleGetFunction, "cuModuleGetFunction");
+  FLASHGEN_RESOLVE(cuModuleUnload, "cuModuleUnload");
   FLASHGEN_RESOLVE(cuFuncSetAttribute, "cuFuncSetAttribute");
   FLASHGEN_RESOLVE(cuFuncGetAttribute, "cuFuncGetAttribute");
   FLASHGEN_RESOLVE(cuLaunchKernel, "cuLaunchKernel");

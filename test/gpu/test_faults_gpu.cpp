@@ -215,9 +215,15 @@ FLASHGEN_GPU_FAULT_TEST("faults: out of device memory at module load and at laun
     } catch (const flashgen::DriverError& e) {
       load_failed = true;
       std::printf("  module load: DriverError: %s\n", e.what());
-      CHECK(contains(e.what(), "cuModuleLoadData(" + flashgen::plan(fresh_dc.problem).kernel_name() + ")"));
-      CHECK(e.cu_result() == CUDA_ERROR_OUT_OF_MEMORY);
-      CHECK_FALSE(contains(e.what(), "the cubin is for"));  // not mistaken for a bad image
+      // Where the memory runs out depends on the driver's module loading
+      // (lazy loading moves a function's code to the device on first use);
+      // the error names the call either way.
+      const std::string name = flashgen::plan(fresh_dc.problem).kernel_name();
+      const std::string msg = e.what();
+      CHECK((contains(msg, "cuModuleLoadData(" + name + ")") || contains(msg, "cuModuleGetFunction(" + name + ")") ||
+             contains(msg, "cuFuncSetAttribute(" + name + ",") || contains(msg, "cuLaunchKernel(" + name + ",")));
+      CHECK((e.cu_result() == CUDA_ERROR_OUT_OF_MEMORY || e.cu_result() == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
+      CHECK_FALSE(contains(msg, "the cubin is for"));  // not mistaken for a bad image
     }
     // Launch of a loaded kernel with no memory left.
     try {
@@ -228,6 +234,7 @@ FLASHGEN_GPU_FAULT_TEST("faults: out of device memory at module load and at laun
       launch_failed = true;
       std::printf("  launch: DriverError: %s\n", e.what());
       CHECK(contains(e.what(), "cuLaunchKernel("));
+      CHECK((e.cu_result() == CUDA_ERROR_OUT_OF_MEMORY || e.cu_result() == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
       check_untouched(warm_hc, warm_dc, "after the failed launch");
     }
     hog.release();
