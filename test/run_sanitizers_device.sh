@@ -11,9 +11,14 @@
 #
 #   usage: test/run_sanitizers_device.sh [tool...]
 #     tools: memcheck racecheck synccheck initcheck (default: all four)
+#   FLASHGEN_TEST_UNITS=m16n8k16 runs the cases on that matrix unit only
+#   (test/gpu/units.hpp; default: every unit the device runs, about 3x longer);
+#   SANITIZER_TOOL_TIMEOUT=<seconds> stops a tool that runs longer (exit 124).
 #
-# Writes $OUT/sanitizer-<tool>.log (the whole run: the sanitizer's report and
-# the tests' own lines) and $OUT/sanitizers.txt (one summary line per tool);
+# Writes $OUT/machine.txt, $OUT/warmup.log (the same tests without a sanitizer,
+# which also compiles the kernels), $OUT/sanitizer-<tool>.log (the whole run:
+# the sanitizer's report and the tests' own lines) and $OUT/sanitizers.txt (one
+# summary line per tool);
 # prints each tool's summary ("ERROR SUMMARY: 0 errors", for racecheck also
 # "RACECHECK SUMMARY: ..."). Exits non-zero when a tool reports an error or a
 # test fails.
@@ -58,7 +63,10 @@ fi
 } | tee "$OUT/machine.txt"
 
 # --- build (dev.sh configures build/ once; -N: list the tests, run none) ------------
-if ! ./dev.sh test -N >"$OUT/build.log" 2>&1; then
+# (The build log goes to $OUT only when the build fails: at most 8 files come back.)
+mkdir -p build
+if ! ./dev.sh test -N >build/sanitizer-build.log 2>&1; then
+  cp build/sanitizer-build.log "$OUT/build.log"
   tail -40 "$OUT/build.log"
   echo "run_sanitizers_device.sh: the build failed (log: $OUT/build.log)" >&2
   exit 2
@@ -98,7 +106,9 @@ for tool in "${tools[@]}"; do
   if [[ "$tool" == memcheck && "$help" == *"--padding"* ]]; then extra+=(--padding 512); fi
   log="$OUT/sanitizer-$tool.log"
   start=$(date +%s)
-  "$sanitizer" --tool "$tool" "${common[@]}" "${extra[@]}" "$binary" --test-suite=gpu \
+  limit=()
+  if [[ -n "${SANITIZER_TOOL_TIMEOUT:-}" ]]; then limit=(timeout "$SANITIZER_TOOL_TIMEOUT"); fi
+  "${limit[@]}" "$sanitizer" --tool "$tool" "${common[@]}" "${extra[@]}" "$binary" --test-suite=gpu \
     --no-version >"$log" 2>&1
   tool_rc=$?
   secs=$(($(date +%s) - start))
