@@ -11,7 +11,6 @@
 #include <map>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
@@ -397,36 +396,7 @@ NvrtcOutput compile_to_cubin(const std::string& source, const std::string& progr
                              const std::vector<std::string>& options) {
   const NvrtcApi& api = loaded_for_options(options).api;  // Unavailable before counting
   g_compile_count.fetch_add(1, std::memory_order_relaxed);
-  const bool verbose =
-      std::find(options.begin(), options.end(), "--ptxas-options=--verbose") != options.end();
-  if (!verbose) return compile_once(api, source, program_name, options);
-  // Seen with NVRTC 13.0 on a 16-core machine: with many programs compiling at
-  // once, some come back with an empty log although ptxas ran verbose (about 5%
-  // of 300 concurrent compiles). The report is part of the product (explain,
-  // tune, tests), so compiles run under a shared lock, and one whose log lacks
-  // its own report, or holds another function's, is repeated alone under the
-  // exclusive lock.
-  static std::shared_mutex verbose_mutex;
-  auto report_ok = [&](const std::string& log) {
-    const std::string tag = "Compiling entry function '";
-    size_t pos = 0, own = 0;
-    while ((pos = log.find(tag, pos)) != std::string::npos) {
-      pos += tag.size();
-      if (log.compare(pos, program_name.size() + 1, program_name + "'") != 0) return false;
-      ++own;
-    }
-    return own > 0;
-  };
-  NvrtcOutput out;
-  {
-    std::shared_lock<std::shared_mutex> lock(verbose_mutex);
-    out = compile_once(api, source, program_name, options);
-  }
-  if (!report_ok(out.log)) {
-    std::unique_lock<std::shared_mutex> lock(verbose_mutex);
-    out = compile_once(api, source, program_name, options);
-  }
-  return out;
+  return compile_once(api, source, program_name, options);
 }
 
 uint64_t nvrtc_compile_count() noexcept { return g_compile_count.load(std::memory_order_relaxed); }

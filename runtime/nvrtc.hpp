@@ -90,8 +90,7 @@ struct NvrtcOutput {
 NvrtcOutput compile_to_cubin(const std::string& source, const std::string& program_name,
                              const std::vector<std::string>& options);
 
-/// Number of compile_to_cubin calls that reached NVRTC in this process (a
-/// compile repeated for a lost ptxas report counts once; tests use it to
+/// Number of compile_to_cubin calls that reached NVRTC in this process (tests use it to
 /// prove a cache hit made no NVRTC call).
 uint64_t nvrtc_compile_count() noexcept;
 
