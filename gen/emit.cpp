@@ -134,6 +134,8 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
   src += "\n";
   src += detail::fwd_params_source();
   src += "\n";
+  src += template_text("fwd_block.cuh");
+  src += "\n";
   src += fill_slots(template_text(template_name), slots, template_name);
   return src;
 }
@@ -175,6 +177,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
       spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
+  slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
   slots["LOAD_K"] = per_chunk(
       qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
   slots["LOAD_V"] = per_chunk(

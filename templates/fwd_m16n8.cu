@@ -23,16 +23,8 @@ constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
 
-FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
-FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
-FG_DEVICE u32 fg_pack_in(float lo, float hi) {
-  if constexpr (IS_BF16) return fg_pack_bf16(lo, hi);
-  else if constexpr (ASYNC_COPY) return fg_pack_f16(lo, hi);  // cvt.rn.f16x2.f32 is sm_80+, like cp.async
-  else return fg_pack_f16_sm70(lo, hi);
-}
+@@M16_PARTS@@
 
 // D = A.B + D, m16n8k8 (used for an 8-wide head-dim chunk).
 FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
@@ -61,93 +53,6 @@ FG_DEVICE void fg_mma16816(float* d, const u32* a, u32 b0, u32 b1) {
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-// Copy ROWS rows x W elements (columns [OFF, OFF+W) of the head dim) from
-// global `src` (row stride `stride` elements) into the swizzled sub-tile
-// `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
-// each (src-size 0 zero-fills; the address given is then the tile's first
-// row, which is valid); published by fg_copy_wait + a barrier. Otherwise
-// 16-byte loads (up to four in flight per thread) then shared stores,
-// published by the next barrier.
-template <int W, int OFF, int ROWS>
-FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
-  constexpr int UPR = W / 8;
-  constexpr int UNITS = ROWS * UPR;
-  constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
-  constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
-  const int row0 = tid / UPR, unit = tid % UPR;
-  const u16* g0 = src + (i64)row0 * stride + OFF + unit * 8;
-  const i64 gstep = (i64)RSTEP * stride;
-  const u32 s0 = fg_smem_addr(dst) + 2 * fg_swz<W>(row0, unit);
-  // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
-  auto smem_at = [&](int it, int row) {
-    return RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
-  };
-  if constexpr (ASYNC_COPY) {
-#pragma unroll
-    for (int it = 0; it < PASSES; ++it) {
-      const int row = row0 + it * RSTEP;
-      if (UNITS % THREADS == 0 || row < ROWS) {
-        const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row), ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
-      }
-    }
-  } else {
-    constexpr int G = PASSES < 4 ? PASSES : 4;
-#pragma unroll
-    for (int first = 0; first < PASSES; first += G) {
-      U4 v[G];
-#pragma unroll
-      for (int k = 0; k < G; ++k) {  // a group's loads first, then its stores
-        const int it = first + k, row = row0 + it * RSTEP;
-        v[k] = U4{0u, 0u, 0u, 0u};
-        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows)
-          v[k] = *reinterpret_cast<const U4*>(g0 + it * gstep);
-      }
-#pragma unroll
-      for (int k = 0; k < G; ++k) {
-        const int it = first + k, row = row0 + it * RSTEP;
-        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS))
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(smem_at(it, row)), "r"(v[k].x), "r"(v[k].y),
-                       "r"(v[k].z), "r"(v[k].w) : "memory");
-      }
-    }
-  }
-}
-FG_DEVICE void fg_copy_commit() {
-  if constexpr (ASYNC_COPY) fg_cp_async_commit();
-}
-template <int N>
-FG_DEVICE void fg_copy_wait() {
-  if constexpr (ASYNC_COPY) fg_cp_async_wait<N>();
-}
-
-// Load Q rows [0, valid_rows) of this block, multiply by softmax_scale in f32,
-// round to the input dtype (DESIGN.md: Qs = round(Q * scale)), store swizzled.
-template <int W, int OFF>
-FG_DEVICE void fg_load_q(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid) {
-  constexpr int UPR = W / 8;
-  constexpr int UNITS = BLOCK_M * UPR;
-#pragma unroll
-  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int u = it * THREADS + tid;
-    if (UNITS % THREADS == 0 || u < UNITS) {
-      const int row = u / UPR, unit = u % UPR;
-      U4 v = {0u, 0u, 0u, 0u};
-      if (row < valid_rows) {
-        v = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
-        u32* w = &v.x;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float lo = fg_in_to_f32((u16)(w[e] & 0xffffu)) * scale;
-          const float hi = fg_in_to_f32((u16)(w[e] >> 16)) * scale;
-          w[e] = (u32)fg_f32_to_in(lo) | ((u32)fg_f32_to_in(hi) << 16);
-        }
-      }
-      *reinterpret_cast<U4*>(dst + fg_swz<W>(row, unit)) = v;
-    }
   }
 }
 
@@ -263,41 +168,6 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
   }
 }
 
-// Stage this warp's normalised O fragments (columns [OFF, OFF+W)) in shared memory.
-template <int W, int OFF>
-FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const float (&inv)[M_SLICES][2], int warp,
-                          int lane) {
-  const int g = lane >> 2, t = lane & 3;
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms) {
-    const int row0 = (warp * M_SLICES + ms) * 16 + g;
-#pragma unroll
-    for (int nt = 0; nt < W / 8; ++nt) {
-      const float* c = o[ms][OFF / 8 + nt];
-      const int off = 2 * t;
-      *reinterpret_cast<u32*>(so + fg_swz<W>(row0, nt) + off) = fg_pack_in(c[0] * inv[ms][0], c[1] * inv[ms][0]);
-      *reinterpret_cast<u32*>(so + fg_swz<W>(row0 + 8, nt) + off) = fg_pack_in(c[2] * inv[ms][1], c[3] * inv[ms][1]);
-    }
-  }
-}
-
-// Copy staged O rows [0, valid_rows) to global with 16-byte stores.
-template <int W, int OFF>
-FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, int tid) {
-  constexpr int UPR = W / 8;
-  constexpr int UNITS = BLOCK_M * UPR;
-#pragma unroll
-  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int u = it * THREADS + tid;
-    if (UNITS % THREADS == 0 || u < UNITS) {
-      const int row = u / UPR, unit = u % UPR;
-      if (row < valid_rows)
-        *reinterpret_cast<U4*>(dst + (i64)row * stride + OFF + unit * 8) =
-            *reinterpret_cast<const U4*>(so + fg_swz<W>(row, unit));
-    }
-  }
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const FwdParams p) {
   extern __shared__ __align__(128) unsigned char fg_smem[];
   u16* const sQ = reinterpret_cast<u16*>(fg_smem);
@@ -307,30 +177,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
 
-  // Block -> (m block, head, batch); one grid dimension, 64-bit safe.
-  const i64 bid = blockIdx.x;
-  i64 m_block = bid % p.num_m_blocks;
-  const i64 bh = bid / p.num_m_blocks;
-  const i64 h = bh % p.heads_q;
-  const i64 b = bh / p.heads_q;
-  if (MASK != 0) m_block = p.num_m_blocks - 1 - m_block;  // longest rows first
-  const i64 kvh = h / (p.heads_q / p.heads_kv);
-  const int m_start = (int)(m_block * BLOCK_M);
-  const int seqlen_q = (int)p.seqlen_q, seqlen_k = (int)p.seqlen_k;
-  const int rows_valid = min(BLOCK_M, seqlen_q - m_start);
-
-  const u16* q_ptr = static_cast<const u16*>(p.q) + b * p.q_stride_batch + h * p.q_stride_head + (i64)m_start * p.q_stride_seq;
-  const u16* k_ptr = static_cast<const u16*>(p.k) + b * p.k_stride_batch + kvh * p.k_stride_head;
-  const u16* v_ptr = static_cast<const u16*>(p.v) + b * p.v_stride_batch + kvh * p.v_stride_head;
-
-  // Keys visible to this block: causal masks cut the key range.
-  // Query i sees keys j <= i + diag (top-left: diag 0; bottom-right: seqlen_k - seqlen_q).
-  const int diag = MASK == 2 ? seqlen_k - seqlen_q : 0;
-  int n_tiles = (seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  if (MASK != 0) {
-    const int last_key = m_start + rows_valid - 1 + diag;  // last key any row of the block sees
-    n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / BLOCK_N + 1);
-  }
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p);
+  const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
+  const i64 b = blk.b, h = blk.h;
+  const u16* const q_ptr = blk.q;
+  const u16* const k_ptr = blk.k;
+  const u16* const v_ptr = blk.v;
 
   // ---- K/V pipeline ----
   // With QK_AHEAD, Q.K^T runs one tile ahead of softmax and P.V, so the tensor
@@ -395,84 +247,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   };
   // Bias, masks and the online softmax of tile j; `s` becomes P (unnormalised).
   auto softmax = [&](int j, float (&s)[M_SLICES][NT][4]) {
-    const int n_start = j * BLOCK_N;
-    // ---- bias and masks ----
-    if (BIAS_KIND != 0) {
-#pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int qi = m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-          if (qi < seqlen_q) {
-            const i64 row_off = b * p.bias_stride_batch + h * p.bias_stride_head + (i64)qi * p.bias_stride_q;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int kj = n_start + nt * 8 + 2 * t + e;
-                if (kj < seqlen_k) {
-                  const i64 off = row_off + (i64)kj * p.bias_stride_k;
-                  const float bv = BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
-                                                  : fg_in_to_f32(static_cast<const u16*>(p.bias)[off]);
-                  s[ms][nt][2 * r + e] += bv;
-                }
-              }
-          }
-        }
-    }
-    const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > m_start + diag);
-    if (need_mask) {
-#pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int qi = m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-          const int limit = MASK != 0 ? min(seqlen_k - 1, qi + diag) : seqlen_k - 1;  // last visible key
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (n_start + nt * 8 + 2 * t + e > limit) s[ms][nt][2 * r + e] = fg_neg_inf();
-        }
-    }
-
-    // ---- online softmax (exp2 domain) ----
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = row_max[ms][r];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        // A row with no visible key so far keeps max -inf; use 0 as the offset so
-        // exp2(-inf - offset) = 0 and no NaN appears.
-        const float m_use = mx == fg_neg_inf() ? 0.f : mx;
-        const float neg_m = -m_use * LOG2E;
-        const float corr = fg_exp2(row_max[ms][r] * LOG2E + neg_m);
-        row_max[ms][r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          const float p0 = fg_exp2(fmaf(s[ms][nt][2 * r], LOG2E, neg_m));
-          const float p1 = fg_exp2(fmaf(s[ms][nt][2 * r + 1], LOG2E, neg_m));
-          s[ms][nt][2 * r] = p0;
-          s[ms][nt][2 * r + 1] = p1;
-          sum += p0 + p1;
-        }
-        row_sum[ms][r] = row_sum[ms][r] * corr + sum;
-        // corr is exactly 1 when the row max did not move; skip the rescale
-        // when that holds for every row of the warp.
-        if (__any_sync(0xffffffffu, corr != 1.f)) {
-#pragma unroll
-          for (int i = 0; i < OT; ++i) {
-            o[ms][i][2 * r] *= corr;
-            o[ms][i][2 * r + 1] *= corr;
-          }
-        }
-      }
-
+    float corr[M_SLICES][2];
+    fg_softmax(p, blk, j, warp, g, t, s, row_max, row_sum, corr);
+    fg_rescale_o(o, corr);
   };
   // O += P . V for the V tile in `sVc`.
   auto pv = [&](const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
@@ -526,20 +303,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[ms][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[ms][r] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
-      if (HAS_LSE && t == 0) {
-        const int qi = m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-        if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = l > 0.f ? row_max[ms][r] + fg_log2(l) * LN2 : fg_neg_inf();
-      }
-    }
+  fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
   u16* const sO = sQ;
 @@STAGE_O@@

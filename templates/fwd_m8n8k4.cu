@@ -331,30 +331,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int rbase = 8 * qm + a0 + 4 * hb;     // accumulator rows rbase + 2*v1
   const int cbase = 8 * qn + 2 * a1;          // accumulator columns cbase + v0 + 4*v2
 
-  // Block -> (m block, head, batch); one grid dimension, 64-bit safe.
-  const i64 bid = blockIdx.x;
-  i64 m_block = bid % p.num_m_blocks;
-  const i64 bh = bid / p.num_m_blocks;
-  const i64 h = bh % p.heads_q;
-  const i64 b = bh / p.heads_q;
-  if (MASK != 0) m_block = p.num_m_blocks - 1 - m_block;  // longest rows first
-  const i64 kvh = h / (p.heads_q / p.heads_kv);
-  const int m_start = (int)(m_block * BLOCK_M);
-  const int seqlen_q = (int)p.seqlen_q, seqlen_k = (int)p.seqlen_k;
-  const int rows_valid = min(BLOCK_M, seqlen_q - m_start);
-
-  const u16* q_ptr = static_cast<const u16*>(p.q) + b * p.q_stride_batch + h * p.q_stride_head + (i64)m_start * p.q_stride_seq;
-  const u16* k_ptr = static_cast<const u16*>(p.k) + b * p.k_stride_batch + kvh * p.k_stride_head;
-  const u16* v_ptr = static_cast<const u16*>(p.v) + b * p.v_stride_batch + kvh * p.v_stride_head;
-
-  // Keys visible to this block: causal masks cut the key range.
-  // Query i sees keys j <= i + diag (top-left: diag 0; bottom-right: seqlen_k - seqlen_q).
-  const int diag = MASK == 2 ? seqlen_k - seqlen_q : 0;
-  int n_tiles = (seqlen_k + BLOCK_N - 1) / BLOCK_N;
-  if (MASK != 0) {
-    const int last_key = m_start + rows_valid - 1 + diag;  // last key any row of the block sees
-    n_tiles = last_key < 0 ? 0 : min(n_tiles, last_key / BLOCK_N + 1);
-  }
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p);
+  const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
+  const int diag = blk.diag, n_tiles = blk.n_tiles;
+  const i64 b = blk.b, h = blk.h;
+  const u16* const q_ptr = blk.q;
+  const u16* const k_ptr = blk.k;
+  const u16* const v_ptr = blk.v;
 
   // ---- tile 0 (copied before Q; the __syncthreads after Q publishes both) ----
   if (n_tiles > 0) {

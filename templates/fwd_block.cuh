@@ -1,0 +1,41 @@
+// ---- which rows and keys a block works on (templates/fwd_block.cuh) ----------
+// Shared by every forward kernel. One grid dimension: block id -> (m block,
+// head, batch), 64-bit safe; causal masks reverse the m blocks so the longest
+// rows start first and cut the key range to what the block's rows can see.
+struct FgBlock {
+  i64 b, h, kvh;       // batch, query head, K/V head (GQA: heads_q / heads_kv query heads per K/V head)
+  int m_start;         // first query row of the block
+  int rows_valid;      // query rows of the block inside seqlen_q
+  int seqlen_q, seqlen_k;
+  int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q)
+  int n_tiles;         // key tiles of BN keys the block visits
+  const u16* q;        // Q row m_start of (b, h)
+  const u16* k;        // K row 0 of (b, kvh)
+  const u16* v;        // V row 0 of (b, kvh)
+};
+
+template <int BM, int BN, int MSK>
+FG_DEVICE FgBlock fg_block(const FwdParams& p) {
+  FgBlock r;
+  const i64 bid = blockIdx.x;
+  i64 m_block = bid % p.num_m_blocks;
+  const i64 bh = bid / p.num_m_blocks;
+  r.h = bh % p.heads_q;
+  r.b = bh / p.heads_q;
+  if (MSK != 0) m_block = p.num_m_blocks - 1 - m_block;  // longest rows first
+  r.kvh = r.h / (p.heads_q / p.heads_kv);
+  r.m_start = (int)(m_block * BM);
+  r.seqlen_q = (int)p.seqlen_q;
+  r.seqlen_k = (int)p.seqlen_k;
+  r.rows_valid = min(BM, r.seqlen_q - r.m_start);
+  r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head + (i64)r.m_start * p.q_stride_seq;
+  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
+  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
+  r.diag = MSK == 2 ? r.seqlen_k - r.seqlen_q : 0;
+  r.n_tiles = (r.seqlen_k + BN - 1) / BN;
+  if (MSK != 0) {
+    const int last_key = r.m_start + r.rows_valid - 1 + r.diag;  // last key any row of the block sees
+    r.n_tiles = last_key < 0 ? 0 : min(r.n_tiles, last_key / BN + 1);
+  }
+  return r;
+}

@@ -1,0 +1,260 @@
+// ---- pieces of the kernels whose accumulators have the m16n8 C layout ------
+// (templates/fwd_m16_parts.cuh: the mma.sync m16n8k16/m16n8k8 kernel and the
+// wgmma kernel; PTX ISA "Matrix Fragments for mma.m16n8k16" and "Register
+// Fragment ... wgmma .m64nNk16": a warp's 16 rows x 8 columns of an f32
+// accumulator tile are c0,c1 = (row g, columns 2t, 2t+1), c2,c3 = (row g+8, same
+// columns), g = lane / 4, t = lane % 4.)
+// Each template defines before this: THREADS, BLOCK_M, BLOCK_N, M_SLICES (16-row
+// slices per warp), NT (n8 tiles of S per slice), OT (n8 tiles of O per slice),
+// IS_BF16, ASYNC_COPY, MASK, BIAS_KIND, HAS_LSE.
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
+FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
+FG_DEVICE u32 fg_pack_in(float lo, float hi) {
+  if constexpr (IS_BF16) return fg_pack_bf16(lo, hi);
+  else if constexpr (ASYNC_COPY) return fg_pack_f16(lo, hi);  // cvt.rn.f16x2.f32 is sm_80+, like cp.async
+  else return fg_pack_f16_sm70(lo, hi);
+}
+
+// Copy ROWS rows x W elements (columns [OFF, OFF+W) of the head dim) from
+// global `src` (row stride `stride` elements) into the swizzled sub-tile
+// `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
+// each (src-size 0 zero-fills; the address given is then the tile's first
+// row, which is valid); published by fg_copy_wait + a barrier. Otherwise
+// 16-byte loads (up to four in flight per thread) then shared stores,
+// published by the next barrier.
+template <int W, int OFF, int ROWS>
+FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
+  constexpr int UPR = W / 8;
+  constexpr int UNITS = ROWS * UPR;
+  constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
+  constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+  const int row0 = tid / UPR, unit = tid % UPR;
+  const u16* g0 = src + (i64)row0 * stride + OFF + unit * 8;
+  const i64 gstep = (i64)RSTEP * stride;
+  const u32 s0 = fg_smem_addr(dst) + 2 * fg_swz<W>(row0, unit);
+  // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
+  auto smem_at = [&](int it, int row) {
+    return RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
+  };
+  if constexpr (ASYNC_COPY) {
+#pragma unroll
+    for (int it = 0; it < PASSES; ++it) {
+      const int row = row0 + it * RSTEP;
+      if (UNITS % THREADS == 0 || row < ROWS) {
+        const bool ok = row < valid_rows;
+        fg_cp_async16(smem_at(it, row), ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
+      }
+    }
+  } else {
+    constexpr int G = PASSES < 4 ? PASSES : 4;
+#pragma unroll
+    for (int first = 0; first < PASSES; first += G) {
+      U4 v[G];
+#pragma unroll
+      for (int k = 0; k < G; ++k) {  // a group's loads first, then its stores
+        const int it = first + k, row = row0 + it * RSTEP;
+        v[k] = U4{0u, 0u, 0u, 0u};
+        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows)
+          v[k] = *reinterpret_cast<const U4*>(g0 + it * gstep);
+      }
+#pragma unroll
+      for (int k = 0; k < G; ++k) {
+        const int it = first + k, row = row0 + it * RSTEP;
+        if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS))
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(smem_at(it, row)), "r"(v[k].x), "r"(v[k].y),
+                       "r"(v[k].z), "r"(v[k].w) : "memory");
+      }
+    }
+  }
+}
+FG_DEVICE void fg_copy_commit() {
+  if constexpr (ASYNC_COPY) fg_cp_async_commit();
+}
+template <int N>
+FG_DEVICE void fg_copy_wait() {
+  if constexpr (ASYNC_COPY) fg_cp_async_wait<N>();
+}
+
+// Load Q rows [0, valid_rows) of this block, multiply by softmax_scale in f32,
+// round to the input dtype (DESIGN.md: Qs = round(Q * scale)), store swizzled.
+template <int W, int OFF>
+FG_DEVICE void fg_load_q(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid) {
+  constexpr int UPR = W / 8;
+  constexpr int UNITS = BLOCK_M * UPR;
+#pragma unroll
+  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
+    const int u = it * THREADS + tid;
+    if (UNITS % THREADS == 0 || u < UNITS) {
+      const int row = u / UPR, unit = u % UPR;
+      U4 v = {0u, 0u, 0u, 0u};
+      if (row < valid_rows) {
+        v = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
+        u32* w = &v.x;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float lo = fg_in_to_f32((u16)(w[e] & 0xffffu)) * scale;
+          const float hi = fg_in_to_f32((u16)(w[e] >> 16)) * scale;
+          w[e] = (u32)fg_f32_to_in(lo) | ((u32)fg_f32_to_in(hi) << 16);
+        }
+      }
+      *reinterpret_cast<U4*>(dst + fg_swz<W>(row, unit)) = v;
+    }
+  }
+}
+
+// Stage this warp's normalised O fragments (columns [OFF, OFF+W)) in shared memory.
+template <int W, int OFF>
+FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const float (&inv)[M_SLICES][2], int warp,
+                          int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms) {
+    const int row0 = (warp * M_SLICES + ms) * 16 + g;
+#pragma unroll
+    for (int nt = 0; nt < W / 8; ++nt) {
+      const float* c = o[ms][OFF / 8 + nt];
+      const int off = 2 * t;
+      *reinterpret_cast<u32*>(so + fg_swz<W>(row0, nt) + off) = fg_pack_in(c[0] * inv[ms][0], c[1] * inv[ms][0]);
+      *reinterpret_cast<u32*>(so + fg_swz<W>(row0 + 8, nt) + off) = fg_pack_in(c[2] * inv[ms][1], c[3] * inv[ms][1]);
+    }
+  }
+}
+
+// Copy staged O rows [0, valid_rows) to global with 16-byte stores.
+template <int W, int OFF>
+FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, int tid) {
+  constexpr int UPR = W / 8;
+  constexpr int UNITS = BLOCK_M * UPR;
+#pragma unroll
+  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
+    const int u = it * THREADS + tid;
+    if (UNITS % THREADS == 0 || u < UNITS) {
+      const int row = u / UPR, unit = u % UPR;
+      if (row < valid_rows)
+        *reinterpret_cast<U4*>(dst + (i64)row * stride + OFF + unit * 8) =
+            *reinterpret_cast<const U4*>(so + fg_swz<W>(row, unit));
+    }
+  }
+}
+
+
+// Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
+// S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
+// row_sum are updated; corr is the factor the O rows must be scaled by
+// (exactly 1 when the row max did not move). Rows of slice ms: block row
+// (warp * M_SLICES + ms) * 16 + g (+ 8).
+FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
+                          float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
+                          float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+  const int n_start = j * BLOCK_N;
+  const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
+  // ---- bias and masks ----
+  if (BIAS_KIND != 0) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
+        if (qi < seqlen_q) {
+          const i64 row_off = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int kj = n_start + nt * 8 + 2 * t + e;
+              if (kj < seqlen_k) {
+                const i64 off = row_off + (i64)kj * p.bias_stride_k;
+                const float bv = BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
+                                                : fg_in_to_f32(static_cast<const u16*>(p.bias)[off]);
+                s[ms][nt][2 * r + e] += bv;
+              }
+            }
+        }
+      }
+  }
+  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > blk.m_start + blk.diag);
+  if (need_mask) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
+        const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < 2; ++e)
+            if (n_start + nt * 8 + 2 * t + e > limit) s[ms][nt][2 * r + e] = fg_neg_inf();
+      }
+  }
+
+  // ---- online softmax (exp2 domain) ----
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[ms][r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) mx = fmaxf(mx, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // A row with no visible key so far keeps max -inf; use 0 as the offset so
+      // exp2(-inf - offset) = 0 and no NaN appears.
+      const float m_use = mx == fg_neg_inf() ? 0.f : mx;
+      const float neg_m = -m_use * LOG2E;
+      corr[ms][r] = fg_exp2(row_max[ms][r] * LOG2E + neg_m);
+      row_max[ms][r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = fg_exp2(fmaf(s[ms][nt][2 * r], LOG2E, neg_m));
+        const float p1 = fg_exp2(fmaf(s[ms][nt][2 * r + 1], LOG2E, neg_m));
+        s[ms][nt][2 * r] = p0;
+        s[ms][nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
+    }
+}
+
+// O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
+// of the warp (the row maxima did not move).
+FG_DEVICE void fg_rescale_o(float (&o)[M_SLICES][OT][4], const float (&corr)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (__any_sync(0xffffffffu, corr[ms][r] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < OT; ++i) {
+          o[ms][i][2 * r] *= corr[ms][r];
+          o[ms][i][2 * r + 1] *= corr[ms][r];
+        }
+      }
+}
+
+// Row sums across the quad, 1 / sum for the normalisation (0 for a row that
+// saw no key: O = 0) and, with HAS_LSE, LSE = max + ln(sum) (-inf for such a row).
+FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, int g, int t,
+                              const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
+                              float (&inv)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[ms][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      inv[ms][r] = l > 0.f ? 1.f / l : 0.f;
+      if (HAS_LSE && t == 0) {
+        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
+        if (qi < blk.seqlen_q)
+          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] =
+              l > 0.f ? row_max[ms][r] + fg_log2(l) * LN2 : fg_neg_inf();
+      }
+    }
+}
+
