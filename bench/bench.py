@@ -93,18 +93,32 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--sets", type=int, default=3)
-    ap.add_argument("--shapes", default="all", choices=["all", "quick"])
+    ap.add_argument("--shapes", default="all",
+                    help="all, quick (D128 and D64), or comma-separated indices into the shape list (0-7)")
+    ap.add_argument("--dtypes", default="f16,bf16")
+    ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--tiles", default="",
+                    help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
+                         "(flashgen_launch_spec); printed per shape, not in the table")
     args = ap.parse_args()
+    lib_tiles = [t for t in args.tiles.split(",") if t]
 
     lib = load_lib(args.lib)
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
           f"{args.sets} rotated input sets")
-    shapes = SHAPES if args.shapes == "all" else [SHAPES[3], SHAPES[0]]
+    if args.shapes == "all":
+        shapes = SHAPES
+    elif args.shapes == "quick":
+        shapes = [SHAPES[3], SHAPES[0]]
+    else:
+        shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
+    dtypes = [{"f16": torch.float16, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(",")]
+    masks = [{"none": False, "causal": True}[m] for m in args.masks.split(",")]
     rows = []
     failures = 0
     for (B, Hq, Hkv, S, D) in shapes:
-        for dtype in (torch.float16, torch.bfloat16):
+        for dtype in dtypes:
             sets = []
             for _ in range(args.sets):
                 q = torch.randn(B, S, Hq, D, device="cuda", dtype=dtype)
@@ -112,7 +126,7 @@ def main():
                 v = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype)
                 o = torch.empty(B, S, Hq, D, device="cuda", dtype=dtype)
                 sets.append((q, k, v, o))
-            for causal in (False, True):
+            for causal in masks:
                 flops = 4.0 * B * Hq * S * S * D * (0.5 if causal else 1.0)
                 problems = []
                 for (q, k, v, o) in sets:
@@ -164,6 +178,27 @@ def main():
                 print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
                       f"({t_ours:.3f} ms), max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
                       flush=True)
+                for tile in lib_tiles:
+                    bm, bn, w, st = tile.split("x")
+                    fields = dict(kv.split("=") for kv in spec.value.decode().split(":", 1)[1].split(","))
+                    fields.update(bm=bm, bn=bn, w=w, s=st)
+                    alt = spec.value.decode().split(":", 1)[0] + ":" + ",".join(f"{k}={v}" for k, v in fields.items())
+                    alt_b = alt.encode()
+
+                    def ours_alt(i):
+                        check(lib, lib.flashgen_launch_spec(alt_b, ctypes.byref(problems[i]), stream), "launch_spec")
+                    try:
+                        o.fill_(float("nan"))
+                        ours_alt(0)
+                        torch.cuda.synchronize()
+                        e2 = (o.float() - ref.float()).abs().max().item()
+                        ok2 = e2 == e2 and e2 < (2e-2 if dtype == torch.bfloat16 else 4e-3)
+                        failures += 0 if ok2 else 1
+                        t2 = median_ms(ours_alt, idx, args.warmup, args.runs)
+                        print(f"    tile {tile}: {flops / (t2 * 1e-3) / 1e12:.1f} TFLOP/s ({t2:.3f} ms), "
+                              f"max|ours-flash| {e2:.2e} {'ok' if ok2 else 'MISMATCH'}", flush=True)
+                    except RuntimeError as e:
+                        print(f"    tile {tile}: {str(e).splitlines()[0][:160]}", flush=True)
             del sets
             torch.cuda.empty_cache()
 

@@ -201,6 +201,7 @@ std::string emit_forward(const KernelSpec& spec) {
     case MatrixUnit::m16n8k16:
     case MatrixUnit::m16n8k8: return emit_m16n8(spec);
     case MatrixUnit::m8n8k4: return emit_m8n8k4(spec);
+    case MatrixUnit::wgmma: return emit_wgmma(spec);
   }
   throw Error(ErrorCode::internal, "unknown matrix unit");
 }

@@ -37,4 +37,15 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
 /// emit_forward (emit.hpp); throws Unsupported for bf16 (the unit is float16 only).
 std::string emit_m8n8k4(const KernelSpec& spec);
 
+/// The forward emitter of the wgmma (sm_90a) unit. Same contract as emit_forward.
+std::string emit_wgmma(const KernelSpec& spec);
+
+/// The shared-memory sub-tiles of the wgmma kernel: split_head_dim(head_dim, 16)
+/// with chunks wider than 64 cut into 64s (a swizzle row is at most 128 bytes),
+/// e.g. 96 -> {64, 32}, 128 -> {64, 64}, 80 -> {64, 16}.
+std::vector<int> wgmma_chunks(int head_dim);
+
+/// Whether the wgmma kernel issues the next tile's S before this tile's softmax.
+bool wgmma_qk_ahead(const KernelSpec& spec);
+
 }  // namespace flashgen::gen

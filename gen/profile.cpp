@@ -66,8 +66,12 @@ class Reader {
 
   // The entries of mapping `n` at `path`; every key of `keys` must appear
   // exactly once and no other key may appear.
+  // The mapping `n` with exactly `keys` (plus any of `optional`); anything else fails.
   std::map<std::string, YAML::Node> fields(const YAML::Node& n, const std::string& path,
-                                           const std::vector<std::string>& keys) const {
+                                           std::vector<std::string> keys,
+                                           const std::vector<std::string>& optional = {}) const {
+    const size_t required = keys.size();
+    keys.insert(keys.end(), optional.begin(), optional.end());
     const std::string allowed = fmt::format("{}", fmt::join(keys, ", "));
     if (!n.IsMap()) {
       if (path.empty()) {
@@ -92,8 +96,8 @@ class Reader {
       }
       if (!out.emplace(key, it->second).second) fail(sub, "appears more than once");
     }
-    for (const auto& key : keys) {
-      if (!out.count(key)) fail(join(path, key), "is missing");
+    for (size_t i = 0; i < required; ++i) {
+      if (!out.count(keys[i])) fail(join(path, keys[i]), "is missing");
     }
     return out;
   }
@@ -231,18 +235,27 @@ const Profile& env_profile(const std::string& path) {
 
 }  // namespace
 
+MatrixUnit Profile::unit_for(int head_dim, int head_dim_v) const {
+  if (!wgmma_flash.empty() && head_dim % 16 == 0 && head_dim_v % 16 == 0 &&
+      std::max(head_dim, head_dim_v) <= wgmma_flash.back().head_dim_le)
+    return MatrixUnit::wgmma;
+  return matrix_unit.shape;
+}
+
 bool Profile::supports_dtype(DType d) const {
   const auto& ds = matrix_unit.operand_dtypes;
   return std::find(ds.begin(), ds.end(), d) != ds.end();
 }
 
-const FlashTile& Profile::tile_for(int head_dim) const {
-  for (const auto& t : flash) {
+const FlashTile& Profile::tile_for(int head_dim, MatrixUnit unit) const {
+  const auto& tiles = unit == MatrixUnit::wgmma ? wgmma_flash : flash;
+  for (const auto& t : tiles) {
     if (t.head_dim_le >= head_dim) return t;
   }
   throw Unsupported(fmt::format(
-      "head_dim ({}) is larger than every flash tile of profile {} ({}); allowed: at most {}",
-      head_dim, name, source, flash.empty() ? 0 : flash.back().head_dim_le));
+      "head_dim ({}) is larger than every {} tile of profile {} ({}); allowed: at most {}",
+      head_dim, unit == MatrixUnit::wgmma ? "wgmma_flash" : "flash", name, source,
+      tiles.empty() ? 0 : tiles.back().head_dim_le));
 }
 
 Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
@@ -259,7 +272,7 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
 
   Profile p;
   p.source = origin;
-  auto top = r.fields(root, "", {"name", "archs", "matrix_unit", "flash", "resources", "ceiling"});
+  auto top = r.fields(root, "", {"name", "archs", "matrix_unit", "flash", "resources", "ceiling"}, {"wgmma_flash"});
 
   p.name = r.scalar(top["name"], "name");
   if (!valid_name(p.name)) {
@@ -364,39 +377,67 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                                                       "ceiling.dram_bytes_per_clock_per_sm", 4096);
   }
 
-  const auto& rows = r.sequence(top["flash"], "flash");
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const std::string path = fmt::format("flash[{}]", i);
-    auto f = r.fields(rows[i], path, {"head_dim_le", "block_m", "block_n", "warps", "stages"});
-    FlashTile t;
-    t.head_dim_le = static_cast<int>(r.positive(f["head_dim_le"], path + ".head_dim_le", kMaxHeadDim));
-    t.block_m = static_cast<int>(r.positive(f["block_m"], path + ".block_m", kMaxBlock));
-    t.block_n = static_cast<int>(r.positive(f["block_n"], path + ".block_n", kMaxBlock));
-    t.warps = static_cast<int>(r.positive(f["warps"], path + ".warps", kMaxWarps));
-    t.stages = static_cast<int>(r.positive(f["stages"], path + ".stages", kMaxStages));
-    if (!p.flash.empty() && t.head_dim_le <= p.flash.back().head_dim_le) {
-      r.fail(path + ".head_dim_le",
-             fmt::format("has value {}: rows must be sorted by strictly ascending head_dim_le "
-                         "(the previous row has {})",
-                         t.head_dim_le, p.flash.back().head_dim_le));
+  // One tile list (`key`: flash or wgmma_flash). wgmma tiles: one warpgroup
+  // (4 warps) per 64 query rows, block_n <= 256 (the largest wgmma N), and
+  // 1024 bytes of shared memory for the tiles' alignment.
+  auto parse_tiles = [&](const YAML::Node& node, const std::string& key, bool wgmma, std::vector<FlashTile>& out) {
+    const auto& rows = r.sequence(node, key);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::string path = fmt::format("{}[{}]", key, i);
+      auto f = r.fields(rows[i], path, {"head_dim_le", "block_m", "block_n", "warps", "stages"});
+      FlashTile t;
+      t.head_dim_le = static_cast<int>(r.positive(f["head_dim_le"], path + ".head_dim_le", kMaxHeadDim));
+      t.block_m = static_cast<int>(r.positive(f["block_m"], path + ".block_m", kMaxBlock));
+      t.block_n = static_cast<int>(r.positive(f["block_n"], path + ".block_n", kMaxBlock));
+      t.warps = static_cast<int>(r.positive(f["warps"], path + ".warps", kMaxWarps));
+      t.stages = static_cast<int>(r.positive(f["stages"], path + ".stages", kMaxStages));
+      if (!out.empty() && t.head_dim_le <= out.back().head_dim_le) {
+        r.fail(path + ".head_dim_le",
+               fmt::format("has value {}: rows must be sorted by strictly ascending head_dim_le "
+                           "(the previous row has {})",
+                           t.head_dim_le, out.back().head_dim_le));
+      }
+      if (wgmma) {
+        if (t.warps % 4 != 0) {
+          r.fail(path + ".warps", fmt::format("has value {}: wgmma tiles need whole warpgroups (a multiple of 4)", t.warps));
+        }
+        if (t.block_m != 16 * t.warps) {
+          r.fail(path + ".block_m", fmt::format("has value {}: a wgmma tile has 64 query rows per warpgroup "
+                                                "(block_m = 16 * warps = {})",
+                                                t.block_m, 16 * t.warps));
+        }
+        if (t.block_n > 256) {
+          r.fail(path + ".block_n", fmt::format("has value {}: at most 256 (the largest wgmma N)", t.block_n));
+        }
+      } else if (t.block_m % (16 * t.warps) != 0) {
+        r.fail(path + ".block_m", fmt::format("has value {}: must be a multiple of 16 * warps ({})",
+                                              t.block_m, 16 * t.warps));
+      }
+      if (t.block_n % 16 != 0) {
+        r.fail(path + ".block_n", fmt::format("has value {}: must be a multiple of 16", t.block_n));
+      }
+      // Worst case the row serves: head_dim = head_dim_v = head_dim_le (rounded
+      // down to the multiple of 8 head dims must be).
+      const int64_t d = std::max(16, t.head_dim_le / 8 * 8);
+      const int64_t smem = 2 * (t.block_m * d + t.stages * t.block_n * 2 * d) + (wgmma ? 1024 : 0);
+      if (smem > p.smem_per_block) {
+        r.fail(path, fmt::format("needs {} bytes of shared memory at head dim {} (2 * (block_m * d + "
+                                 "stages * block_n * 2 * d){}), more than resources.smem_per_block ({})",
+                                 smem, d, wgmma ? " + 1024" : "", p.smem_per_block));
+      }
+      out.push_back(t);
     }
-    if (t.block_m % (16 * t.warps) != 0) {
-      r.fail(path + ".block_m", fmt::format("has value {}: must be a multiple of 16 * warps ({})",
-                                            t.block_m, 16 * t.warps));
+  };
+  parse_tiles(top["flash"], "flash", false, p.flash);
+  if (top.count("wgmma_flash")) {
+    for (int a : p.archs) {
+      if (a != 90) {
+        r.fail("wgmma_flash", fmt::format("is given, but archs lists sm_{}: wgmma kernels are built for the "
+                                          "arch-specific target sm_90a, which only sm_90 runs",
+                                          a));
+      }
     }
-    if (t.block_n % 16 != 0) {
-      r.fail(path + ".block_n", fmt::format("has value {}: must be a multiple of 16", t.block_n));
-    }
-    // Worst case the row serves: head_dim = head_dim_v = head_dim_le (rounded
-    // down to the multiple of 8 head dims must be).
-    const int64_t d = std::max(16, t.head_dim_le / 8 * 8);
-    const int64_t smem = 2 * (t.block_m * d + t.stages * t.block_n * 2 * d);
-    if (smem > p.smem_per_block) {
-      r.fail(path, fmt::format("needs {} bytes of shared memory at head dim {} (2 * (block_m * d + "
-                               "stages * block_n * 2 * d)), more than resources.smem_per_block ({})",
-                               smem, d, p.smem_per_block));
-    }
-    p.flash.push_back(t);
+    parse_tiles(top["wgmma_flash"], "wgmma_flash", true, p.wgmma_flash);
   }
   return p;
 }

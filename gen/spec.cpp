@@ -132,7 +132,9 @@ int64_t KernelSpec::smem_bytes() const {
   const int64_t q_elems = sat_mul(block_m, std::max(head_dim, head_dim_v));
   const int64_t kv_elems =
       sat_mul(sat_mul(stages, block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
-  return sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems));
+  // wgmma tiles start on a 1024-byte boundary (their swizzle acts on address
+  // bits), which may skip up to 1024 bytes of the dynamic shared memory.
+  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), unit == MatrixUnit::wgmma ? 1024 : 0);
 }
 
 std::string KernelSpec::canonical() const {
@@ -280,9 +282,29 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     add(fmt::format("arch (sm_{}) is not a compute capability of profile {}; allowed: {}.",
                     spec.arch, profile.name, fmt::join(archs, ", ")));
   }
-  if (spec.unit != profile.matrix_unit.shape) {
-    add(fmt::format("unit ({}) is not the matrix unit of profile {}; allowed: {}.",
-                    to_string(spec.unit), profile.name, to_string(profile.matrix_unit.shape)));
+  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  if (spec.unit != profile.matrix_unit.shape && !(wgmma && !profile.wgmma_flash.empty())) {
+    add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", to_string(spec.unit),
+                    profile.name, to_string(profile.matrix_unit.shape),
+                    profile.wgmma_flash.empty() ? "" : ", wgmma"));
+  }
+  if (wgmma) {
+    for (auto [field, value] : {std::pair<const char*, int>{"head_dim", spec.head_dim},
+                                std::pair<const char*, int>{"head_dim_v", spec.head_dim_v}}) {
+      if (value % 16 != 0) {
+        add(fmt::format("{} ({}) must be a multiple of 16 for the wgmma unit (its k is 16); the "
+                        "{} unit takes multiples of 8.",
+                        field, value, to_string(profile.matrix_unit.shape)));
+      }
+    }
+    if (spec.warps % 4 != 0 || spec.block_m != 16 * spec.warps) {
+      add(fmt::format("block_m ({}) and warps ({}) must give each warpgroup (4 warps) 64 query rows for "
+                      "the wgmma unit: warps a multiple of 4 and block_m = 16 * warps.",
+                      spec.block_m, spec.warps));
+    }
+    if (spec.block_n > 256) {
+      add(fmt::format("block_n ({}) must be at most 256 for the wgmma unit (its largest N).", spec.block_n));
+    }
   }
   if (!profile.supports_dtype(spec.dtype)) {
     std::vector<std::string_view> names;
@@ -342,7 +364,7 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   if (smem > profile.smem_per_block) {
     add(fmt::format(
         "smem_bytes ({} = 2 * (block_m * max(head_dim, head_dim_v) + stages * block_n * "
-        "(head_dim + head_dim_v))) must be at most the smem_per_block of profile {} ({}); reduce "
+        "(head_dim + head_dim_v)), + 1024 for wgmma) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
         smem, profile.name, profile.smem_per_block));
   }

@@ -51,10 +51,11 @@ constexpr NameTable<BiasKind, 3> kBiasNames{{
     {"f32", BiasKind::f32},
 }};
 
-constexpr NameTable<MatrixUnit, 3> kUnitNames{{
+constexpr NameTable<MatrixUnit, 4> kUnitNames{{
     {"m16n8k16", MatrixUnit::m16n8k16},
     {"m16n8k8", MatrixUnit::m16n8k8},
     {"m8n8k4", MatrixUnit::m8n8k4},
+    {"wgmma", MatrixUnit::wgmma},
 }};
 
 // Value outside the enumerators (only reachable through a cast); printed as
@@ -94,6 +95,7 @@ std::string_view to_string(MatrixUnit u) {
     case MatrixUnit::m16n8k16: return "m16n8k16";
     case MatrixUnit::m16n8k8: return "m16n8k8";
     case MatrixUnit::m8n8k4: return "m8n8k4";
+    case MatrixUnit::wgmma: return "wgmma";
   }
   return kInvalidName;
 }

@@ -155,10 +155,10 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   const Profile& profile = profile_for_arch(arch);
   const int d = static_cast<int>(problem.head_dim);
   const int dv = static_cast<int>(problem.head_dim_v);
-  const FlashTile& tile = profile.tile_for(std::max(d, dv));
   KernelSpec spec;
+  spec.unit = profile.unit_for(d, dv);
+  const FlashTile& tile = profile.tile_for(std::max(d, dv), spec.unit);
   spec.arch = arch;
-  spec.unit = profile.matrix_unit.shape;
   spec.dtype = problem.dtype;
   spec.head_dim = d;
   spec.head_dim_v = dv;
@@ -247,7 +247,7 @@ rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
   CompileInputs in;
   in.name = spec.kernel_name();
   in.source = gen::emit_forward(spec);
-  in.options = rt::nvrtc_options(spec.arch);
+  in.options = rt::nvrtc_options(spec.arch, spec.unit == MatrixUnit::wgmma);
   // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
   in.nvrtc = rt::nvrtc_version_for(spec.arch);
   in.key = rt::cache_key(in.source, in.options, spec.arch, in.nvrtc);

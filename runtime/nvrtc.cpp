@@ -331,9 +331,9 @@ bool nvrtc_available_for(int arch) noexcept {
   }
 }
 
-std::vector<std::string> nvrtc_options(int arch) {
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific) {
   return {
-      fmt::format("--gpu-architecture=sm_{}", arch),
+      fmt::format("--gpu-architecture=sm_{}{}", arch, arch_specific ? "a" : ""),
       "-std=c++17",
       "--ptxas-options=--verbose",
       "-default-device",

@@ -59,9 +59,11 @@ bool nvrtc_available_for(int arch) noexcept;
 /// order that is part of the cache key:
 ///   "--gpu-architecture=sm_<arch>", "-std=c++17", "--ptxas-options=--verbose",
 ///   "-default-device".
+/// `arch_specific` selects the arch-specific target sm_<arch>a (wgmma needs
+/// sm_90a; its cubin loads only on that exact compute capability).
 /// --ptxas-options=--verbose makes the compile log hold ptxas's per-kernel
 /// report ("Used N registers", "N bytes spill stores, N bytes spill loads").
-std::vector<std::string> nvrtc_options(int arch);
+std::vector<std::string> nvrtc_options(int arch, bool arch_specific = false);
 
 /// NVRTC rejected a program. what() is a short summary; the fields carry the
 /// details so callers (runtime/api.cpp) can build the full CompileError.

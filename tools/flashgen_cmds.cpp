@@ -437,7 +437,8 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
   } else {
     const int hd = static_cast<int>(std::max(d.head_dim, d.head_dim_v));
     try {
-      const FlashTile& ft = profile->tile_for(hd);
+      const FlashTile& ft = profile->tile_for(
+          hd, profile->unit_for(static_cast<int>(d.head_dim), static_cast<int>(d.head_dim_v)));
       t = TileShape{ft.block_m, ft.block_n, ft.warps, ft.stages};
     } catch (const Error& e) {
       out.push_back(std::string("profile: ") + e.what());
@@ -587,8 +588,9 @@ int run_explain(const ExplainOptions& o) {
     const KernelSpec def = rt::plan_default(to_problem(d), arch);
     spec = o.device.empty() ? plan(to_problem(d), arch) : rt::plan_for_device(to_problem(d), arch, o.device);
     if (spec == def) {
-      const FlashTile& ft = profile.tile_for(static_cast<int>(std::max(d.head_dim, d.head_dim_v)));
-      tile_source = fmt::format("profile {} default (flash row head_dim_le {})", profile.name, ft.head_dim_le);
+      const FlashTile& ft = profile.tile_for(static_cast<int>(std::max(d.head_dim, d.head_dim_v)), spec.unit);
+      tile_source = fmt::format("profile {} default ({} row head_dim_le {})", profile.name,
+                                spec.unit == MatrixUnit::wgmma ? "wgmma_flash" : "flash", ft.head_dim_le);
     } else {
       tile_source = "tune file entry";
       const std::string device = o.device.empty() ? rt::device_name_for_arch(arch) : o.device;

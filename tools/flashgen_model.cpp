@@ -103,7 +103,7 @@ int estimate_registers(const KernelSpec& s) {
 KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile) {
   KernelSpec s;
   s.arch = arch;
-  s.unit = profile.matrix_unit.shape;
+  s.unit = profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
   s.dtype = problem.dtype;
   s.head_dim = static_cast<int>(problem.head_dim);
   s.head_dim_v = static_cast<int>(problem.head_dim_v);

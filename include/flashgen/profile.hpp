@@ -38,6 +38,10 @@ struct Profile {
   std::vector<int> archs;           ///< compute capabilities as 10*major+minor, e.g. {90}
   MatrixUnitDesc matrix_unit;
   std::vector<FlashTile> flash;     ///< sorted by head_dim_le ascending
+  /// Optional (`wgmma_flash:`, sm_90 profiles only): tiles of the wgmma unit
+  /// (sm_90a), used instead of `flash` and `matrix_unit` for head dims that are
+  /// multiples of 16 up to the last row's bound; same fields, block_m = 16 * warps.
+  std::vector<FlashTile> wgmma_flash;
   int64_t smem_per_block = 0;       ///< bytes of shared memory one block may opt into
   int64_t smem_per_sm = 0;          ///< bytes of shared memory per SM
   int64_t registers_per_sm = 0;     ///< 32-bit registers per SM
@@ -47,8 +51,12 @@ struct Profile {
   double dram_bytes_per_clock_per_sm = 0;   ///< device-memory bandwidth / (SMs x SM clock), bytes
 
   bool supports_dtype(DType d) const;
-  /// The tile for `head_dim`; throws Unsupported when no row covers it.
-  const FlashTile& tile_for(int head_dim) const;
+  /// The unit plan() picks for these head dims: wgmma when wgmma_flash covers
+  /// them (both multiples of 16), else matrix_unit.shape.
+  MatrixUnit unit_for(int head_dim, int head_dim_v) const;
+  /// The tile of `unit`'s list (wgmma_flash for wgmma, else flash) for
+  /// `head_dim`; throws Unsupported when no row covers it.
+  const FlashTile& tile_for(int head_dim, MatrixUnit unit = MatrixUnit::m16n8k16) const;
 };
 
 /// Parse a profile from YAML text. Every field is validated; unknown keys are

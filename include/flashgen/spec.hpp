@@ -41,7 +41,8 @@ struct KernelSpec {
     const int64_t t = int64_t{warps} * 32;
     return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
   }
-  /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile).
+  /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
+  /// for the wgmma unit (its tiles are aligned to 1024 bytes).
   int64_t smem_bytes() const;
 
   /// Canonical string, fixed field order and versioned tag, e.g.

@@ -33,12 +33,16 @@ enum class BiasKind { none, input, f32 };
 ///  - m16n8k16: sm_80 and later, f16/bf16 operands, f32 accumulator.
 ///  - m16n8k8:  sm_75 and later, f16 (bf16 from sm_80) operands, f32 accumulator.
 ///  - m8n8k4:   sm_70 (Volta) quadpair layout, f16 operands, f32 accumulator.
-enum class MatrixUnit { m16n8k16, m16n8k8, m8n8k4 };
+///  - wgmma:    sm_90a warpgroup wgmma.mma_async.sync.aligned.m64nNk16 (PTX ISA,
+///              "Asynchronous Warpgroup Level Matrix Multiply-Accumulate"), f16/bf16
+///              operands, f32 accumulator; head dims must be multiples of 16. Kernels
+///              are compiled for the arch-specific target sm_90a.
+enum class MatrixUnit { m16n8k16, m16n8k8, m8n8k4, wgmma };
 
 std::string_view to_string(DType);       ///< "f16" | "bf16"
 std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr"
 std::string_view to_string(BiasKind);    ///< "none" | "input" | "f32"
-std::string_view to_string(MatrixUnit);  ///< "m16n8k16" | "m16n8k8" | "m8n8k4"
+std::string_view to_string(MatrixUnit);  ///< "m16n8k16" | "m16n8k8" | "m8n8k4" | "wgmma"
 
 /// Parse the names printed by to_string (DType also accepts "float16",
 /// "fp16", "bfloat16", "bf16"). Throws InvalidArgument naming `what` on an

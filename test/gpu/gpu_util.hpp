@@ -881,7 +881,10 @@ inline CaseResult run_case(const Case& c) {
         stream.sync();
         res.launched = info.launched;
         kernel = u.name + " " + (info.launched ? kernel_origin_text(info) : "no launch");
-        if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name))
+        // The wgmma unit's profile serves head dims that are not multiples of 16 with its m16n8k16 tiles.
+        const bool fallback = u.name == "wgmma" && info.spec.unit == flashgen::MatrixUnit::m16n8k16 &&
+                              (c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0);
+        if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name) && !fallback)
           res.fail(fmt::format("planned unit {} instead of {}", flashgen::to_string(info.spec.unit), u.name));
         const bool expect_launch = c.batch > 0 && c.seqlen_q > 0 && c.heads_q > 0;
         if (info.launched != expect_launch) {

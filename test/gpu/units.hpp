@@ -1,5 +1,6 @@
 // GPU tier: the matrix units every case runs on. The device's own profile
-// (e.g. hopper, m16n8k16) comes first; then each other builtin unit the device
+// (e.g. hopper: wgmma, and m16n8k16 for head dims that are not multiples of
+// 16) comes first; then each other builtin unit the device
 // executes (sm_90 runs m8n8k4 and m16n8k8 correctly, slowly) through a profile
 // file written here: the unit's builtin profile (volta, turing) with its tiles,
 // listing the device's arch and its shared-memory limits. FLASHGEN_PROFILE
@@ -82,8 +83,10 @@ inline const std::vector<Unit>& units() {
     std::vector<Unit> v;
     const int arch = flashgen::current_device().arch;
     const flashgen::Profile& device = flashgen::profile_for_arch(arch);
-    v.push_back({std::string(flashgen::to_string(device.matrix_unit.shape)), device.name, "",
-                 device.matrix_unit.operand_dtypes});
+    // A profile with wgmma tiles runs as the "wgmma" unit; its m16n8k16 kernels
+    // are then tested through a copy without them (written by the loop below).
+    const flashgen::MatrixUnit own = device.wgmma_flash.empty() ? device.matrix_unit.shape : flashgen::MatrixUnit::wgmma;
+    v.push_back({std::string(flashgen::to_string(own)), device.name, "", device.matrix_unit.operand_dtypes});
     char dir_template[] = "/tmp/flashgen-gpu-units-XXXXXX";
     const char* dir = ::mkdtemp(dir_template);
     for (const flashgen::Profile& p : flashgen::builtin_profiles()) {
@@ -92,6 +95,7 @@ inline const std::vector<Unit>& units() {
       const bool have = std::any_of(v.begin(), v.end(), [&](const Unit& x) { return x.name == name; });
       if (have || arch < unit_min_arch(u) || dir == nullptr) continue;
       std::vector<flashgen::DType> dtypes = {flashgen::DType::f16};
+      if (u == flashgen::MatrixUnit::m16n8k16) dtypes = p.matrix_unit.operand_dtypes;
       // m16n8k8 has a bf16 form from sm_80 on (the template supports it there).
       if (u == flashgen::MatrixUnit::m16n8k8 && arch >= 80) dtypes.push_back(flashgen::DType::bf16);
       const std::string path = fmt::format("{}/{}-on-sm{}.yml", dir, p.name, arch);

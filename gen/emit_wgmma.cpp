@@ -1,0 +1,121 @@
+// The wgmma forward emitter (Hopper, sm_90a): fills templates/fwd_wgmma.cu.
+// Besides the per-chunk calls it writes the wgmma.mma_async wrappers, whose
+// operand lists (one register per accumulator element) depend on block_n and
+// on the widths of the head-dim chunks.
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+#include "gen/emit.hpp"
+#include "gen/emit_internal.hpp"
+
+namespace flashgen::gen {
+
+std::vector<int> wgmma_chunks(int head_dim) {
+  std::vector<int> out;
+  for (int w : split_head_dim(head_dim, 16)) {
+    for (int left = w; left > 0; left -= 64) out.push_back(left > 64 ? 64 : left);
+  }
+  return out;
+}
+
+namespace {
+
+// "{%first, ..., %first+count-1}"
+std::string reg_list(int first, int count) {
+  std::string s = "{";
+  for (int i = 0; i < count; ++i) s += fmt::format("{}%{}", i ? ", " : "", first + i);
+  return s + "}";
+}
+
+// "+f"(prefix[index_expr(i)]) for every accumulator element of an n-wide tile.
+std::string acc_operands(int n, const std::string& array, const std::string& first_tile) {
+  std::string s;
+  for (int j = 0; j < n / 8; ++j)
+    for (int e = 0; e < 4; ++e)
+      s += fmt::format("{}\"+f\"({}[0][{}{}][{}])", s.empty() ? "" : ", ", array, first_tile, j, e);
+  return s;
+}
+
+std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) {
+  const char* t = spec.dtype == DType::bf16 ? "bf16" : "f16";
+  const int n = spec.block_n, regs = n / 2;
+  std::string s = fmt::format(
+      "// S (+)= A.B: wgmma.mma_async m64n{n}k16, A (Q) and B (K) from shared memory,\n"
+      "// both K-major; accumulate = 0 overwrites S (PTX ISA: wgmma.mma_async, scale-d).\n"
+      "FG_DEVICE void fg_wgmma_qk(float (&d)[1][NT][4], u64 da, u64 db, int accumulate) {{\n"
+      "  asm volatile(\n"
+      "      \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{acc}, 0;\\n\"\n"
+      "      \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{t}.{t} {regs}, %{da}, %{db}, p, 1, 1, 0, 0;\\n}}\\n\"\n"
+      "      : {outs}\n"
+      "      : \"l\"(da), \"l\"(db), \"r\"(accumulate));\n"
+      "}}\n\n"
+      "// O[:, 8*J0 : 8*J0+W] += A.B: wgmma.mma_async m64nWk16, A (P) from registers,\n"
+      "// B (V) from shared memory, MN-major (imm-trans-b = 1).\n"
+      "template <int W>\n"
+      "struct FgPv;\n",
+      fmt::arg("n", n), fmt::arg("t", t), fmt::arg("regs", reg_list(0, regs)), fmt::arg("acc", regs + 2),
+      fmt::arg("da", regs), fmt::arg("db", regs + 1), fmt::arg("outs", acc_operands(n, "d", "")));
+  std::set<int> widths(v_chunks.begin(), v_chunks.end());
+  for (int w : widths) {
+    const int r = w / 2;
+    s += fmt::format(
+        "template <>\n"
+        "struct FgPv<{w}> {{\n"
+        "  template <int J0>\n"
+        "  static FG_DEVICE void mma(float (&o)[1][OT][4], const u32 (&a)[4], u64 db) {{\n"
+        "    asm volatile(\n"
+        "        \"{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{one}, 0;\\n\"\n"
+        "        \"wgmma.mma_async.sync.aligned.m64n{w}k16.f32.{t}.{t} {regs}, {aregs}, %{db}, p, 1, 1, 1;\\n}}\\n\"\n"
+        "        : {outs}\n"
+        "        : \"r\"(a[0]), \"r\"(a[1]), \"r\"(a[2]), \"r\"(a[3]), \"l\"(db), \"r\"(1));\n"
+        "  }}\n"
+        "}};\n",
+        fmt::arg("w", w), fmt::arg("t", t), fmt::arg("regs", reg_list(0, r)), fmt::arg("aregs", reg_list(r, 4)),
+        fmt::arg("db", r + 4), fmt::arg("one", r + 5), fmt::arg("outs", acc_operands(w, "o", "J0 + ")));
+  }
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+}  // namespace
+
+// Whether the wgmma kernel issues the next tile's S before this tile's
+// softmax: it keeps a second S tile live (block_n / 2 registers), so only
+// while S twice, P (block_n / 4) and O (head_dim_v / 2) fit in 200 registers,
+// and without a bias (whose loads need more).
+bool wgmma_qk_ahead(const KernelSpec& spec) {
+  return spec.bias == BiasKind::none && spec.block_n + spec.block_n / 4 + spec.head_dim_v / 2 <= 200;
+}
+
+std::string emit_wgmma(const KernelSpec& spec) {
+  const auto qk = wgmma_chunks(spec.head_dim);
+  const auto vc = wgmma_chunks(spec.head_dim_v);
+  std::map<std::string, std::string> slots;
+  slots["CONSTANTS"] = spec_constants(spec) + fmt::format(
+      "\nconstexpr bool IS_BF16 = {};\n"
+      "constexpr bool QK_AHEAD = {};  // S of the next tile is issued before this tile's softmax",
+      spec.dtype == DType::bf16 ? "true" : "false", wgmma_qk_ahead(spec) ? "true" : "false");
+  slots["KERNEL_NAME"] = spec.kernel_name();
+  slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
+  slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
+  slots["LOAD_K"] = per_chunk(
+      qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
+  slots["LOAD_V"] = per_chunk(
+      vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  slots["LOAD_Q"] =
+      per_chunk(qk, "  ", "fg_load_q<{w}, {off}>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
+  slots["QK"] = per_chunk(
+      qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o);");
+  slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
+  slots["STORE_O"] =
+      per_chunk(vc, "  ", "fg_store_o<{w}, {off}>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
+  return assemble_forward(spec, "fwd_wgmma.cu", slots);
+}
+
+}  // namespace flashgen::gen
