@@ -45,7 +45,4 @@ std::string emit_wgmma(const KernelSpec& spec);
 /// e.g. 96 -> {64, 32}, 128 -> {64, 64}, 80 -> {64, 16}.
 std::vector<int> wgmma_chunks(int head_dim);
 
-/// Whether the wgmma kernel issues the next tile's S before this tile's softmax.
-bool wgmma_qk_ahead(const KernelSpec& spec);
-
 }  // namespace flashgen::gen

@@ -84,22 +84,13 @@ std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) 
 
 }  // namespace
 
-// Whether the wgmma kernel issues the next tile's S before this tile's
-// softmax: it keeps a second S tile live (block_n / 2 registers), so only
-// while S twice, P (block_n / 4) and O (head_dim_v / 2) fit in 200 registers,
-// and without a bias (whose loads need more).
-bool wgmma_qk_ahead(const KernelSpec& spec) {
-  return spec.bias == BiasKind::none && spec.block_n + spec.block_n / 4 + spec.head_dim_v / 2 <= 200;
-}
-
 std::string emit_wgmma(const KernelSpec& spec) {
   const auto qk = wgmma_chunks(spec.head_dim);
   const auto vc = wgmma_chunks(spec.head_dim_v);
   std::map<std::string, std::string> slots;
   slots["CONSTANTS"] = spec_constants(spec) + fmt::format(
-      "\nconstexpr bool IS_BF16 = {};\n"
-      "constexpr bool QK_AHEAD = {};  // S of the next tile is issued before this tile's softmax",
-      spec.dtype == DType::bf16 ? "true" : "false", wgmma_qk_ahead(spec) ? "true" : "false");
+      "\nconstexpr bool IS_BF16 = {};",
+      spec.dtype == DType::bf16 ? "true" : "false");
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);

@@ -409,6 +409,9 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
         if (t.block_n > 256) {
           r.fail(path + ".block_n", fmt::format("has value {}: at most 256 (the largest wgmma N)", t.block_n));
         }
+        if (t.stages < 2) {
+          r.fail(path + ".stages", fmt::format("has value {}: wgmma tiles need at least 2", t.stages));
+        }
       } else if (t.block_m % (16 * t.warps) != 0) {
         r.fail(path + ".block_m", fmt::format("has value {}: must be a multiple of 16 * warps ({})",
                                               t.block_m, 16 * t.warps));

@@ -305,6 +305,11 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     if (spec.block_n > 256) {
       add(fmt::format("block_n ({}) must be at most 256 for the wgmma unit (its largest N).", spec.block_n));
     }
+    if (spec.stages < 2) {
+      add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
+                      "the current V tile is).",
+                      spec.stages));
+    }
   }
   if (!profile.supports_dtype(spec.dtype)) {
     std::vector<std::string_view> names;

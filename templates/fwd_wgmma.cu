@@ -14,9 +14,9 @@
 // at most 64 wide: a chunk of W elements has W*2-byte rows, and the XOR swizzle
 // of fg_swz<W> is exactly the 128-byte (W = 64), 64-byte (32) or 32-byte (16)
 // swizzle mode of the descriptor once the chunk starts on a 1024-byte boundary.
-// K/V tiles of BLOCK_N keys come through a STAGES-deep cp.async pipeline loaded
-// by all threads; with QK_AHEAD the next tile's S is issued before this tile's
-// softmax so the tensor cores work on it meanwhile.
+// K/V tiles of BLOCK_N keys come through a STAGES-deep (>= 2) cp.async pipeline
+// loaded by all threads; the softmax of a tile runs while the tensor cores
+// compute P.V of the previous one.
 
 @@CONSTANTS@@
 
@@ -103,12 +103,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const u16* const v_ptr = blk.v;
 
   // ---- K/V pipeline ----
-  // K tile t and V tile t live in buffer t % STAGES. K runs one tile ahead of V:
-  // at the top of iteration j (after the barrier every warpgroup reaches only
-  // once its S of tile j and its P.V of tile j-1 are complete) the buffers of
-  // K[j] and V[j-1] are free and take K[j+STAGES] and V[j+STAGES-1]; K[j+1] and
-  // V[j] must have landed: they came in the group issued STAGES-1 iterations
-  // earlier, so STAGES-2 newer groups may still be in flight.
+  // K tile t and V tile t live in buffer t % STAGES (STAGES >= 2). Iteration j
+  // starts with one barrier, which every warpgroup reaches only once its S of
+  // tile j and its P.V of tile j-1 are complete: the buffers of K[j] and V[j-1]
+  // are then free and take K[j+STAGES] and V[j+STAGES-1] (one copy group per
+  // iteration; K runs one tile ahead of V). K[j+1] and V[j] must have landed:
+  // they came in the group issued STAGES-1 iterations earlier, so STAGES-2
+  // newer groups may still be in flight.
   auto load_k = [&](int tile) {
     if (tile < n_tiles) {
       const int n0 = tile * BLOCK_N;
@@ -127,12 +128,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 @@LOAD_V@@
     }
   };
-  load_k(0);
-  fg_copy_commit();
+  // The groups of iterations -STAGES..-1: {K[i+STAGES], V[i+STAGES-1]}.
 #pragma unroll
-  for (int i = 1; i < STAGES; ++i) {
+  for (int i = 0; i < STAGES; ++i) {
     load_k(i);
-    load_v(i - 1);
+    if (i >= 1) load_v(i - 1);
     fg_copy_commit();
   }
 
@@ -141,73 +141,68 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 @@LOAD_Q@@
 
   float o[1][OT][4];
-  float row_max[1][2], row_sum[1][2];
+  float row_max[1][2], row_sum[1][2], corr[1][2];
 #pragma unroll
   for (int i = 0; i < OT; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
   row_max[0][0] = row_max[0][1] = fg_neg_inf();
   row_sum[0][0] = row_sum[0][1] = 0.f;
 
-  // S = Qs . K^T of the K tile at shared address `k_tile` (issued, not waited for).
-  auto qk = [&](u32 k_tile, float (&s)[1][NT][4]) {
+  float s[1][NT][4];  // S of one tile (wgmma accumulators), then P in f32
+  u32 pa[BLOCK_N / 16][4];  // P rounded to the input dtype: the A fragments of P.V
+  // S = Qs . K^T of K tile `tile` (issued and committed, not waited for).
+  auto qk = [&](int tile) {
     const u32 q_tile = fg_smem_addr(sQ);
+    const u32 k_tile = fg_smem_addr(sK + (tile % STAGES) * BLOCK_N * HEAD_DIM);
+    fg_wgmma_fence();
 @@QK@@
+    fg_wgmma_commit();
   };
-  auto k_addr = [&](int tile) { return fg_smem_addr(sK + (tile % STAGES) * BLOCK_N * HEAD_DIM); };
+  auto to_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+      pa[kk][0] = fg_pack_in(s[0][2 * kk][0], s[0][2 * kk][1]);
+      pa[kk][1] = fg_pack_in(s[0][2 * kk][2], s[0][2 * kk][3]);
+      pa[kk][2] = fg_pack_in(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+      pa[kk][3] = fg_pack_in(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+    }
+  };
 
-  u32 pa[BLOCK_N / 16][4];
-  // One iteration: tile j's softmax and P.V; S of tile j+1 into `sn`.
-  auto step = [&](int j, float (&sc)[1][NT][4], float (&sn)[1][NT][4]) {
-    fg_copy_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
+  fg_copy_wait<STAGES - 1>();  // K[0]
+  fg_fence_proxy_async();       // and Q's stores
+  __syncthreads();
+  if (n_tiles > 0) {
+    qk(0);
+    fg_wgmma_wait<0>();
+    fg_reg_fence(s);
+    fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
+    to_p();
+  }
+  // Iteration j (FlashAttention-3's intra-warpgroup overlap, arXiv:2407.08608
+  // section 3.2): entering, P of tile j is in `pa` and corr holds the factor
+  // for O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of
+  // tile j issued, and the softmax of tile j+1 runs while P.V does. S of a tile
+  // past the last is computed too (on whatever its buffer holds) and never
+  // read: a branch around the wgmma would make ptxas serialize them.
+  for (int j = 0; j < n_tiles; ++j) {
+    fg_copy_wait<STAGES - 2>();
     fg_fence_proxy_async();
     __syncthreads();  // K[j+1], V[j] visible; K[j], V[j-1] buffers free
     load_k(j + STAGES);
     load_v(j + STAGES - 1);
     fg_copy_commit();
-    const bool next = j + 1 < n_tiles;
-    if (QK_AHEAD && next) {
-      fg_wgmma_fence();
-      qk(k_addr(j + 1), sn);
-      fg_wgmma_commit();
-    }
-    float corr[1][2];
-    fg_softmax(p, blk, j, warp, g, t, sc, row_max, row_sum, corr);
+    qk(j + 1);
     fg_rescale_o(o, corr);
-#pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-      pa[kk][0] = fg_pack_in(sc[0][2 * kk][0], sc[0][2 * kk][1]);
-      pa[kk][1] = fg_pack_in(sc[0][2 * kk][2], sc[0][2 * kk][3]);
-      pa[kk][2] = fg_pack_in(sc[0][2 * kk + 1][0], sc[0][2 * kk + 1][1]);
-      pa[kk][3] = fg_pack_in(sc[0][2 * kk + 1][2], sc[0][2 * kk + 1][3]);
-    }
     fg_wgmma_fence();
     const u32 v_tile = fg_smem_addr(sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V);
 @@PV@@
     fg_wgmma_commit();
-    if (!QK_AHEAD && next) {
-      fg_wgmma_fence();
-      qk(k_addr(j + 1), sn);
-      fg_wgmma_commit();
-    }
-    fg_wgmma_wait<0>();  // S of tile j+1 and O of tile j complete
+    fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
+    fg_reg_fence(s);
+    const bool next = j + 1 < n_tiles;
+    if (next) fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_sum, corr);
+    fg_wgmma_wait<0>();  // P.V of tile j complete
     fg_reg_fence(o);
-    fg_reg_fence(sn);
-  };
-
-  float s0[1][NT][4], s1[1][NT][4];
-  fg_copy_wait<(STAGES > 1 ? STAGES - 1 : 0)>();  // K[0]
-  fg_fence_proxy_async();                          // and Q's stores
-  __syncthreads();
-  if (n_tiles > 0) {
-    fg_wgmma_fence();
-    qk(k_addr(0), s0);
-    fg_wgmma_commit();
-    fg_wgmma_wait<0>();
-    fg_reg_fence(s0);
-  }
-  // Unrolled by two so the S arrays swap roles without register copies.
-  for (int j = 0; j < n_tiles; j += 2) {
-    step(j, s0, s1);
-    if (j + 1 < n_tiles) step(j + 1, s1, s0);
+    if (next) to_p();
   }
   fg_copy_wait<0>();
 

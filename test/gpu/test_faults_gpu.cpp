@@ -39,7 +39,11 @@ std::string profile_text_for(int arch) {
   REQUIRE(in.good());
   std::string out, line;
   int replaced = 0;
+  bool in_wgmma = false;  // wgmma_flash (sm_90a tiles) is allowed on sm_90 profiles only: left out
   while (std::getline(in, line)) {
+    if (line.rfind("wgmma_flash:", 0) == 0) in_wgmma = true;
+    else if (!line.empty() && line[0] != ' ' && line[0] != '#') in_wgmma = false;
+    if (in_wgmma) continue;
     if (line.rfind("archs:", 0) == 0) {
       line = fmt::format("archs: [{}]", arch);
       ++replaced;
