@@ -94,10 +94,18 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
-  slots["LOAD_K"] = per_chunk(
-      qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
-  slots["LOAD_V"] = per_chunk(
-      vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  // Whole tiles (all but the last) take the copy without row predicates.
+  auto copies = [](const std::vector<int>& chunks, const char* tile, const char* src, const char* stride) {
+    const std::string call = fmt::format("fg_copy_tile_async<{{w}}, {{off}}, BLOCK_N, {{full}}>({} + BLOCK_N * {{off}}, {}, {}, kv_valid, tid);", tile, src, stride);
+    auto lines = [&](const char* full) {
+      std::string pattern = call;
+      for (size_t at; (at = pattern.find("{full}")) != std::string::npos;) pattern.replace(at, 6, full);
+      return per_chunk(chunks, "        ", pattern);
+    };
+    return "      if (kv_valid >= BLOCK_N) {\n" + lines("true") + "\n      } else {\n" + lines("false") + "\n      }";
+  };
+  slots["LOAD_K"] = copies(qk, "sKs", "kg", "p.k_stride_seq");
+  slots["LOAD_V"] = copies(vc, "sVs", "vg", "p.v_stride_seq");
   slots["LOAD_Q"] =
       per_chunk(qk, "  ", "fg_load_q<{w}, {off}>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
   slots["QK"] = per_chunk(

@@ -67,6 +67,10 @@ FG_DEVICE float fg_log2(float x) {
 FG_DEVICE void fg_cp_async16(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
 }
+// Copies 16 bytes (no zero fill).
+FG_DEVICE void fg_cp_async16_full(u32 dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+}
 FG_DEVICE void fg_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int N>
 FG_DEVICE void fg_cp_async_wait() {

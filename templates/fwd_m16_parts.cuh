@@ -24,8 +24,9 @@ FG_DEVICE u32 fg_pack_in(float lo, float hi) {
 // each (src-size 0 zero-fills; the address given is then the tile's first
 // row, which is valid); published by fg_copy_wait + a barrier. Otherwise
 // 16-byte loads (up to four in flight per thread) then shared stores,
-// published by the next barrier.
-template <int W, int OFF, int ROWS>
+// published by the next barrier. FULL (ASYNC_COPY only): every row is valid
+// (valid_rows is not read), so no predicates and one pointer bump per copy.
+template <int W, int OFF, int ROWS, bool FULL = false>
 FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
   constexpr int UPR = W / 8;
   constexpr int UNITS = ROWS * UPR;
@@ -39,7 +40,14 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
   auto smem_at = [&](int it, int row) {
     return RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
   };
-  if constexpr (ASYNC_COPY) {
+  if constexpr (ASYNC_COPY && FULL) {
+    const u16* g = g0;
+#pragma unroll
+    for (int it = 0; it < PASSES; ++it) {
+      if (UNITS % THREADS == 0 || row0 + it * RSTEP < ROWS) fg_cp_async16_full(smem_at(it, row0 + it * RSTEP), g);
+      g += gstep;
+    }
+  } else if constexpr (ASYNC_COPY) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
       const int row = row0 + it * RSTEP;
