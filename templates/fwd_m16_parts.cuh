@@ -167,19 +167,32 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       for (int r = 0; r < 2; ++r) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < seqlen_q) {
-          const i64 row_off = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q;
+          // Element (qi, kj) of this lane's first key, then every 8 keys: with a
+          // contiguous key dimension the offsets are constants (no registers for
+          // them); otherwise one running offset.
+          const i64 first = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q +
+                            (i64)(n_start + 2 * t) * p.bias_stride_k;
+          auto bias_at = [&](i64 off) {
+            return BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
+                                  : fg_in_to_f32(static_cast<const u16*>(p.bias)[off]);
+          };
+          const bool whole = n_start + BLOCK_N <= seqlen_k;
+          if (p.bias_stride_k == 1 && whole) {
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const int kj = n_start + nt * 8 + 2 * t + e;
-              if (kj < seqlen_k) {
-                const i64 off = row_off + (i64)kj * p.bias_stride_k;
-                const float bv = BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
-                                                : fg_in_to_f32(static_cast<const u16*>(p.bias)[off]);
-                s[ms][nt][2 * r + e] += bv;
-              }
+            for (int nt = 0; nt < NT; ++nt) {
+              s[ms][nt][2 * r] += bias_at(first + nt * 8);
+              s[ms][nt][2 * r + 1] += bias_at(first + nt * 8 + 1);
             }
+          } else {
+            i64 off = first;
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              const int kj = n_start + nt * 8 + 2 * t;
+              if (kj < seqlen_k) s[ms][nt][2 * r] += bias_at(off);
+              if (kj + 1 < seqlen_k) s[ms][nt][2 * r + 1] += bias_at(off + p.bias_stride_k);
+              off += 8 * p.bias_stride_k;
+            }
+          }
         }
       }
   }
