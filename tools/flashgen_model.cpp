@@ -228,7 +228,23 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
 std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Profile& profile,
                                   const DeviceShape& dev) {
   std::vector<TileModel> out;
+  const MatrixUnit unit =
+      profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
+  if (unit == MatrixUnit::wgmma) {
+    // One warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
+    for (int warps : {4, 8}) {
+      for (int block_n = 32; block_n <= 256; block_n += 16) {
+        for (int stages : {2, 3}) {
+          const KernelSpec s =
+              spec_with_tile(problem, arch, profile, TileShape{16 * warps, block_n, warps, stages});
+          TileModel m = model_tile(s, problem, profile, dev);
+          if (m.fits) out.push_back(std::move(m));
+        }
+      }
+    }
+  }
   for (int warps : {1, 2, 4, 8, 16}) {
+    if (unit == MatrixUnit::wgmma) break;
     for (int block_m : {16, 32, 64, 128, 256}) {
       if (block_m % (16 * warps) != 0 || block_m / (16 * warps) > 4) continue;
       for (int block_n : {16, 32, 64, 128}) {

@@ -319,8 +319,9 @@ TEST_CASE("enum names") {
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(parse_bias("fp32"), "bias: 'fp32' is not a known bias kind; allowed: none, input, f32",
                        InvalidArgument);
-  CHECK_THROWS_WITH_AS(parse_matrix_unit("wgmma"),
-                       "matrix_unit: 'wgmma' is not a known matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4",
+  CHECK(parse_matrix_unit("wgmma") == MatrixUnit::wgmma);
+  CHECK_THROWS_WITH_AS(parse_matrix_unit("wmma"),
+                       "matrix_unit: 'wmma' is not a known matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4, wgmma",
                        InvalidArgument);
 }
 
