@@ -422,11 +422,13 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
       // Worst case the row serves: head_dim = head_dim_v = head_dim_le (rounded
       // down to the multiple of 8 head dims must be).
       const int64_t d = std::max(16, t.head_dim_le / 8 * 8);
-      const int64_t smem = 2 * (t.block_m * d + t.stages * t.block_n * 2 * d) + (wgmma ? 1024 : 0);
+      // wgmma: each K/V stage rounded up to 512 elements, plus 1024 bytes of alignment.
+      const int64_t stage = wgmma ? (t.block_n * d + 511) / 512 * 512 : t.block_n * d;
+      const int64_t smem = 2 * (t.block_m * d + t.stages * 2 * stage) + (wgmma ? 1024 : 0);
       if (smem > p.smem_per_block) {
         r.fail(path, fmt::format("needs {} bytes of shared memory at head dim {} (2 * (block_m * d + "
                                  "stages * block_n * 2 * d){}), more than resources.smem_per_block ({})",
-                                 smem, d, wgmma ? " + 1024" : "", p.smem_per_block));
+                                 smem, d, wgmma ? ", stages padded to 1024 bytes, + 1024" : "", p.smem_per_block));
       }
       out.push_back(t);
     }

@@ -130,8 +130,12 @@ int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
   // and one V tile; 2-byte elements.
   const int64_t q_elems = sat_mul(block_m, std::max(head_dim, head_dim_v));
-  const int64_t kv_elems =
-      sat_mul(sat_mul(stages, block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
+  int64_t kv_elems = sat_mul(sat_mul(stages, block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
+  if (unit == MatrixUnit::wgmma) {
+    // Each K and V stage rounded up to 512 elements (1024-byte aligned stages).
+    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(block_n, d), 511) / 512, 512); };
+    kv_elems = sat_mul(stages, sat_add(stage(head_dim), stage(head_dim_v)));
+  }
   // wgmma tiles start on a 1024-byte boundary (their swizzle acts on address
   // bits), which may skip up to 1024 bytes of the dynamic shared memory.
   return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), unit == MatrixUnit::wgmma ? 1024 : 0);

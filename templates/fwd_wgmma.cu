@@ -26,6 +26,10 @@ constexpr int NT = BLOCK_N / 8;          // n8 tiles of S
 constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O
 constexpr bool ASYNC_COPY = true;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
+// K and V stages start on 1024-byte boundaries too (e.g. 80 keys x 80 columns
+// is 12800 bytes): their strides are rounded up to 512 elements.
+constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
+constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 typedef unsigned long long u64;
 
 @@M16_PARTS@@
@@ -89,7 +93,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   unsigned char* const fg_smem = fg_smem_raw + ((1024u - (fg_smem_addr(fg_smem_raw) & 1023u)) & 1023u);
   u16* const sQ = reinterpret_cast<u16*>(fg_smem);
   u16* const sK = sQ + Q_REGION;
-  u16* const sV = sK + STAGES * BLOCK_N * HEAD_DIM;
+  u16* const sV = sK + STAGES * K_STAGE;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -113,7 +117,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   auto load_k = [&](int tile) {
     if (tile < n_tiles) {
       const int n0 = tile * BLOCK_N;
-      u16* sKs = sK + (tile % STAGES) * BLOCK_N * HEAD_DIM;
+      u16* sKs = sK + (tile % STAGES) * K_STAGE;
       const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
       const int kv_valid = seqlen_k - n0;
 @@LOAD_K@@
@@ -122,7 +126,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   auto load_v = [&](int tile) {
     if (tile < n_tiles) {
       const int n0 = tile * BLOCK_N;
-      u16* sVs = sV + (tile % STAGES) * BLOCK_N * HEAD_DIM_V;
+      u16* sVs = sV + (tile % STAGES) * V_STAGE;
       const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
       const int kv_valid = seqlen_k - n0;
 @@LOAD_V@@
@@ -152,7 +156,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   // S = Qs . K^T of K tile `tile` (issued and committed, not waited for).
   auto qk = [&](int tile) {
     const u32 q_tile = fg_smem_addr(sQ);
-    const u32 k_tile = fg_smem_addr(sK + (tile % STAGES) * BLOCK_N * HEAD_DIM);
+    const u32 k_tile = fg_smem_addr(sK + (tile % STAGES) * K_STAGE);
     fg_wgmma_fence();
 @@QK@@
     fg_wgmma_commit();
@@ -193,7 +197,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     qk(j + 1);
     fg_rescale_o(o, corr);
     fg_wgmma_fence();
-    const u32 v_tile = fg_smem_addr(sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V);
+    const u32 v_tile = fg_smem_addr(sV + (j % STAGES) * V_STAGE);
 @@PV@@
     fg_wgmma_commit();
     fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
