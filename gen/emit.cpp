@@ -80,14 +80,17 @@ std::string spec_comment(const KernelSpec& spec) {
       "// spec:        {}\n"
       "// kernel:      {}\n"
       "// arch:        sm_{}\n"
-      "// matrix unit: mma.sync.aligned.{}\n"
+      "// matrix unit: {}\n"
       "// dtype:       {} (f32 accumulate)\n"
       "// head_dim:    {} = {}\n"
       "// head_dim_v:  {} = {}\n"
       "// tile:        block_m {} block_n {} warps {} stages {} ({} bytes of shared memory)\n"
       "// mask:        {}   bias: {}   lse: {}\n"
       "// launch:      grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value\n",
-      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch, to_string(spec.unit), to_string(spec.dtype),
+      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch,
+      spec.unit == MatrixUnit::wgmma ? std::string("wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)")
+                                     : "mma.sync.aligned." + std::string(to_string(spec.unit)),
+      to_string(spec.dtype),
       spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v, join(spec.v_chunks()), spec.block_m, spec.block_n,
       spec.warps, spec.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
       spec.threads());

@@ -1,0 +1,167 @@
+// The wgmma unit (sm_90a) on the host side: which problems plan() gives it,
+// the spec rules it adds, the profile key that enables it, its NVRTC target and
+// the source the emitter writes. The kernels' numerics are checked by the GPU
+// tier (test/gpu, unit "wgmma"); the NVRTC compile grid (test_compile.cpp)
+// compiles the hopper profile's wgmma kernels.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+#include "flashgen/profile.hpp"
+#include "flashgen/spec.hpp"
+#include "gen/emit_internal.hpp"
+#include "runtime/compile.hpp"
+#include "runtime/nvrtc.hpp"
+
+using namespace flashgen;
+using doctest::Contains;
+
+namespace {
+
+AttentionProblem problem(int head_dim, int head_dim_v) {
+  alignas(16) static char buf[16];
+  return make_bshd_problem(DType::bf16, 2, 300, 300, 8, 2, head_dim, head_dim_v, MaskKind::causal_bottom_right, buf,
+                           buf, buf, buf);
+}
+
+KernelSpec wgmma_spec() {
+  KernelSpec s;
+  s.arch = 90;
+  s.unit = MatrixUnit::wgmma;
+  s.head_dim = s.head_dim_v = 128;
+  s.block_m = 64;
+  s.block_n = 96;
+  s.warps = 4;
+  s.stages = 2;
+  return s;
+}
+
+bool mentions(const std::vector<std::string>& errors, const std::string& what) {
+  for (const auto& e : errors)
+    if (e.find(what) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("wgmma: plan picks it on sm_90 for head dims that are multiples of 16, m16n8k16 otherwise") {
+  const Profile& hopper = profile_for_arch(90);
+  REQUIRE_FALSE(hopper.wgmma_flash.empty());
+  for (int d = 16; d <= 256; d += 8) {
+    for (int dv : {d, 64}) {
+      CAPTURE(d);
+      CAPTURE(dv);
+      const KernelSpec s = plan(problem(d, dv), 90);
+      const bool by16 = d % 16 == 0 && dv % 16 == 0;
+      CHECK(s.unit == (by16 ? MatrixUnit::wgmma : MatrixUnit::m16n8k16));
+      const FlashTile& t = hopper.tile_for(std::max(d, dv), s.unit);
+      CHECK(s.block_m == t.block_m);
+      CHECK(s.block_n == t.block_n);
+      CHECK(validate(s, hopper).empty());
+      if (by16) CHECK(s.block_m == 16 * s.warps);
+    }
+  }
+  // Other archs never get it.
+  CHECK(plan(problem(128, 128), 80).unit == MatrixUnit::m16n8k16);
+  CHECK(plan(problem(128, 128), 89).unit == MatrixUnit::m16n8k16);
+}
+
+TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
+  const Profile& hopper = profile_for_arch(90);
+  CHECK(validate(wgmma_spec(), hopper).empty());
+
+  KernelSpec s = wgmma_spec();
+  s.head_dim = 72;
+  auto e = validate(s, hopper);
+  CHECK(mentions(e, "head_dim (72) must be a multiple of 16 for the wgmma unit"));
+
+  s = wgmma_spec();
+  s.block_m = 128;  // 4 warps = one warpgroup = 64 rows
+  e = validate(s, hopper);
+  CHECK(mentions(e, "block_m (128) and warps (4) must give each warpgroup (4 warps) 64 query rows"));
+
+  s = wgmma_spec();
+  s.warps = 2;
+  s.block_m = 32;
+  CHECK(mentions(validate(s, hopper), "warps (2)"));
+
+  s = wgmma_spec();
+  s.block_n = 272;
+  CHECK(mentions(validate(s, hopper), "block_n (272) must be at most 256 for the wgmma unit"));
+
+  s = wgmma_spec();
+  s.stages = 1;
+  CHECK(mentions(validate(s, hopper), "stages (1) must be at least 2 for the wgmma unit"));
+
+  // A profile without wgmma tiles refuses the unit.
+  s = wgmma_spec();
+  s.arch = 80;
+  CHECK(mentions(validate(s, profile_for_arch(80)), "unit (wgmma) is not a matrix unit of profile ampere"));
+}
+
+TEST_CASE("wgmma: shared memory counts the 1024-byte alignment and the padded stages") {
+  KernelSpec s = wgmma_spec();
+  // Q 64x128, 2 stages of K and V 96x128 (12288 elements, already a multiple of 512), + 1024.
+  CHECK(s.smem_bytes() == 2 * (64 * 128 + 2 * 2 * 96 * 128) + 1024);
+  s.head_dim = s.head_dim_v = 80;
+  s.block_n = 80;  // 6400 elements per stage -> 6656
+  CHECK(s.smem_bytes() == 2 * (64 * 80 + 2 * 2 * 6656) + 1024);
+  s.unit = MatrixUnit::m16n8k16;
+  CHECK(s.smem_bytes() == 2 * (64 * 80 + 2 * 2 * 80 * 80));
+}
+
+TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles may have it") {
+  const std::string base =
+      "name: t\narchs: [90]\n"
+      "matrix_unit: {shape: m16n8k16, operand_dtypes: [float16, bfloat16], accumulator_dtype: float32}\n"
+      "flash:\n  - {head_dim_le: 256, block_m: 64, block_n: 32, warps: 4, stages: 2}\n"
+      "resources: {smem_per_block: 232448, smem_per_sm: 233472, registers_per_sm: 65536, max_threads_per_sm: 2048}\n"
+      "ceiling: {mma_flop_per_clock_per_sm: 2728, smem_bytes_per_clock_per_sm: 128, dram_bytes_per_clock_per_sm: 18.4}\n";
+  const Profile p = parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 2}\n", "t.yml");
+  REQUIRE(p.wgmma_flash.size() == 1);
+  CHECK(p.unit_for(128, 128) == MatrixUnit::wgmma);
+  CHECK(p.unit_for(256, 256) == MatrixUnit::m16n8k16);  // beyond the wgmma rows
+  CHECK(p.unit_for(72, 72) == MatrixUnit::m16n8k16);
+  CHECK(parse_profile(base, "t.yml").wgmma_flash.empty());  // optional
+
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 128, block_n: 96, warps: 4, stages: 2}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].block_m"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 1}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].stages"), InvalidArgument);
+  std::string other = base;
+  other.replace(other.find("[90]"), 4, "[90, 100]");
+  CHECK_THROWS_WITH_AS(
+      parse_profile(other + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 2}\n",
+                    "t.yml"),
+      Contains("archs lists sm_100"), InvalidArgument);
+}
+
+TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers per width") {
+  CHECK(rt::nvrtc_options(90, true).front() == "--gpu-architecture=sm_90a");
+  CHECK(rt::nvrtc_options(90).front() == "--gpu-architecture=sm_90");
+  CHECK(gen::wgmma_chunks(96) == std::vector<int>{64, 32});
+  CHECK(gen::wgmma_chunks(128) == std::vector<int>{64, 64});
+  CHECK(gen::wgmma_chunks(80) == std::vector<int>{64, 16});
+  CHECK(gen::wgmma_chunks(256) == std::vector<int>{64, 64, 64, 64});
+  CHECK(gen::wgmma_chunks(112) == std::vector<int>{64, 32, 16});
+
+  KernelSpec s = wgmma_spec();
+  s.head_dim = s.head_dim_v = 96;
+  s.dtype = DType::bf16;
+  const std::string src = generate(s);
+  CHECK(src.find("wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16") != std::string::npos);  // S
+  CHECK(src.find("wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16") != std::string::npos);  // O, 64 columns
+  CHECK(src.find("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16") != std::string::npos);  // O, 32 columns
+  CHECK(src.find("fence.proxy.async.shared::cta") != std::string::npos);
+  CHECK(src.find("// matrix unit: wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)") != std::string::npos);
+  CHECK(src.find("mma.sync.aligned.m16n8") == std::string::npos);  // no warp-level mma left
+  CHECK(s.kernel_name() == "flashgen_fwd_sm90_bf16_d96v96_wgmma_bm64_bn96_w4_s2_none");
+  const rt::CompileInputs in = rt::compile_inputs(s);
+  CHECK(in.options.front() == "--gpu-architecture=sm_90a");
+}
