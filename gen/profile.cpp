@@ -302,6 +302,11 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
     } catch (const InvalidArgument& e) {
       r.fail("matrix_unit.shape", fmt::format("has value '{}': {}", shape, Reader::enum_reason(e)));
     }
+    if (p.matrix_unit.shape == MatrixUnit::wgmma) {
+      r.fail("matrix_unit.shape",
+             "has value 'wgmma': matrix_unit is the warp-level mma.sync unit (allowed: m16n8k16, m16n8k8, "
+             "m8n8k4); an sm_90 profile enables wgmma with a wgmma_flash tile list");
+    }
     const auto& dts = r.sequence(mu["operand_dtypes"], "matrix_unit.operand_dtypes");
     for (size_t i = 0; i < dts.size(); ++i) {
       const std::string path = fmt::format("matrix_unit.operand_dtypes[{}]", i);

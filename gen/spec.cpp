@@ -293,23 +293,25 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                     profile.wgmma_flash.empty() ? "" : ", wgmma"));
   }
   if (wgmma) {
+    if (spec.arch != 90) {
+      add(fmt::format("arch (sm_{}) must be sm_90 for the wgmma unit (its kernels are compiled for sm_90a, "
+                      "which only sm_90 runs).",
+                      spec.arch));
+    }
     for (auto [field, value] : {std::pair<const char*, int>{"head_dim", spec.head_dim},
                                 std::pair<const char*, int>{"head_dim_v", spec.head_dim_v}}) {
       if (value % 16 != 0) {
         add(fmt::format("{} ({}) must be a multiple of 16 for the wgmma unit (its k is 16); the "
-                        "{} unit takes multiples of 8.",
-                        field, value, to_string(profile.matrix_unit.shape)));
+                        "mma.sync units take multiples of 8.",
+                        field, value));
       }
     }
-    if (spec.warps % 4 != 0 || spec.block_m != 16 * spec.warps) {
+    if (spec.warps >= 1 && spec.warps <= kMaxWarps && (spec.warps % 4 != 0 || spec.block_m != 16 * spec.warps)) {
       add(fmt::format("block_m ({}) and warps ({}) must give each warpgroup (4 warps) 64 query rows for "
                       "the wgmma unit: warps a multiple of 4 and block_m = 16 * warps.",
                       spec.block_m, spec.warps));
     }
-    if (spec.block_n > 256) {
-      add(fmt::format("block_n ({}) must be at most 256 for the wgmma unit (its largest N).", spec.block_n));
-    }
-    if (spec.stages < 2) {
+    if (spec.stages == 1) {
       add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
                       "the current V tile is).",
                       spec.stages));
@@ -373,9 +375,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   if (smem > profile.smem_per_block) {
     add(fmt::format(
         "smem_bytes ({} = 2 * (block_m * max(head_dim, head_dim_v) + stages * block_n * "
-        "(head_dim + head_dim_v)), + 1024 for wgmma) must be at most the smem_per_block of profile {} ({}); reduce "
+        "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
-        smem, profile.name, profile.smem_per_block));
+        smem, wgmma ? ", each K and V stage rounded up to 1024 bytes, + 1024 for the wgmma tiles' alignment" : "",
+        profile.name, profile.smem_per_block));
   }
   return errors;
 }

@@ -23,6 +23,7 @@
 #include <fmt/format.h>
 
 #include "flashgen/flashgen.hpp"
+#include "gen/emit_internal.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -600,8 +601,9 @@ int run_explain(const ExplainOptions& o) {
       }
     }
   }
-  row("profile", fmt::format("{} ({}), archs {}, matrix unit {} ({} -> f32)", profile.name, profile.source,
+  row("profile", fmt::format("{} ({}), archs {}, matrix unit {}{} ({} -> f32)", profile.name, profile.source,
                              join_ints(profile.archs, ","), to_string(profile.matrix_unit.shape),
+                             profile.wgmma_flash.empty() ? "" : ", wgmma (sm_90a) for head dims that are multiples of 16",
                              [&] {
                                std::vector<std::string> v;
                                for (DType t : profile.matrix_unit.operand_dtypes) v.emplace_back(to_string(t));
@@ -609,15 +611,27 @@ int run_explain(const ExplainOptions& o) {
                              }()));
   row("spec", spec.canonical());
   row("kernel", spec.kernel_name());
-  row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} (power-of-two chunks, never padded)",
-                               spec.head_dim, join_ints(spec.qk_chunks(), " + "), spec.head_dim_v,
-                               join_ints(spec.v_chunks(), " + ")));
+  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  if (wgmma)
+    row("unit", fmt::format("wgmma.mma_async m64nNk16, compiled for sm_{}a (its cubin runs on sm_{} only)", spec.arch,
+                            spec.arch));
+  const auto qk_chunks = wgmma ? gen::wgmma_chunks(spec.head_dim) : spec.qk_chunks();
+  const auto v_chunks = wgmma ? gen::wgmma_chunks(spec.head_dim_v) : spec.v_chunks();
+  row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} ({}, never padded)", spec.head_dim,
+                               join_ints(qk_chunks, " + "), spec.head_dim_v, join_ints(v_chunks, " + "),
+                               wgmma ? "shared-memory chunks of at most 64 columns" : "power-of-two chunks"));
   row("tile", fmt::format("block_m {}, block_n {}, {} warps ({} threads), {} stages; from {}", spec.block_m,
                           spec.block_n, spec.warps, spec.threads(), spec.stages, tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
-  row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}); profile limit {} per block, {} per SM",
-                          spec.smem_bytes(), 2 * spec.block_m * dmax, spec.stages, 2 * spec.block_n * spec.head_dim,
-                          2 * spec.block_n * spec.head_dim_v, profile.smem_per_block, profile.smem_per_sm));
+  // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
+  auto stage_bytes = [&](int64_t d) {
+    const int64_t b = 2 * spec.block_n * d;
+    return wgmma ? (b + 1023) / 1024 * 1024 : b;
+  };
+  row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}){}; profile limit {} per block, {} per SM",
+                          spec.smem_bytes(), 2 * spec.block_m * dmax, spec.stages, stage_bytes(spec.head_dim),
+                          stage_bytes(spec.head_dim_v), wgmma ? " + 1024 alignment (stages padded to 1024 bytes)" : "",
+                          profile.smem_per_block, profile.smem_per_sm));
 
   // Cache and registers.
   int registers = -1;
@@ -879,8 +893,10 @@ int run_info(const InfoOptions& o) {
   const int arch = o.arch != 0 ? o.arch : dev ? dev->arch : 90;
   try {
     const Profile& p = profile_for_arch(arch);
-    row("profile", fmt::format("sm_{}: {} ({}), matrix unit {}, hash {}", arch, p.name, p.source,
-                               to_string(p.matrix_unit.shape), profile_hash(p)));
+    row("profile", fmt::format("sm_{}: {} ({}), matrix unit {}{}, hash {}", arch, p.name, p.source,
+                               to_string(p.matrix_unit.shape),
+                               p.wgmma_flash.empty() ? "" : " (wgmma, sm_90a, for head dims that are multiples of 16)",
+                               profile_hash(p)));
   } catch (const std::exception& e) {
     row("profile", fmt::format("sm_{}: {}", arch, first_line(e.what())));
   }

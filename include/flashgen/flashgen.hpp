@@ -72,7 +72,7 @@ struct CompiledKernel {
   KernelSpec spec;
   std::string name;            ///< spec.kernel_name()
   std::string key;             ///< cache key (hex)
-  std::vector<char> cubin;     ///< ELF image for sm_<arch>
+  std::vector<char> cubin;     ///< ELF image for sm_<arch> (sm_<arch>a for the wgmma unit)
   bool from_cache = false;     ///< true: read from a disk cache entry, no NVRTC call
   std::string cache_path;      ///< entry file, empty when memory-only
   std::string compile_log;     ///< NVRTC log incl. ptxas report (empty if from cache and no log file)

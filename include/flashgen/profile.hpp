@@ -16,15 +16,20 @@ namespace flashgen {
 /// One row of a profile's `flash:` list: the tile used for head dims
 /// <= head_dim_le (rows are sorted by head_dim_le; the first that covers the
 /// problem's max(head_dim, head_dim_v) wins).
+/// Rows of `wgmma_flash:` (the wgmma unit) follow stricter rules: warps a
+/// multiple of 4 (whole warpgroups), block_m == 16 * warps (64 query rows per
+/// warpgroup), block_n <= 256, stages in [2, 4].
 struct FlashTile {
   int head_dim_le = 0;  ///< inclusive head-dim bound, elements
   int block_m = 0;      ///< query rows per thread block (multiple of 16 * warps)
-  int block_n = 0;      ///< key rows per pipeline step (multiple of 16)
+  int block_n = 0;      ///< key rows per pipeline step (multiple of 16, at most 256)
   int warps = 0;        ///< warps per block; each owns block_m / warps query rows
-  int stages = 0;       ///< K/V shared-memory pipeline depth (>= 1)
+  int stages = 0;       ///< K/V shared-memory pipeline depth, [1, 4]
 };
 
-/// The matrix-multiply-accumulate instruction a profile's kernels use.
+/// The warp-level mma.sync instruction of a profile (m16n8k16, m16n8k8 or
+/// m8n8k4; never wgmma, which a profile enables with wgmma_flash). Its operand
+/// dtypes also bound the wgmma kernels' dtypes.
 struct MatrixUnitDesc {
   MatrixUnit shape = MatrixUnit::m16n8k16;
   std::vector<DType> operand_dtypes;    ///< operand dtypes the unit accepts
@@ -46,16 +51,18 @@ struct Profile {
   int64_t smem_per_sm = 0;          ///< bytes of shared memory per SM
   int64_t registers_per_sm = 0;     ///< 32-bit registers per SM
   int max_threads_per_sm = 0;
-  int64_t mma_flop_per_clock_per_sm = 0;  ///< dense matrix-unit FLOP per clock per SM
+  int64_t mma_flop_per_clock_per_sm = 0;  ///< dense FLOP per clock per SM of matrix_unit (mma.sync), not of wgmma
   int64_t smem_bytes_per_clock_per_sm = 0;  ///< shared-memory bandwidth, bytes per SM clock per SM
   double dram_bytes_per_clock_per_sm = 0;   ///< device-memory bandwidth / (SMs x SM clock), bytes
 
   bool supports_dtype(DType d) const;
-  /// The unit plan() picks for these head dims: wgmma when wgmma_flash covers
-  /// them (both multiples of 16), else matrix_unit.shape.
+  /// The unit plan() picks for these head dims: wgmma when wgmma_flash is given,
+  /// both are multiples of 16 and max(head_dim, head_dim_v) <= its last row's
+  /// head_dim_le; else matrix_unit.shape.
   MatrixUnit unit_for(int head_dim, int head_dim_v) const;
   /// The tile of `unit`'s list (wgmma_flash for wgmma, else flash) for
-  /// `head_dim`; throws Unsupported when no row covers it.
+  /// `head_dim`; throws Unsupported when no row covers it. Pass
+  /// unit_for(head_dim, head_dim_v) to get the row plan() uses.
   const FlashTile& tile_for(int head_dim, MatrixUnit unit = MatrixUnit::m16n8k16) const;
 };
 

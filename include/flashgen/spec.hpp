@@ -22,12 +22,12 @@ struct KernelSpec {
   int arch = 80;                          ///< target compute capability, 10*major+minor
   MatrixUnit unit = MatrixUnit::m16n8k16;
   DType dtype = DType::f16;               ///< Q, K, V, O element type
-  int head_dim = 64;                      ///< Q/K head dim, multiple of 8 in [16, 256]
-  int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256]
-  int block_m = 64;                       ///< query rows per block
-  int block_n = 64;                       ///< keys per pipeline step
-  int warps = 4;                          ///< warps per block
-  int stages = 2;                         ///< K/V pipeline depth
+  int head_dim = 64;                      ///< Q/K head dim, multiple of 8 in [16, 256] (wgmma: of 16)
+  int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256] (wgmma: of 16)
+  int block_m = 64;                       ///< query rows per block: multiple of 16 * warps, <= 256 (wgmma: 16 * warps)
+  int block_n = 64;                       ///< keys per pipeline step: multiple of 16, <= 256
+  int warps = 4;                          ///< warps per block, [1, 16] and 32 * warps <= 1024 (wgmma: multiple of 4)
+  int stages = 2;                         ///< K/V pipeline depth, [1, 4] (wgmma: [2, 4])
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32

@@ -89,7 +89,11 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
 
   s = wgmma_spec();
   s.block_n = 272;
-  CHECK(mentions(validate(s, hopper), "block_n (272) must be at most 256 for the wgmma unit"));
+  CHECK(mentions(validate(s, hopper), "block_n (272) must be a positive multiple of 16 and at most 256"));
+
+  s = wgmma_spec();
+  s.arch = 89;
+  CHECK(mentions(validate(s, hopper), "arch (sm_89) must be sm_90 for the wgmma unit"));
 
   s = wgmma_spec();
   s.stages = 1;
@@ -121,6 +125,10 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
       "ceiling: {mma_flop_per_clock_per_sm: 2728, smem_bytes_per_clock_per_sm: 128, dram_bytes_per_clock_per_sm: 18.4}\n";
   const Profile p = parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 2}\n", "t.yml");
   REQUIRE(p.wgmma_flash.size() == 1);
+  std::string as_unit = base;
+  as_unit.replace(as_unit.find("shape: m16n8k16"), 15, "shape: wgmma");
+  CHECK_THROWS_WITH_AS(parse_profile(as_unit, "t.yml"),
+                       Contains("has value 'wgmma': matrix_unit is the warp-level mma.sync unit"), InvalidArgument);
   CHECK(p.unit_for(128, 128) == MatrixUnit::wgmma);
   CHECK(p.unit_for(256, 256) == MatrixUnit::m16n8k16);  // beyond the wgmma rows
   CHECK(p.unit_for(72, 72) == MatrixUnit::m16n8k16);
