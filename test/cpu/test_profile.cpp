@@ -123,7 +123,7 @@ TEST_CASE("builtin profiles load") {
   CHECK(hopper->smem_per_sm == 233472);
   CHECK(hopper->registers_per_sm == 65536);
   CHECK(hopper->max_threads_per_sm == 2048);
-  CHECK(hopper->mma_flop_per_clock_per_sm == 2128);
+  CHECK(hopper->mma_flop_per_clock_per_sm == 2728);
   CHECK(ampere->smem_per_block == 101376);
   CHECK(ampere->smem_per_sm == 102400);
   CHECK(ampere->max_threads_per_sm == 1536);
