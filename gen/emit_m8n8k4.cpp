@@ -37,7 +37,7 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, pf, o, bcol);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, rbase, cbase);");
   slots["STORE_O"] =
-      per_chunk(vc, "  ", "fg_store_o<{w}, {off}>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
+      per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
 
   return assemble_forward(spec, "fwd_m8n8k4.cu", slots);
 }

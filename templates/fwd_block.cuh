@@ -1,7 +1,8 @@
-// ---- which rows and keys a block works on (templates/fwd_block.cuh) ----------
-// Shared by every forward kernel. One grid dimension: block id -> (m block,
-// head, batch), 64-bit safe; causal masks reverse the m blocks so the longest
-// rows start first and cut the key range to what the block's rows can see.
+// ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
+// Which rows and keys a block works on: one grid dimension, block id -> (m
+// block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
+// longest rows start first and cut the key range to what the block's rows can
+// see. And the 16-byte copy of staged O rows to global memory.
 struct FgBlock {
   i64 b, h, kvh;       // batch, query head, K/V head (GQA: heads_q / heads_kv query heads per K/V head)
   int m_start;         // first query row of the block
@@ -38,4 +39,23 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p) {
     r.n_tiles = last_key < 0 ? 0 : min(r.n_tiles, last_key / BN + 1);
   }
   return r;
+}
+
+// Copy the staged O rows [0, valid_rows) of a block of ROWS rows (columns
+// [OFF, OFF+W) of the head dim, a swizzled sub-tile, fg_swz<W> of common.cuh)
+// to global memory with 16-byte stores by NTHREADS threads.
+template <int W, int OFF, int ROWS, int NTHREADS>
+FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, int tid) {
+  constexpr int UPR = W / 8;
+  constexpr int UNITS = ROWS * UPR;
+#pragma unroll
+  for (int it = 0; it < (UNITS + NTHREADS - 1) / NTHREADS; ++it) {
+    const int u = it * NTHREADS + tid;
+    if (UNITS % NTHREADS == 0 || u < UNITS) {
+      const int row = u / UPR, unit = u % UPR;
+      if (row < valid_rows)
+        *reinterpret_cast<U4*>(dst + (i64)row * stride + OFF + unit * 8) =
+            *reinterpret_cast<const U4*>(so + fg_swz<W>(row, unit));
+    }
+  }
 }

@@ -299,23 +299,6 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][8], const floa
         }
 }
 
-// Copy staged O rows [0, valid_rows) to global with 16-byte stores.
-template <int W, int OFF>
-FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, int tid) {
-  constexpr int UPR = W / 8;
-  constexpr int UNITS = BLOCK_M * UPR;
-#pragma unroll
-  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int u = it * THREADS + tid;
-    if (UNITS % THREADS == 0 || u < UNITS) {
-      const int row = u / UPR, unit = u % UPR;
-      if (row < valid_rows)
-        *reinterpret_cast<U4*>(dst + (i64)row * stride + OFF + unit * 8) =
-            *reinterpret_cast<const U4*>(so + fg_swz<W>(row, unit));
-    }
-  }
-}
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const FwdParams p) {
   extern __shared__ __align__(128) unsigned char fg_smem[];
   u16* const sQ = reinterpret_cast<u16*>(fg_smem);
