@@ -28,6 +28,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "flashgen/flashgen.hpp"
+#include "gen/yaml_reader.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/tune_internal.hpp"
 
@@ -115,136 +116,7 @@ std::string nesting_problem(const std::string& text) {
   return "";
 }
 
-// ---- strict reader -----------------------------------------------------------------
-
-class Reader {
- public:
-  explicit Reader(std::string origin) : origin_(std::move(origin)) {}
-
-  [[noreturn]] void fail(const std::string& path, const std::string& reason) const {
-    throw InvalidArgument(fmt::format("{}: key '{}' {}", origin_, path, reason));
-  }
-  [[noreturn]] void fail_document(const std::string& reason) const {
-    throw InvalidArgument(fmt::format("{}: {}", origin_, reason));
-  }
-
-  static std::string describe(const YAML::Node& n) {
-    switch (n.Type()) {
-      case YAML::NodeType::Scalar: {
-        std::string s = n.Scalar();
-        if (s.size() > 40) s = s.substr(0, 40) + "...";
-        for (char& c : s)
-          if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-        return fmt::format("'{}'", s);
-      }
-      case YAML::NodeType::Sequence: return "a sequence";
-      case YAML::NodeType::Map: return "a mapping";
-      case YAML::NodeType::Null: return "empty";
-      default: return "undefined";
-    }
-  }
-
-  static std::string join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  }
-
-  std::map<std::string, YAML::Node> fields(const YAML::Node& n, const std::string& path,
-                                           const std::vector<std::string>& keys) const {
-    std::string allowed;
-    for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
-    if (!n.IsMap()) {
-      if (path.empty())
-        fail_document(fmt::format("the document must be a mapping with the keys {}; got {}", allowed, describe(n)));
-      fail(path, fmt::format("must be a mapping with the keys {}; got {}", allowed, describe(n)));
-    }
-    std::map<std::string, YAML::Node> out;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const YAML::Node key_node = it->first;
-      if (!key_node.IsScalar()) {
-        fail(path.empty() ? std::string("<root>") : path,
-             fmt::format("has a key that is {}, not a name; allowed keys: {}", describe(key_node), allowed));
-      }
-      const std::string key = key_node.Scalar();
-      const std::string sub = join(path, key);
-      if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
-        std::string shown = key.size() > 40 ? key.substr(0, 40) + "..." : key;
-        for (char& c : shown)
-          if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
-        fail(join(path, shown), fmt::format("is unknown; allowed keys: {}", allowed));
-      }
-      if (!out.emplace(key, it->second).second) fail(sub, "appears more than once");
-    }
-    for (const auto& key : keys) {
-      if (!out.count(key)) fail(join(path, key), "is missing");
-    }
-    return out;
-  }
-
-  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) const {
-    int64_t v = 0;
-    bool ok = n.IsScalar();
-    if (ok) {
-      const std::string& s = n.Scalar();
-      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-      ok = !s.empty() && ec == std::errc() && ptr == s.data() + s.size();
-    }
-    if (!ok || v < lo || v > hi) fail(path, fmt::format("has value {}: must be an integer in [{}, {}]", describe(n), lo, hi));
-    return v;
-  }
-
-  std::string scalar(const YAML::Node& n, const std::string& path) const {
-    if (!n.IsScalar()) fail(path, fmt::format("has value {}: must be a scalar", describe(n)));
-    return n.Scalar();
-  }
-
-  // Printable ASCII, 1..max_len characters.
-  std::string text(const YAML::Node& n, const std::string& path, size_t max_len) const {
-    const std::string s = scalar(n, path);
-    const bool printable = std::all_of(s.begin(), s.end(), [](char c) {
-      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
-    });
-    if (s.empty() || s.size() > max_len || !printable) {
-      fail(path, fmt::format("has value {}: must be 1 to {} printable ASCII characters", describe(n), max_len));
-    }
-    return s;
-  }
-
-  bool boolean(const YAML::Node& n, const std::string& path) const {
-    const std::string s = n.IsScalar() ? n.Scalar() : std::string();
-    if (n.IsScalar() && s == "true") return true;
-    if (n.IsScalar() && s == "false") return false;
-    fail(path, fmt::format("has value {}: allowed: true, false", describe(n)));
-  }
-
-  // Plain decimal (digits, at most one '.'), in [0, hi].
-  double decimal(const YAML::Node& n, const std::string& path, double hi) const {
-    bool ok = n.IsScalar();
-    double v = 0;
-    if (ok) {
-      const std::string& s = n.Scalar();
-      ok = !s.empty() && s.size() <= 32 && std::isdigit(static_cast<unsigned char>(s.front())) &&
-           std::isdigit(static_cast<unsigned char>(s.back())) &&
-           std::all_of(s.begin(), s.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; }) &&
-           std::count(s.begin(), s.end(), '.') <= 1;
-      if (ok) {
-        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-        ok = ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(v);
-      }
-    }
-    if (!ok || v < 0 || v > hi) fail(path, fmt::format("has value {}: must be a decimal number in [0, {}] (e.g. 312.5)", describe(n), hi));
-    return v;
-  }
-
-  // The "not a known ..." part of a parse_* message.
-  static std::string enum_reason(const InvalidArgument& e) {
-    const std::string m = e.what();
-    const auto pos = m.find("not a known");
-    return pos == std::string::npos ? m : m.substr(pos);
-  }
-
- private:
-  std::string origin_;
-};
+using Reader = gen::YamlReader;
 
 bool valid_profile_name(const std::string& s) {
   if (s.empty() || s.size() > 64 || !std::islower(static_cast<unsigned char>(s[0]))) return false;

@@ -1,0 +1,181 @@
+// Internal to libflashgen: the strict reader of its YAML files (profiles,
+// gen/profile.cpp; tune files, runtime/tune.cpp). Every problem is an
+// InvalidArgument "<origin>: key '<path>' <reason>" (or "<origin>: <reason>"
+// for the document as a whole); values are shown sanitized (at most 40
+// characters, non-printable bytes as '?').
+#pragma once
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include "flashgen/types.hpp"
+
+namespace flashgen::gen {
+
+class YamlReader {
+ public:
+  explicit YamlReader(std::string origin) : origin_(std::move(origin)) {}
+
+  const std::string& origin() const { return origin_; }
+
+  [[noreturn]] void fail(const std::string& path, const std::string& reason) const {
+    throw InvalidArgument(fmt::format("{}: key '{}' {}", origin_, path, reason));
+  }
+  [[noreturn]] void fail_document(const std::string& reason) const {
+    throw InvalidArgument(fmt::format("{}: {}", origin_, reason));
+  }
+
+  // At most 40 characters, bytes outside printable ASCII as '?'.
+  static std::string shown(std::string s) {
+    if (s.size() > 40) s = s.substr(0, 40) + "...";
+    for (char& c : s)
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+    return s;
+  }
+
+  static std::string describe(const YAML::Node& n) {
+    switch (n.Type()) {
+      case YAML::NodeType::Scalar: return fmt::format("'{}'", shown(n.Scalar()));
+      case YAML::NodeType::Sequence: return "a sequence";
+      case YAML::NodeType::Map: return "a mapping";
+      case YAML::NodeType::Null: return "empty";
+      default: return "undefined";
+    }
+  }
+
+  static std::string join(const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  // The mapping `n` at `path` (the document when empty): every key of `keys`
+  // exactly once, any of `optional` at most once, nothing else.
+  std::map<std::string, YAML::Node> fields(const YAML::Node& n, const std::string& path,
+                                           std::vector<std::string> keys,
+                                           const std::vector<std::string>& optional = {}) const {
+    const size_t required = keys.size();
+    keys.insert(keys.end(), optional.begin(), optional.end());
+    std::string allowed;
+    for (const auto& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+    if (!n.IsMap()) {
+      if (path.empty())
+        fail_document(fmt::format("the document must be a mapping with the keys {}; got {}", allowed, describe(n)));
+      fail(path, fmt::format("must be a mapping with the keys {}; got {}", allowed, describe(n)));
+    }
+    std::map<std::string, YAML::Node> out;
+    for (auto it = n.begin(); it != n.end(); ++it) {
+      const YAML::Node key_node = it->first;
+      if (!key_node.IsScalar()) {
+        fail(path.empty() ? std::string("<root>") : path,
+             fmt::format("has a key that is {}, not a name; allowed keys: {}", describe(key_node), allowed));
+      }
+      const std::string key = key_node.Scalar();
+      if (std::find(keys.begin(), keys.end(), key) == keys.end())
+        fail(join(path, shown(key)), fmt::format("is unknown; allowed keys: {}", allowed));
+      if (!out.emplace(key, it->second).second) fail(join(path, key), "appears more than once");
+    }
+    for (size_t i = 0; i < required; ++i) {
+      if (!out.count(keys[i])) fail(join(path, keys[i]), "is missing");
+    }
+    return out;
+  }
+
+  // A decimal integer in [lo, hi]; `what` says what is allowed.
+  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi,
+                  const std::string& what) const {
+    int64_t v = 0;
+    bool ok = n.IsScalar();
+    if (ok) {
+      const std::string& s = n.Scalar();
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      ok = !s.empty() && ec == std::errc() && ptr == s.data() + s.size();
+    }
+    if (!ok || v < lo || v > hi) fail(path, fmt::format("has value {}: must be {}", describe(n), what));
+    return v;
+  }
+  int64_t integer(const YAML::Node& n, const std::string& path, int64_t lo, int64_t hi) const {
+    return integer(n, path, lo, hi, fmt::format("an integer in [{}, {}]", lo, hi));
+  }
+  int64_t positive(const YAML::Node& n, const std::string& path,
+                   int64_t hi = std::numeric_limits<int64_t>::max()) const {
+    if (hi == std::numeric_limits<int64_t>::max()) return integer(n, path, 1, hi, "a positive integer");
+    return integer(n, path, 1, hi);
+  }
+
+  // A plain decimal (digits, at most one '.'; no sign, exponent, inf or nan).
+  static bool plain_decimal(const YAML::Node& n, double& v) {
+    if (!n.IsScalar()) return false;
+    const std::string& s = n.Scalar();
+    const bool ok = !s.empty() && s.size() <= 32 && std::isdigit(static_cast<unsigned char>(s.front())) &&
+                    std::isdigit(static_cast<unsigned char>(s.back())) &&
+                    std::all_of(s.begin(), s.end(),
+                                [](char c) { return std::isdigit(static_cast<unsigned char>(c)) || c == '.'; }) &&
+                    std::count(s.begin(), s.end(), '.') <= 1;
+    if (!ok) return false;
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+    return ec == std::errc() && ptr == s.data() + s.size() && std::isfinite(v);
+  }
+  // A plain decimal in (0, hi].
+  double positive_number(const YAML::Node& n, const std::string& path, double hi) const {
+    double v = 0;
+    if (!plain_decimal(n, v) || !(v > 0) || v > hi)
+      fail(path, fmt::format("has value {}: must be a positive decimal number at most {} (e.g. 18.4)", describe(n), hi));
+    return v;
+  }
+  // A plain decimal in [0, hi].
+  double decimal(const YAML::Node& n, const std::string& path, double hi) const {
+    double v = 0;
+    if (!plain_decimal(n, v) || v < 0 || v > hi)
+      fail(path, fmt::format("has value {}: must be a decimal number in [0, {}] (e.g. 312.5)", describe(n), hi));
+    return v;
+  }
+
+  std::string scalar(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsScalar()) fail(path, fmt::format("has value {}: must be a scalar", describe(n)));
+    return n.Scalar();
+  }
+  // Printable ASCII, 1..max_len characters.
+  std::string text(const YAML::Node& n, const std::string& path, size_t max_len) const {
+    const std::string s = scalar(n, path);
+    const bool printable = std::all_of(s.begin(), s.end(), [](char c) {
+      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+    });
+    if (s.empty() || s.size() > max_len || !printable)
+      fail(path, fmt::format("has value {}: must be 1 to {} printable ASCII characters", describe(n), max_len));
+    return s;
+  }
+  bool boolean(const YAML::Node& n, const std::string& path) const {
+    if (n.IsScalar() && n.Scalar() == "true") return true;
+    if (n.IsScalar() && n.Scalar() == "false") return false;
+    fail(path, fmt::format("has value {}: allowed: true, false", describe(n)));
+  }
+  // A non-empty sequence.
+  const YAML::Node& sequence(const YAML::Node& n, const std::string& path) const {
+    if (!n.IsSequence() || n.size() == 0)
+      fail(path, fmt::format("has value {}: must be a non-empty sequence", describe(n)));
+    return n;
+  }
+
+  // parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
+  // the part from "not a known" on.
+  static std::string enum_reason(const InvalidArgument& e) {
+    const std::string m = e.what();
+    const auto pos = m.find("not a known");
+    return pos == std::string::npos ? m : m.substr(pos);
+  }
+
+ private:
+  std::string origin_;
+};
+
+}  // namespace flashgen::gen
