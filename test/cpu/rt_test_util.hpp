@@ -21,6 +21,11 @@
 
 namespace flashgen::test {
 
+/// Whether `s` ends with `suffix`.
+inline bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
 /// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
 class TempDir {
  public:

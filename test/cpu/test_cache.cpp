@@ -29,15 +29,12 @@
 
 using namespace flashgen;
 using flashgen::test::EnvGuard;
+using flashgen::test::ends_with;
 using flashgen::test::ScopedCache;
 using flashgen::test::StderrCapture;
 using flashgen::test::TempDir;
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // Every file in `dir` is a finished entry part: no temp files, no strays.
 void check_no_temp_files(const std::string& dir) {

@@ -48,15 +48,12 @@
 
 using namespace flashgen;
 using flashgen::test::EnvGuard;
+using flashgen::test::ends_with;
 using flashgen::test::ScopedCache;
 using flashgen::test::StderrCapture;
 using flashgen::test::TempDir;
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

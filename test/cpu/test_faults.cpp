@@ -46,6 +46,7 @@
 
 using namespace flashgen;
 using flashgen::test::EnvGuard;
+using flashgen::test::ends_with;
 using flashgen::test::ScopedCache;
 using flashgen::test::StderrCapture;
 using flashgen::test::TempDir;
@@ -53,10 +54,6 @@ using flashgen::test::TempDir;
 namespace {
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 bool in_fault_child() { return std::getenv("FLASHGEN_TEST_FAULT_CHILD") != nullptr; }
 

@@ -11,7 +11,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <string>
+#include <typeinfo>
+
+#include "flashgen/types.hpp"
 
 namespace flashgen::fuzz {
 
@@ -29,6 +33,25 @@ struct FuzzFinding {
   std::fflush(stderr);
   std::abort();
 #endif
+}
+
+/// Runs one input through `body`. InvalidArgument is the expected outcome of
+/// bad input; its message must start with `prefix` (the origin or the quoted
+/// spec), else it is a finding (`what_prefix` names the rule). Any other
+/// exception is a finding.
+template <class Body>
+void run_input(const char* target, const std::string& prefix, const char* what_prefix, Body&& body) {
+  try {
+    body();
+  } catch (const InvalidArgument& e) {
+    if (std::string(e.what()).rfind(prefix, 0) != 0) finding(target, std::string(what_prefix) + e.what());
+  } catch (const FuzzFinding&) {
+    throw;
+  } catch (const std::exception& e) {
+    finding(target, std::string("unexpected exception ") + typeid(e).name() + ": " + e.what());
+  } catch (...) {
+    finding(target, "an exception not derived from std::exception");
+  }
 }
 
 }  // namespace flashgen::fuzz

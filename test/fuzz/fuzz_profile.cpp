@@ -57,19 +57,10 @@ void check_profile(const flashgen::Profile& p) {
 FLASHGEN_FUZZ_ENTRY(profile) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   static const std::string origin = "fuzz.yml";
-  try {
+  flashgen::fuzz::run_input("fuzz_profile", origin + ":", "an InvalidArgument that does not start with the origin: ", [&] {
     const flashgen::Profile p = flashgen::parse_profile(text, origin);
     if (p.source != origin) finding("the parsed profile does not name its origin");
     check_profile(p);
-  } catch (const flashgen::InvalidArgument& e) {
-    if (std::string(e.what()).rfind(origin + ":", 0) != 0)
-      finding(std::string("an InvalidArgument that does not start with the origin: ") + e.what());
-  } catch (const flashgen::fuzz::FuzzFinding&) {
-    throw;
-  } catch (const std::exception& e) {
-    finding(std::string("unexpected exception ") + typeid(e).name() + ": " + e.what());
-  } catch (...) {
-    finding("an exception not derived from std::exception");
-  }
+  });
   return 0;
 }

@@ -59,18 +59,9 @@ void check_spec(const std::string& text, const flashgen::KernelSpec& s) {
 
 FLASHGEN_FUZZ_ENTRY(spec) {
   const std::string text(reinterpret_cast<const char*>(data), size);
-  try {
+  flashgen::fuzz::run_input("fuzz_spec", "kernel spec '", "an InvalidArgument that does not quote the spec: ", [&] {
     const flashgen::KernelSpec s = flashgen::KernelSpec::parse(text);
     check_spec(text, s);
-  } catch (const flashgen::InvalidArgument& e) {
-    if (std::string(e.what()).rfind("kernel spec '", 0) != 0)
-      finding(std::string("an InvalidArgument that does not quote the spec: ") + e.what());
-  } catch (const flashgen::fuzz::FuzzFinding&) {
-    throw;
-  } catch (const std::exception& e) {
-    finding(std::string("unexpected exception ") + typeid(e).name() + ": " + e.what());
-  } catch (...) {
-    finding("an exception not derived from std::exception");
-  }
+  });
   return 0;
 }

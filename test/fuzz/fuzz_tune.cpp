@@ -51,18 +51,9 @@ void check_round_trip(const flashgen::TuneFile& f) {
 FLASHGEN_FUZZ_ENTRY(tune) {
   const std::string text(reinterpret_cast<const char*>(data), size);
   static const std::string origin = "fuzz-tune.yml";
-  try {
+  flashgen::fuzz::run_input("fuzz_tune", origin + ":", "an InvalidArgument that does not start with the origin: ", [&] {
     const flashgen::TuneFile f = flashgen::parse_tune_file(text, origin);
     check_round_trip(f);
-  } catch (const flashgen::InvalidArgument& e) {
-    if (std::string(e.what()).rfind(origin + ":", 0) != 0)
-      finding(std::string("an InvalidArgument that does not start with the origin: ") + e.what());
-  } catch (const flashgen::fuzz::FuzzFinding&) {
-    throw;
-  } catch (const std::exception& e) {
-    finding(std::string("unexpected exception ") + typeid(e).name() + ": " + e.what());
-  } catch (...) {
-    finding("an exception not derived from std::exception");
-  }
+  });
   return 0;
 }
