@@ -96,11 +96,11 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
   // Whole tiles (all but the last) take the copy without row predicates.
   auto copies = [](const std::vector<int>& chunks, const char* tile, const char* src, const char* stride) {
-    const std::string call = fmt::format("fg_copy_tile_async<{{w}}, {{off}}, BLOCK_N, {{full}}>({} + BLOCK_N * {{off}}, {}, {}, kv_valid, tid);", tile, src, stride);
     auto lines = [&](const char* full) {
-      std::string pattern = call;
-      for (size_t at; (at = pattern.find("{full}")) != std::string::npos;) pattern.replace(at, 6, full);
-      return per_chunk(chunks, "        ", pattern);
+      return per_chunk(chunks, "        ",
+                       fmt::format("fg_copy_tile_async<{{w}}, {{off}}, BLOCK_N, {}>({} + BLOCK_N * {{off}}, {}, {}, "
+                                   "kv_valid, tid);",
+                                   full, tile, src, stride));
     };
     return "      if (kv_valid >= BLOCK_N) {\n" + lines("true") + "\n      } else {\n" + lines("false") + "\n      }";
   };
