@@ -69,6 +69,12 @@ std::string per_chunk(const std::vector<int>& chunks, const char* indent, const 
   return s;
 }
 
+std::string load_q_lines(const std::vector<int>& chunks) {
+  return per_chunk(chunks, "  ", "FgQChunk<{w}, {off}> q_in{off};") + "\n" +
+         per_chunk(chunks, "  ", "q_in{off}.fetch(q_ptr, p.q_stride_seq, rows_valid, tid);") + "\n" +
+         per_chunk(chunks, "  ", "q_in{off}.store(sQ + BLOCK_M * {off}, scale, tid);");
+}
+
 std::string spec_comment(const KernelSpec& spec) {
   auto join = [](const std::vector<int>& v) {
     std::string s;
@@ -185,8 +191,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
       qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
   slots["LOAD_V"] = per_chunk(
       vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
-  slots["LOAD_Q"] =
-      per_chunk(qk, "  ", "fg_load_q<{w}, {off}>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
+  slots["LOAD_Q"] = load_q_lines(qk);
   slots["LDSM_Q"] = per_chunk(qk, "  ", "fg_ldsm_q<{w}, {off}>(sQ + BLOCK_M * {off}, qf, qf8, warp, lane);");
   slots["QK"] = per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, qf8, s, warp, lane);");
   slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, s, o, lane);");

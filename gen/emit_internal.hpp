@@ -14,6 +14,11 @@ namespace flashgen::gen {
 /// {off} (its offset), each line prefixed by `indent`; no trailing newline.
 std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern);
 
+/// The Q prologue of the m16n8 and wgmma templates (FgQChunk of
+/// fwd_m16_parts.cuh): every chunk's global loads, then every chunk's scaled,
+/// rounded shared stores (one memory round trip instead of one per load).
+std::string load_q_lines(const std::vector<int>& chunks);
+
 /// The comment block every generated source begins with (spec, name, arch,
 /// unit, dtype, head-dim splits, tile, mask/bias/LSE, launch shape).
 std::string spec_comment(const KernelSpec& spec);

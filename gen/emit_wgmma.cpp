@@ -106,8 +106,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["LOAD_K"] = copies(qk, "sKs", "kg", "p.k_stride_seq");
   slots["LOAD_V"] = copies(vc, "sVs", "vg", "p.v_stride_seq");
-  slots["LOAD_Q"] =
-      per_chunk(qk, "  ", "fg_load_q<{w}, {off}>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
+  slots["LOAD_Q"] = load_q_lines(qk);
   slots["QK"] = per_chunk(
       qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");
   slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o);");

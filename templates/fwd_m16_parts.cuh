@@ -86,32 +86,45 @@ FG_DEVICE void fg_copy_wait() {
   if constexpr (ASYNC_COPY) fg_cp_async_wait<N>();
 }
 
-// Load Q rows [0, valid_rows) of this block, multiply by softmax_scale in f32,
-// round to the input dtype (DESIGN.md: Qs = round(Q * scale)), store swizzled.
+// Q rows [0, valid_rows) of this block, columns [OFF, OFF+W): fetch() issues
+// the 16-byte global loads into registers, store() multiplies by softmax_scale
+// in f32, rounds to the input dtype (DESIGN.md: Qs = round(Q * scale)) and
+// stores swizzled (rows >= valid_rows become zeros). The emitters fetch every
+// chunk before storing any: a shared store between two global loads keeps
+// them in program order (the compiler cannot rule out aliasing), which made
+// the block wait one memory round trip per load (8 for D = 128, BLOCK_M = 64).
 template <int W, int OFF>
-FG_DEVICE void fg_load_q(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid) {
-  constexpr int UPR = W / 8;
-  constexpr int UNITS = BLOCK_M * UPR;
+struct FgQChunk {
+  static constexpr int UPR = W / 8;
+  static constexpr int UNITS = BLOCK_M * UPR;
+  static constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+  U4 v[PASSES];
+  FG_DEVICE void fetch(const u16* src, i64 stride, int valid_rows, int tid) {
 #pragma unroll
-  for (int it = 0; it < (UNITS + THREADS - 1) / THREADS; ++it) {
-    const int u = it * THREADS + tid;
-    if (UNITS % THREADS == 0 || u < UNITS) {
-      const int row = u / UPR, unit = u % UPR;
-      U4 v = {0u, 0u, 0u, 0u};
-      if (row < valid_rows) {
-        v = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
-        u32* w = &v.x;
+    for (int it = 0; it < PASSES; ++it) {
+      const int u = it * THREADS + tid, row = u / UPR, unit = u % UPR;
+      v[it] = U4{0u, 0u, 0u, 0u};
+      if ((UNITS % THREADS == 0 || u < UNITS) && row < valid_rows)
+        v[it] = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
+    }
+  }
+  FG_DEVICE void store(u16* dst, float scale, int tid) {
+#pragma unroll
+    for (int it = 0; it < PASSES; ++it) {
+      const int u = it * THREADS + tid;
+      if (UNITS % THREADS == 0 || u < UNITS) {
+        u32* w = &v[it].x;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const float lo = fg_in_to_f32((u16)(w[e] & 0xffffu)) * scale;
           const float hi = fg_in_to_f32((u16)(w[e] >> 16)) * scale;
           w[e] = (u32)fg_f32_to_in(lo) | ((u32)fg_f32_to_in(hi) << 16);
         }
+        *reinterpret_cast<U4*>(dst + fg_swz<W>(u / UPR, u % UPR)) = v[it];
       }
-      *reinterpret_cast<U4*>(dst + fg_swz<W>(row, unit)) = v;
     }
   }
-}
+};
 
 // Stage this warp's normalised O fragments (columns [OFF, OFF+W)) in shared memory.
 template <int W, int OFF>
