@@ -92,14 +92,19 @@ std::string spec_comment(const KernelSpec& spec) {
       "// head_dim_v:  {} = {}\n"
       "// tile:        block_m {} block_n {} warps {} stages {} ({} bytes of shared memory)\n"
       "// mask:        {}   bias: {}   lse: {}\n"
-      "// launch:      grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value\n",
+      "// launch:      {}\n",
       kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch,
       spec.unit == MatrixUnit::wgmma ? std::string("wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)")
                                      : "mma.sync.aligned." + std::string(to_string(spec.unit)),
       to_string(spec.dtype),
       spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v, join(spec.v_chunks()), spec.block_m, spec.block_n,
       spec.warps, spec.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
-      spec.threads());
+      spec.unit == MatrixUnit::wgmma
+          ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
+                        "FgTmaMaps by value",
+                        spec.threads())
+          : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
+                        spec.threads()));
 }
 
 int mask_code(MaskKind m) {

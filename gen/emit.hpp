@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "flashgen/spec.hpp"
 
@@ -11,11 +12,23 @@ namespace flashgen::gen {
 
 /// Generate the self-contained CUDA source for `spec` (no #include; begins
 /// with a comment listing the spec; extern "C" __global__ symbol is
-/// spec.kernel_name(); the kernel takes one `FwdParams` by value and is
-/// launched with grid (num_m_blocks * heads_q * batch, 1, 1), block
-/// (spec.threads(), 1, 1) and spec.smem_bytes() of dynamic shared memory).
-/// Dispatches on spec.unit. Does not validate; callers validate first.
+/// spec.kernel_name(); block (spec.threads(), 1, 1) and spec.smem_bytes() of
+/// dynamic shared memory). The mma.sync kernels take one `FwdParams` by value
+/// and are launched with grid (num_m_blocks * heads_q * batch, 1, 1); the
+/// wgmma kernel takes `FwdParams` and `FwdTmaMaps` (gen/params.hpp) and is
+/// persistent: any grid size from 1 up to that many blocks covers every work
+/// item. Dispatches on spec.unit. Does not validate; callers validate first.
 std::string emit_forward(const KernelSpec& spec);
+
+/// The shared-memory sub-tiles of the wgmma kernel: split_head_dim(head_dim, 16)
+/// with chunks wider than 64 cut into 64s (a swizzle row is at most 128 bytes),
+/// e.g. 96 -> {64, 32}, 128 -> {64, 64}, 80 -> {64, 16}.
+std::vector<int> wgmma_chunks(int head_dim);
+
+/// Which of the three tensor maps of a tensor (FwdTmaMaps, gen/params.hpp) the
+/// wgmma kernel reads a chunk of this width through: 64 -> 0, 32 -> 1, 16 -> 2.
+int tma_map_index(int chunk_width);
+
 
 /// A matrix-unit throughput probe kernel (templates/mma_probe.cu) for `unit`
 /// with `dtype` operands, f32 accumulate. extern "C" symbol: probe_kernel_name().

@@ -45,9 +45,4 @@ std::string emit_m8n8k4(const KernelSpec& spec);
 /// The forward emitter of the wgmma (sm_90a) unit. Same contract as emit_forward.
 std::string emit_wgmma(const KernelSpec& spec);
 
-/// The shared-memory sub-tiles of the wgmma kernel: split_head_dim(head_dim, 16)
-/// with chunks wider than 64 cut into 64s (a swizzle row is at most 128 bytes),
-/// e.g. 96 -> {64, 32}, 128 -> {64, 64}, 80 -> {64, 16}.
-std::vector<int> wgmma_chunks(int head_dim);
-
 }  // namespace flashgen::gen

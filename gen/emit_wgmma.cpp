@@ -1,7 +1,7 @@
 // The wgmma forward emitter (Hopper, sm_90a): fills templates/fwd_wgmma.cu.
-// Besides the per-chunk calls it writes the wgmma.mma_async wrappers, whose
-// operand lists (one register per accumulator element) depend on block_n and
-// on the widths of the head-dim chunks.
+// Besides the per-chunk calls (TMA boxes, wgmma) it writes the wgmma.mma_async
+// wrappers, whose operand lists (one register per accumulator element) depend
+// on block_n and on the widths of the head-dim chunks.
 #include <fmt/format.h>
 
 #include <map>
@@ -12,8 +12,11 @@
 #include "flashgen/flashgen.hpp"
 #include "gen/emit.hpp"
 #include "gen/emit_internal.hpp"
+#include "gen/params.hpp"
 
 namespace flashgen::gen {
+
+int tma_map_index(int chunk_width) { return chunk_width == 64 ? 0 : chunk_width == 32 ? 1 : 2; }
 
 std::vector<int> wgmma_chunks(int head_dim) {
   std::vector<int> out;
@@ -94,18 +97,28 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
-  // Whole tiles (all but the last) take the copy without row predicates.
-  auto copies = [](const std::vector<int>& chunks, const char* tile, const char* src, const char* stride) {
-    auto lines = [&](const char* full) {
-      return per_chunk(chunks, "        ",
-                       fmt::format("fg_copy_tile_async<{{w}}, {{off}}, BLOCK_N, {}>({} + BLOCK_N * {{off}}, {}, {}, "
-                                   "kv_valid, tid);",
-                                   full, tile, src, stride));
-    };
-    return "      if (kv_valid >= BLOCK_N) {\n" + lines("true") + "\n      } else {\n" + lines("false") + "\n      }";
+  // One TMA box per head-dim chunk, through the tensor map of its width.
+  auto tma_lines = [](const std::vector<int>& chunks, const char* maps) {
+    std::string out;
+    int off = 0;
+    for (int w : chunks) {
+      out += fmt::format("{}fg_tma_load(dst + 2 * BLOCK_N * {}, tma.{}[{}], {}, n0, head_{}, batch_{}, bar);\n",
+                         "          ", off, maps, tma_map_index(w), off, maps, maps);
+      off += w;
+    }
+    if (!out.empty()) out.pop_back();
+    return out;
   };
-  slots["LOAD_K"] = copies(qk, "sKs", "kg", "p.k_stride_seq");
-  slots["LOAD_V"] = copies(vc, "sVs", "vg", "p.v_stride_seq");
+  slots["TMA_K"] = tma_lines(qk, "k");
+  slots["TMA_V"] = tma_lines(vc, "v");
+  std::string prefetch;
+  for (int w : std::set<int>(qk.begin(), qk.end()))
+    prefetch += fmt::format("      fg_tma_prefetch(tma.k[{}]);\n", tma_map_index(w));
+  for (int w : std::set<int>(vc.begin(), vc.end()))
+    prefetch += fmt::format("      fg_tma_prefetch(tma.v[{}]);\n", tma_map_index(w));
+  prefetch.pop_back();
+  slots["TMA_PREFETCH"] = prefetch;
+  slots["TMA_MAPS"] = detail::fwd_tma_maps_source();
   slots["LOAD_Q"] = load_q_lines(qk);
   slots["QK"] = per_chunk(
       qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");

@@ -59,4 +59,29 @@ inline std::string fwd_params_source() {
   return s;
 }
 
+/// One CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned), as
+/// cuTensorMapEncodeTiled writes it.
+struct alignas(64) TmaMap {
+  uint64_t opaque[16];
+};
+
+/// The wgmma kernel's second by-value argument (a __grid_constant__ parameter,
+/// so the TMA unit reads the maps in place). K and V each have one 4-D map
+/// (head-dim column, seq row, head, batch) per chunk width, indexed by
+/// tma_map_index (64 -> 0, 32 -> 1, 16 -> 2; maps of widths the kernel does
+/// not use are left zero). kv_coords: bit 0/1 = the K head/batch coordinate is
+/// used, bit 2/3 = the V head/batch coordinate is used; a clear bit is a
+/// broadcast (stride 0) dimension, mapped with extent 1 and read at 0.
+struct FwdTmaMaps {
+  TmaMap k[3];
+  TmaMap v[3];
+  int64_t kv_coords;
+};
+
+/// The same struct as CUDA source text (FgTmaMap, FgTmaMaps).
+inline std::string fwd_tma_maps_source() {
+  return "struct __align__(64) FgTmaMap {\n  unsigned long long opaque[16];\n};\n"
+         "struct FgTmaMaps {\n  FgTmaMap k[3];\n  FgTmaMap v[3];\n  long long kv_coords;\n};";
+}
+
 }  // namespace flashgen::detail

@@ -5,6 +5,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -110,6 +111,61 @@ std::string mismatch(const char* what, const std::string& problem_value, const s
       what, problem_value, what, spec_value, spec.canonical());
 }
 
+// The wgmma kernel's tensor maps of K or V (FwdTmaMaps, gen/params.hpp): one
+// 4-D map (head-dim column, seq row, head, batch) per chunk width of `dim`,
+// box = one chunk x block_n rows, swizzled like the kernel's shared tiles.
+// Rows past seqlen_k are zero-filled by the copy engine. A stride-0 (broadcast)
+// head or batch dimension is mapped with extent 1 and its coordinate bit in
+// `coords` left clear (the kernel reads coordinate 0).
+void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, int dim, const AttentionProblem& pr,
+                     const KernelSpec& s, detail::TmaMap (&maps)[3], int64_t& coords, int bit) {
+  constexpr int64_t kElem = 2;  // fp16 / bf16 bytes
+  if (t.stride_seq == 0 && pr.seqlen_k > 1)
+    throw InvalidArgument(fmt::format(
+        "launch: {}.stride_seq is 0 with seqlen_k = {}: the wgmma kernel ({}) reads {} through a TMA tensor map, "
+        "which cannot repeat one row; plan a kernel for this problem (flashgen::plan picks the mma.sync unit) or "
+        "materialize {}",
+        name, pr.seqlen_k, s.kernel_name(), name, name));
+  const int64_t row_bytes = int64_t{dim} * kElem;
+  cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(pr.seqlen_k, 1)),
+                        static_cast<cuuint64_t>(pr.heads_kv), static_cast<cuuint64_t>(pr.batch)};
+  cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride_seq > 0 ? t.stride_seq * kElem : row_bytes),
+                           static_cast<cuuint64_t>(t.stride_head * kElem),
+                           static_cast<cuuint64_t>(t.stride_batch * kElem)};
+  if (t.stride_head == 0) {
+    dims[2] = 1;
+    strides[1] = strides[0] * dims[1];
+  } else {
+    coords |= int64_t{1} << bit;
+  }
+  if (t.stride_batch == 0) {
+    dims[3] = 1;
+    strides[2] = strides[1] * dims[2];
+  } else {
+    coords |= int64_t{1} << (bit + 1);
+  }
+  const auto chunks = gen::wgmma_chunks(dim);
+  for (int w : std::set<int>(chunks.begin(), chunks.end())) {
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.block_n), 1, 1};
+    const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+    const CUtensorMapSwizzle swizzle = w == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
+                                       : w == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                 : CU_TENSOR_MAP_SWIZZLE_32B;
+    auto* map = reinterpret_cast<CUtensorMap*>(&maps[gen::tma_map_index(w)]);
+    const CUresult r = d.cuTensorMapEncodeTiled(
+        map, s.dtype == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+        const_cast<void*>(t.data), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+      throw InvalidArgument(fmt::format(
+          "launch: {} cannot be read through a TMA tensor map (cuTensorMapEncodeTiled returned {} for dims "
+          "[{}, {}, {}, {}] elements, byte strides [{}, {}, {}], box [{}, {}]; allowed: byte strides that are "
+          "multiples of 16 below 2^40), which the wgmma kernel {} needs; plan a kernel for the mma.sync unit",
+          name, rt::result_text(d, r), dims[0], dims[1], dims[2], dims[3], strides[0], strides[1], strides[2], w,
+          s.block_n, s.kernel_name()));
+  }
+}
+
 }  // namespace
 
 // ---- device ------------------------------------------------------------------
@@ -169,6 +225,11 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   const int dv = static_cast<int>(problem.head_dim_v);
   KernelSpec spec;
   spec.unit = profile.unit_for(d, dv);
+  // The wgmma kernel reads K and V through TMA tensor maps, which cannot
+  // repeat one row (stride_seq 0, a broadcast over keys): the mma.sync unit's
+  // copies can.
+  const bool kv_row_broadcast = problem.seqlen_k > 1 && (problem.k.stride_seq == 0 || problem.v.stride_seq == 0);
+  if (spec.unit == MatrixUnit::wgmma && kv_row_broadcast) spec.unit = profile.matrix_unit.shape;
   const FlashTile& tile = profile.tile_for(std::max(d, dv), spec.unit);
   spec.arch = arch;
   spec.dtype = problem.dtype;
@@ -504,12 +565,26 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
         static_cast<const void*>(want), static_cast<const void*>(current)));
   }
 
-  void* args[] = {&params};
+  void* args[] = {&params, nullptr};
+  int64_t grid = grid_x;
+  detail::FwdTmaMaps maps{};
+  if (s.unit == MatrixUnit::wgmma) {
+    // Persistent: as many blocks as are resident at once (each loops over work
+    // items), never more than there are items.
+    encode_tma_maps(d, "k", problem.k, s.head_dim, problem, s, maps.k, maps.kv_coords, 0);
+    encode_tma_maps(d, "v", problem.v, s.head_dim_v, problem, s, maps.v, maps.kv_coords, 2);
+    int per_sm = 0;
+    rt::check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, static_cast<CUfunction>(kernel.function),
+                                                             s.threads(), static_cast<size_t>(s.smem_bytes())),
+              fmt::format("cuOccupancyMaxActiveBlocksPerMultiprocessor({})", s.kernel_name()).c_str());
+    grid = std::min<int64_t>(grid_x, int64_t{std::max(per_sm, 1)} * std::max(current_device().sm_count, 1));
+    args[1] = &maps;
+  }
   rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
-                             static_cast<unsigned>(grid_x), 1, 1,
+                             static_cast<unsigned>(grid), 1, 1,
                              static_cast<unsigned>(s.threads()), 1, 1,
                              static_cast<unsigned>(s.smem_bytes()), stream, args, nullptr),
-            fmt::format("cuLaunchKernel({}, grid {}, block {}, smem {})", s.kernel_name(), grid_x,
+            fmt::format("cuLaunchKernel({}, grid {}, block {}, smem {})", s.kernel_name(), grid,
                         s.threads(), s.smem_bytes())
                 .c_str());
 }

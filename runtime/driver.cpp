@@ -35,15 +35,6 @@ struct DriverState {
   int device_count = 0;
 };
 
-std::string result_text(const Driver& d, CUresult r) {
-  const char* name = nullptr;
-  const char* text = nullptr;
-  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr)
-    name = "CUDA_ERROR_UNKNOWN_CODE";
-  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &text) != CUDA_SUCCESS || text == nullptr)
-    text = "no description";
-  return fmt::format("{} ({}, code {})", name, text, static_cast<int>(r));
-}
 
 DriverState load_driver() {
   DriverState s;
@@ -127,6 +118,8 @@ DriverState load_driver() {
   FLASHGEN_RESOLVE(cuEventRecord, "cuEventRecord");
   FLASHGEN_RESOLVE(cuEventSynchronize, "cuEventSynchronize");
   FLASHGEN_RESOLVE(cuEventElapsedTime, "cuEventElapsedTime");
+  FLASHGEN_RESOLVE(cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  FLASHGEN_RESOLVE(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
 #undef FLASHGEN_RESOLVE
 
   if (!missing.empty()) {
@@ -164,6 +157,16 @@ const DriverState& state() {
 }
 
 }  // namespace
+
+std::string result_text(const Driver& d, CUresult r) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  if (d.cuGetErrorName == nullptr || d.cuGetErrorName(r, &name) != CUDA_SUCCESS || name == nullptr)
+    name = "CUDA_ERROR_UNKNOWN_CODE";
+  if (d.cuGetErrorString == nullptr || d.cuGetErrorString(r, &text) != CUDA_SUCCESS || text == nullptr)
+    text = "no description";
+  return fmt::format("{} ({}, code {})", name, text, static_cast<int>(r));
+}
 
 const Driver& driver() {
   const DriverState& s = state();

@@ -46,6 +46,10 @@ struct Driver {
   CUresult (*cuEventRecord)(CUevent, CUstream);
   CUresult (*cuEventSynchronize)(CUevent);
   CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int*, CUfunction, int, size_t);
+  CUresult (*cuTensorMapEncodeTiled)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                     const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                     CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
   CUresult (*cuGetErrorName)(CUresult, const char**);
   CUresult (*cuGetErrorString)(CUresult, const char**);
 };
@@ -57,6 +61,9 @@ const Driver& driver();
 
 /// True when driver() would succeed and a device exists. Never throws.
 bool driver_available() noexcept;
+
+/// "<CUDA_ERROR_NAME> (<description>, code <n>)" for `r`.
+std::string result_text(const Driver& d, CUresult r);
 
 /// Throws flashgen::DriverError("<call> failed: <CUDA_ERROR_NAME> (<text>)") unless r == CUDA_SUCCESS.
 void check(CUresult r, const char* call);

@@ -1,6 +1,6 @@
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
-// Which rows and keys a block works on: one grid dimension, block id -> (m
-// block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
+// Which rows and keys a work item covers: item (the block id, or a persistent
+// block's item number) -> (m block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
 // longest rows start first and cut the key range to what the block's rows can
 // see. And the 16-byte copy of staged O rows to global memory.
 struct FgBlock {
@@ -16,9 +16,8 @@ struct FgBlock {
 };
 
 template <int BM, int BN, int MSK>
-FG_DEVICE FgBlock fg_block(const FwdParams& p) {
+FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   FgBlock r;
-  const i64 bid = blockIdx.x;
   i64 m_block = bid % p.num_m_blocks;
   const i64 bh = bid / p.num_m_blocks;
   r.h = bh % p.heads_q;

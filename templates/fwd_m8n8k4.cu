@@ -314,7 +314,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int rbase = 8 * qm + a0 + 4 * hb;     // accumulator rows rbase + 2*v1
   const int cbase = 8 * qn + 2 * a1;          // accumulator columns cbase + v0 + 4*v2
 
-  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p);
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
   const int diag = blk.diag, n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;

@@ -1,8 +1,20 @@
 // ---- forward attention, warpgroup wgmma.mma_async m64nNk16 (templates/fwd_wgmma.cu) ----
-// sm_90a. Each warpgroup (4 consecutive warps, 128 threads) owns 64 query rows
-// of the block (BLOCK_M = 64 * WARPS / 4); within it warp w holds rows 16w..16w+15
-// in the m16n8 accumulator layout, so the softmax, masking and epilogue pieces
-// are the ones of the mma.sync kernel (fwd_m16_parts.cuh, M_SLICES = 1).
+// sm_90a, warp-specialized and persistent.
+// Block = WARPS / 4 consumer warpgroups (BLOCK_M = 64 * WARPS / 4 query rows,
+// 64 per warpgroup) + one producer warpgroup. Each block loops over work items
+// (m block, head, batch); the producer's first thread streams every item's K/V
+// tiles into a STAGES-deep ring of shared buffers with TMA
+// (cp.async.bulk.tensor, 2-D boxes of BLOCK_N rows x one head-dim chunk, the
+// swizzle done by the copy engine) and mbarriers (PTX ISA "Parallel
+// Synchronization and Communication Instructions: mbarrier", "Tensor Copy
+// Instructions: cp.async.bulk.tensor"): a stage's "full" barrier completes when
+// its bytes have landed, its "empty" barrier when every consumer warp's wgmma
+// that read it has completed. So the next item's K/V arrive while the
+// consumers finish the current item, and the consumers issue no copies.
+// setmaxnreg moves registers from the producer (24) to the consumers.
+// Consumers: within a warpgroup warp w holds rows 16w..16w+15 in the m16n8
+// accumulator layout, so the softmax, masking and epilogue pieces are the ones
+// of the mma.sync kernel (fwd_m16_parts.cuh, M_SLICES = 1).
 //   S = Qs.K^T: wgmma with A (Q) and B (K) read from shared memory, both
 //     K-major (PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate",
 //     "Matrix Descriptor", "Shared Memory Matrix Layout": K-major, swizzled).
@@ -10,17 +22,25 @@
 //     dtype; the m64nNk16 A register fragment of k block kk is the accumulator
 //     of n8 tiles 2kk and 2kk+1), B = V read from shared memory, MN-major
 //     (imm-trans-b = 1).
-// Shared tiles are the head-dim chunks of the mma.sync kernel with every chunk
-// at most 64 wide: a chunk of W elements has W*2-byte rows, and the XOR swizzle
-// of fg_swz<W> is exactly the 128-byte (W = 64), 64-byte (32) or 32-byte (16)
-// swizzle mode of the descriptor once the chunk starts on a 1024-byte boundary.
-// K/V tiles of BLOCK_N keys come through a STAGES-deep (>= 2) cp.async pipeline
-// loaded by all threads; the softmax of a tile runs while the tensor cores
-// compute P.V of the previous one.
+// Shared tiles are head-dim chunks at most 64 wide: a chunk of W elements has
+// W*2-byte rows, and the XOR swizzle of fg_swz<W> is exactly the 128-byte (W =
+// 64), 64-byte (32) or 32-byte (16) swizzle mode of the descriptor and of the
+// tensor map once the chunk starts on a 1024-byte boundary. The softmax of a
+// tile runs while the tensor cores compute P.V of the previous one
+// (FlashAttention-3, arXiv:2407.08608, section 3.2).
 
 @@CONSTANTS@@
 
-constexpr int THREADS = WARPS * 32;
+constexpr int THREADS = WARPS * 32;          // consumer threads (what the shared parts call THREADS)
+constexpr int PRODUCER_THREADS = 128;        // one warpgroup: setmaxnreg acts on whole warpgroups
+constexpr int CTA_THREADS = THREADS + PRODUCER_THREADS;
+// Two blocks per SM with one consumer warpgroup, one with two (the register
+// file is 64K 32-bit registers per SM on every sm_90 part).
+constexpr int MIN_BLOCKS = WARPS == 4 ? 2 : 1;
+constexpr int LAUNCH_REGS = 65536 / (CTA_THREADS * MIN_BLOCKS) / 8 * 8;  // what ptxas allots at launch
+constexpr int PRODUCER_REGS = 24;
+constexpr int CONSUMER_REGS_ALL = (LAUNCH_REGS + (LAUNCH_REGS - PRODUCER_REGS) * PRODUCER_THREADS / THREADS) / 8 * 8;
+constexpr int CONSUMER_REGS = CONSUMER_REGS_ALL > 240 ? 240 : CONSUMER_REGS_ALL;
 constexpr int M_SLICES = 1;              // one 16-row slice per warp
 constexpr int NT = BLOCK_N / 8;          // n8 tiles of S
 constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O
@@ -30,7 +50,13 @@ constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_
 // is 12800 bytes): their strides are rounded up to 512 elements.
 constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
 constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
+constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
+constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
+constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
+constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
 typedef unsigned long long u64;
+
+@@TMA_MAPS@@
 
 @@M16_PARTS@@
 
@@ -42,8 +68,8 @@ template <int N>
 FG_DEVICE void fg_wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
-// Shared memory written through the generic proxy (cp.async, st.shared) is
-// read by wgmma through the async proxy: each writer fences before the barrier.
+// Shared memory written through the generic proxy (st.shared) is read by wgmma
+// through the async proxy: each writer fences before the barrier.
 FG_DEVICE void fg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // Keeps the compiler from moving accesses to accumulators across wgmma issue/wait.
 template <int N>
@@ -51,6 +77,40 @@ FG_DEVICE void fg_reg_fence(float (&r)[1][N][4]) {
 #pragma unroll
   for (int i = 0; i < N; ++i)
     asm volatile("" : "+f"(r[0][i][0]), "+f"(r[0][i][1]), "+f"(r[0][i][2]), "+f"(r[0][i][3])::"memory");
+}
+// Barrier 1 of the consumer threads only (the producer warpgroup never joins).
+FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
+
+// ---- mbarrier and TMA (PTX ISA: mbarrier.init / arrive / arrive.expect_tx /
+// try_wait.parity, cp.async.bulk.tensor, setmaxnreg, prefetch.tensormap) ----
+FG_DEVICE void fg_mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+FG_DEVICE void fg_mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+FG_DEVICE void fg_mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// Waits until the phase with the given parity has completed.
+FG_DEVICE void fg_mbar_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n.reg .pred done;\nFG_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra FG_WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One box of the 4-D tensor map (column, row, head, batch) into shared `dst`;
+// completion is counted in bytes on `bar`.
+FG_DEVICE void fg_tma_load(u32 dst, const FgTmaMap& map, int col, int row, int head, int batch, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(&map)), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
+      : "memory");
+}
+FG_DEVICE void fg_tma_prefetch(const FgTmaMap& map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&map)) : "memory");
 }
 
 // Matrix descriptor of a swizzled sub-tile of W-element (W*2-byte) rows that
@@ -86,137 +146,190 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v_addr + kk * 32 * W));
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const FwdParams p) {
+// The work item of this block's round r: rounds alternate direction (block i
+// takes item i, then the (2G-1-i)-th, ...), so a block that drew a long causal
+// item in one round draws a short one in the next.
+FG_DEVICE i64 fg_work_item(i64 round) {
+  const i64 G = gridDim.x;
+  return round * G + ((round & 1) ? G - 1 - (i64)blockIdx.x : (i64)blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
+    @@KERNEL_NAME@@(const FwdParams p, const __grid_constant__ FgTmaMaps tma) {
   extern __shared__ __align__(128) unsigned char fg_smem_raw[];
   // The swizzle modes act on shared-address bits: tiles start 1024-byte aligned
-  // (the spec's smem_bytes() includes the 1024 bytes this may skip).
-  unsigned char* const fg_smem = fg_smem_raw + ((1024u - (fg_smem_addr(fg_smem_raw) & 1023u)) & 1023u);
+  // (the spec's smem_bytes() includes the 1024 bytes this may skip). The
+  // mbarriers take BAR_BYTES of those 1024: before the tiles when the skipped
+  // part holds them, else after the tiles (then at most BAR_BYTES were skipped).
+  const u32 skip = (1024u - (fg_smem_addr(fg_smem_raw) & 1023u)) & 1023u;
+  unsigned char* const fg_smem = fg_smem_raw + skip;
   u16* const sQ = reinterpret_cast<u16*>(fg_smem);
   u16* const sK = sQ + Q_REGION;
   u16* const sV = sK + STAGES * K_STAGE;
+  const u32 bars = fg_smem_addr(skip >= (u32)BAR_BYTES ? fg_smem - BAR_BYTES : fg_smem + TILE_BYTES);
+  // Stage s: K full, K empty, V full, V empty.
+  auto full_k = [&](u32 s) { return bars + 8 * s; };
+  auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
+  auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
+  auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
 
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      fg_mbar_init(full_k(s), 1);        // the producer's arrive.expect_tx (+ the tile's bytes)
+      fg_mbar_init(empty_k(s), WARPS);   // one arrive per consumer warp
+      fg_mbar_init(full_v(s), 1);
+      fg_mbar_init(empty_v(s), WARPS);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const i64 n_items = p.num_m_blocks * p.heads_q * p.batch;
+
+  // K/V tile number c (counted over all items of this block) lives in stage
+  // c % STAGES; its full barrier completes phase c / STAGES, and its empty
+  // barrier must have completed phase c / STAGES - 1 before the stage is
+  // refilled with tile c.
+  if (threadIdx.x >= THREADS) {
+    // ---- producer warpgroup: one thread issues every copy ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
+    if (threadIdx.x == THREADS) {
+@@TMA_PREFETCH@@
+      u32 c = 0;
+      for (i64 r = 0;; ++r) {
+        const i64 item = fg_work_item(r);
+        if (item >= n_items) break;
+        const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+        const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
+        const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
+        auto load_k = [&](u32 cnt, int n0) {
+          const u32 s = cnt % STAGES;
+          if (cnt >= (u32)STAGES) fg_mbar_wait(empty_k(s), (cnt / STAGES - 1) & 1);
+          const u32 bar = full_k(s);
+          fg_mbar_expect_tx(bar, K_TILE_BYTES);
+          const u32 dst = fg_smem_addr(sK + s * K_STAGE);
+@@TMA_K@@
+        };
+        auto load_v = [&](u32 cnt, int n0) {
+          const u32 s = cnt % STAGES;
+          if (cnt >= (u32)STAGES) fg_mbar_wait(empty_v(s), (cnt / STAGES - 1) & 1);
+          const u32 bar = full_v(s);
+          fg_mbar_expect_tx(bar, V_TILE_BYTES);
+          const u32 dst = fg_smem_addr(sV + s * V_STAGE);
+@@TMA_V@@
+        };
+        // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
+        const int n = blk.n_tiles;
+        for (int t = 0; t <= n; ++t) {
+          if (t < n) load_k(c + t, t * BLOCK_N);
+          if (t >= 1) load_v(c + t - 1, (t - 1) * BLOCK_N);
+        }
+        c += n;
+      }
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
-
-  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p);
-  const int seqlen_k = blk.seqlen_k, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
-  const i64 b = blk.b, h = blk.h;
-  const u16* const q_ptr = blk.q;
-  const u16* const k_ptr = blk.k;
-  const u16* const v_ptr = blk.v;
-
-  // ---- K/V pipeline ----
-  // K tile t and V tile t live in buffer t % STAGES (STAGES >= 2). Iteration j
-  // starts with one barrier, which every warpgroup reaches only once its S of
-  // tile j and its P.V of tile j-1 are complete: the buffers of K[j] and V[j-1]
-  // are then free and take K[j+STAGES] and V[j+STAGES-1] (one copy group per
-  // iteration; K runs one tile ahead of V). K[j+1] and V[j] must have landed:
-  // they came in the group issued STAGES-1 iterations earlier, so STAGES-2
-  // newer groups may still be in flight.
-  auto load_k = [&](int tile) {
-    if (tile < n_tiles) {
-      const int n0 = tile * BLOCK_N;
-      u16* sKs = sK + (tile % STAGES) * K_STAGE;
-      const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
-      const int kv_valid = seqlen_k - n0;
-@@LOAD_K@@
-    }
-  };
-  auto load_v = [&](int tile) {
-    if (tile < n_tiles) {
-      const int n0 = tile * BLOCK_N;
-      u16* sVs = sV + (tile % STAGES) * V_STAGE;
-      const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-      const int kv_valid = seqlen_k - n0;
-@@LOAD_V@@
-    }
-  };
-  // The groups of iterations -STAGES..-1: {K[i+STAGES], V[i+STAGES-1]}.
-#pragma unroll
-  for (int i = 0; i < STAGES; ++i) {
-    load_k(i);
-    if (i >= 1) load_v(i - 1);
-    fg_copy_commit();
-  }
-
-  // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
   const float scale = (float)p.softmax_scale;
+  auto release = [&](u32 bar) {
+    if (lane == 0) fg_mbar_arrive(bar);
+  };
+
+  u32 c = 0;
+  for (i64 r = 0;; ++r) {
+    const i64 item = fg_work_item(r);
+    if (item >= n_items) break;
+    const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+    const int rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
+    const u16* const q_ptr = blk.q;
+
+    // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
+    // The previous item's O left sQ after the barrier that ends its epilogue.
 @@LOAD_Q@@
+    fg_fence_proxy_async();  // Q's stores, before wgmma reads them
+    fg_consumer_sync();
 
-  float o[1][OT][4];
-  float row_max[1][2], row_sum[1][2], corr[1][2];
+    float o[1][OT][4];
+    float row_max[1][2], row_sum[1][2], corr[1][2];
 #pragma unroll
-  for (int i = 0; i < OT; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
-  row_max[0][0] = row_max[0][1] = fg_neg_inf();
-  row_sum[0][0] = row_sum[0][1] = 0.f;
+    for (int i = 0; i < OT; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
+    row_max[0][0] = row_max[0][1] = fg_neg_inf();
+    row_sum[0][0] = row_sum[0][1] = 0.f;
 
-  float s[1][NT][4];  // S of one tile (wgmma accumulators), then P in f32
-  u32 pa[BLOCK_N / 16][4];  // P rounded to the input dtype: the A fragments of P.V
-  // S = Qs . K^T of K tile `tile` (issued and committed, not waited for).
-  auto qk = [&](int tile) {
-    const u32 q_tile = fg_smem_addr(sQ);
-    const u32 k_tile = fg_smem_addr(sK + (tile % STAGES) * K_STAGE);
-    fg_wgmma_fence();
+    float s[1][NT][4];        // S of one tile (wgmma accumulators), then P in f32
+    u32 pa[BLOCK_N / 16][4];  // P rounded to the input dtype: the A fragments of P.V
+    // S = Qs . K^T of K tile number `cnt` (issued and committed, not waited for).
+    auto qk = [&](u32 cnt) {
+      const u32 q_tile = fg_smem_addr(sQ);
+      const u32 k_tile = fg_smem_addr(sK + (cnt % STAGES) * K_STAGE);
+      fg_wgmma_fence();
 @@QK@@
-    fg_wgmma_commit();
-  };
-  auto to_p = [&]() {
+      fg_wgmma_commit();
+    };
+    auto to_p = [&]() {
 #pragma unroll
-    for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-      pa[kk][0] = fg_pack_in(s[0][2 * kk][0], s[0][2 * kk][1]);
-      pa[kk][1] = fg_pack_in(s[0][2 * kk][2], s[0][2 * kk][3]);
-      pa[kk][2] = fg_pack_in(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
-      pa[kk][3] = fg_pack_in(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+        pa[kk][0] = fg_pack_in(s[0][2 * kk][0], s[0][2 * kk][1]);
+        pa[kk][1] = fg_pack_in(s[0][2 * kk][2], s[0][2 * kk][3]);
+        pa[kk][2] = fg_pack_in(s[0][2 * kk + 1][0], s[0][2 * kk + 1][1]);
+        pa[kk][3] = fg_pack_in(s[0][2 * kk + 1][2], s[0][2 * kk + 1][3]);
+      }
+    };
+
+    if (n_tiles > 0) {
+      fg_mbar_wait(full_k(c % STAGES), (c / STAGES) & 1);
+      qk(c);
+      fg_wgmma_wait<0>();
+      fg_reg_fence(s);
+      release(empty_k(c % STAGES));
+      fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
+      to_p();
     }
-  };
-
-  fg_copy_wait<STAGES - 1>();  // K[0]
-  fg_fence_proxy_async();       // and Q's stores
-  __syncthreads();
-  if (n_tiles > 0) {
-    qk(0);
-    fg_wgmma_wait<0>();
-    fg_reg_fence(s);
-    fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
-    to_p();
-  }
-  // Iteration j (FlashAttention-3's intra-warpgroup overlap, arXiv:2407.08608
-  // section 3.2): entering, P of tile j is in `pa` and corr holds the factor
-  // for O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of
-  // tile j issued, and the softmax of tile j+1 runs while P.V does. S of a tile
-  // past the last is computed too (on whatever its buffer holds) and never
-  // read: a branch around the wgmma would make ptxas serialize them.
-  for (int j = 0; j < n_tiles; ++j) {
-    fg_copy_wait<STAGES - 2>();
-    fg_fence_proxy_async();
-    __syncthreads();  // K[j+1], V[j] visible; K[j], V[j-1] buffers free
-    load_k(j + STAGES);
-    load_v(j + STAGES - 1);
-    fg_copy_commit();
-    qk(j + 1);
-    fg_rescale_o(o, corr);
-    fg_wgmma_fence();
-    const u32 v_tile = fg_smem_addr(sV + (j % STAGES) * V_STAGE);
+    // Iteration j: entering, P of tile j is in `pa` and corr holds the factor
+    // for O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of
+    // tile j issued, and the softmax of tile j+1 runs while P.V does. On the
+    // last tile an S is computed on whatever the next stage holds and never
+    // read (a branch around the wgmma would make ptxas serialize them).
+    for (int j = 0; j < n_tiles; ++j) {
+      const u32 ck = c + j + 1, cv = c + j;
+      const bool next = j + 1 < n_tiles;
+      if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
+      fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
+      qk(ck);
+      fg_rescale_o(o, corr);
+      fg_wgmma_fence();
+      const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
 @@PV@@
-    fg_wgmma_commit();
-    fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
-    fg_reg_fence(s);
-    const bool next = j + 1 < n_tiles;
-    if (next) fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_sum, corr);
-    fg_wgmma_wait<0>();  // P.V of tile j complete
-    fg_reg_fence(o);
-    if (next) to_p();
-  }
-  fg_copy_wait<0>();
+      fg_wgmma_commit();
+      fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
+      fg_reg_fence(s);
+      if (next) {
+        release(empty_k(ck % STAGES));
+        fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_sum, corr);
+      }
+      fg_wgmma_wait<0>();  // P.V of tile j complete
+      fg_reg_fence(o);
+      release(empty_v(cv % STAGES));
+      if (next) to_p();
+    }
+    c += n_tiles;
 
-  // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
-  float inv[1][2];
-  fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
-  __syncthreads();  // every warpgroup is done reading sQ and the K/V buffers
-  u16* const sO = sQ;
+    // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
+    float inv[1][2];
+    fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
+    fg_consumer_sync();  // every warpgroup is done reading sQ
+    u16* const sO = sQ;
 @@STAGE_O@@
-  __syncthreads();
-  u16* const o_ptr = static_cast<u16*>(p.o) + b * p.o_stride_batch + h * p.o_stride_head + (i64)blk.m_start * p.o_stride_seq;
+    fg_consumer_sync();
+    u16* const o_ptr =
+        static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + blk.h * p.o_stride_head + (i64)blk.m_start * p.o_stride_seq;
 @@STORE_O@@
+    fg_consumer_sync();  // sO (= sQ) read out before the next item's Q lands
+  }
 }

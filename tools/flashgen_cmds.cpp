@@ -23,7 +23,7 @@
 #include <fmt/format.h>
 
 #include "flashgen/flashgen.hpp"
-#include "gen/emit_internal.hpp"
+#include "gen/emit.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"

@@ -35,10 +35,12 @@ struct KernelSpec {
   /// Head-dim splits (derived, never stored): split_head_dim(head_dim).
   std::vector<int> qk_chunks() const { return split_head_dim(head_dim); }
   std::vector<int> v_chunks() const { return split_head_dim(head_dim_v); }
-  /// 32 * warps, saturated to the int range: defined for every parsed spec
-  /// (KernelSpec::parse accepts any int; validate() says which are allowed).
+  /// Threads per block: 32 * warps, + 128 for the wgmma unit (its producer
+  /// warpgroup, which issues the TMA copies); saturated to the int range:
+  /// defined for every parsed spec (KernelSpec::parse accepts any int;
+  /// validate() says which are allowed).
   int threads() const {
-    const int64_t t = int64_t{warps} * 32;
+    const int64_t t = int64_t{warps} * 32 + (unit == MatrixUnit::wgmma ? 128 : 0);
     return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
   }
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024

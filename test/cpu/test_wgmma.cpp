@@ -11,7 +11,7 @@
 #include "flashgen/flashgen.hpp"
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
-#include "gen/emit_internal.hpp"
+#include "gen/emit.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
 
@@ -66,6 +66,18 @@ TEST_CASE("wgmma: plan picks it on sm_90 for head dims that are multiples of 16,
   // Other archs never get it.
   CHECK(plan(problem(128, 128), 80).unit == MatrixUnit::m16n8k16);
   CHECK(plan(problem(128, 128), 89).unit == MatrixUnit::m16n8k16);
+  // K or V with one row repeated (stride_seq 0) cannot be read through a TMA
+  // tensor map: the m16n8k16 unit serves it; a stride-0 head or batch can.
+  for (int which = 0; which < 2; ++which) {
+    AttentionProblem rb = problem(128, 128);
+    (which == 0 ? rb.k : rb.v).stride_seq = 0;
+    CHECK(plan(rb, 90).unit == MatrixUnit::m16n8k16);
+    rb.seqlen_k = 1;  // a single key: nothing is repeated
+    CHECK(plan(rb, 90).unit == MatrixUnit::wgmma);
+  }
+  AttentionProblem hb = problem(128, 128);
+  hb.k.stride_head = hb.v.stride_head = hb.k.stride_batch = hb.v.stride_batch = 0;
+  CHECK(plan(hb, 90).unit == MatrixUnit::wgmma);
 }
 
 TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
@@ -169,6 +181,18 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(src.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(src.find("// matrix unit: wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)") != std::string::npos);
   CHECK(src.find("mma.sync.aligned.m16n8") == std::string::npos);  // no warp-level mma left
+  // Warp-specialized: a producer warpgroup with TMA boxes (one map per chunk
+  // width: 64 -> 0, 32 -> 1), mbarriers, setmaxnreg; no cp.async left.
+  CHECK(s.threads() == 4 * 32 + 128);
+  CHECK(src.find("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes") != std::string::npos);
+  CHECK(src.find("fg_tma_load(dst + 2 * BLOCK_N * 0, tma.k[0], 0, n0, head_k, batch_k, bar);") != std::string::npos);
+  CHECK(src.find("fg_tma_load(dst + 2 * BLOCK_N * 64, tma.k[1], 64, n0, head_k, batch_k, bar);") != std::string::npos);
+  CHECK(src.find("fg_tma_load(dst + 2 * BLOCK_N * 64, tma.v[1], 64, n0, head_v, batch_v, bar);") != std::string::npos);
+  CHECK(src.find("setmaxnreg.dec.sync.aligned.u32") != std::string::npos);
+  CHECK(src.find("fg_copy_tile_async<") == std::string::npos);
+  CHECK(gen::tma_map_index(64) == 0);
+  CHECK(gen::tma_map_index(32) == 1);
+  CHECK(gen::tma_map_index(16) == 2);
   CHECK(s.kernel_name() == "flashgen_fwd_sm90_bf16_d96v96_wgmma_bm64_bn96_w4_s2_none");
   const rt::CompileInputs in = rt::compile_inputs(s);
   CHECK(in.options.front() == "--gpu-architecture=sm_90a");

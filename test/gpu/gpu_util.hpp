@@ -167,6 +167,8 @@ enum class Layout {
                       ///< input padding NaN, a NaN tail after each input), LSE with odd strides
   packed_qkv,         ///< Q, K, V = head slices of one [B, S, 3, H, d] buffer
   kv_head_broadcast,  ///< K, V stored once per (b, s): stride_head 0 for every KV head
+  kv_batch_broadcast, ///< K, V [S, H, d] shared by every batch entry: stride_batch 0
+  kv_row_broadcast,   ///< one K row and one V row per (b, h) for every key: stride_seq 0
 };
 
 inline const char* layout_name(Layout l) {
@@ -175,6 +177,8 @@ inline const char* layout_name(Layout l) {
     case Layout::padded: return "padded";
     case Layout::packed_qkv: return "packed-qkv";
     case Layout::kv_head_broadcast: return "kv-head-bcast";
+    case Layout::kv_batch_broadcast: return "kv-batch-bcast";
+    case Layout::kv_row_broadcast: return "kv-row-bcast";
   }
   return "?";
 }
@@ -319,6 +323,30 @@ inline Geometry geometry(const Case& c) {
       g.q_elems = B * Sq * Hq * D;
       g.k_elems = B * Sk * D;
       g.v_elems = B * Sk * Dv;
+      break;
+    case Layout::kv_batch_broadcast:
+      g.q = contiguous(Sq, Hq, D);
+      g.k = contiguous(Sk, Hkv, D);
+      g.k.sb = 0;
+      g.v = contiguous(Sk, Hkv, Dv);
+      g.v.sb = 0;
+      g.o = contiguous(Sq, Hq, Dv);
+      g.q_elems = B * Sq * Hq * D;
+      g.k_elems = Sk * Hkv * D;
+      g.v_elems = Sk * Hkv * Dv;
+      break;
+    case Layout::kv_row_broadcast:
+      g.q = contiguous(Sq, Hq, D);
+      g.k.sh = D;
+      g.k.ss = 0;
+      g.k.sb = Hkv * D;
+      g.v.sh = Dv;
+      g.v.ss = 0;
+      g.v.sb = Hkv * Dv;
+      g.o = contiguous(Sq, Hq, Dv);
+      g.q_elems = B * Sq * Hq * D;
+      g.k_elems = B * Hkv * D;
+      g.v_elems = B * Hkv * Dv;
       break;
   }
   g.o.offset = kOutGuard;
@@ -881,9 +909,11 @@ inline CaseResult run_case(const Case& c) {
         stream.sync();
         res.launched = info.launched;
         kernel = u.name + " " + (info.launched ? kernel_origin_text(info) : "no launch");
-        // The wgmma unit's profile serves head dims that are not multiples of 16 with its m16n8k16 tiles.
+        // The wgmma unit's profile serves head dims that are not multiples of 16,
+        // and K/V rows repeated through stride_seq 0 (TMA cannot), with its m16n8k16 tiles.
         const bool fallback = u.name == "wgmma" && info.spec.unit == flashgen::MatrixUnit::m16n8k16 &&
-                              (c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0);
+                              (c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0 ||
+                               (c.layout == Layout::kv_row_broadcast && c.seqlen_k > 1));
         if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name) && !fallback)
           res.fail(fmt::format("planned unit {} instead of {}", flashgen::to_string(info.spec.unit), u.name));
         const bool expect_launch = c.batch > 0 && c.seqlen_q > 0 && c.heads_q > 0;

@@ -339,6 +339,20 @@ std::vector<Case> kv_broadcast_cases() {
   b.mask = MaskKind::causal_bottom_right;
   b.batch = 2;
   v.push_back(b);
+  // K/V shared by the batch (stride_batch 0; the wgmma kernel's tensor maps
+  // map that dimension with extent 1), and one key row repeated (stride_seq
+  // 0; plan() then takes the mma.sync unit, TMA cannot repeat a row).
+  Case bb = a;
+  bb.layout = Layout::kv_batch_broadcast;
+  bb.batch = 3;
+  bb.head_dim = bb.head_dim_v = 128;
+  bb.mask = MaskKind::causal_top_left;
+  v.push_back(bb);
+  Case rb = a;
+  rb.layout = Layout::kv_row_broadcast;
+  rb.batch = 2;
+  rb.head_dim = rb.head_dim_v = 64;
+  v.push_back(rb);
   Case c = a;
   c.heads_q = 6;
   c.heads_kv = 6;
