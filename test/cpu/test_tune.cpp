@@ -424,7 +424,13 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   // Exact causal FLOPs: 2 * B * Hq * (visible pairs) * (D + Dv).
   const double pairs = 4096.0 * 4097.0 / 2.0;
   CHECK(cli::problem_flops(p) == doctest::Approx(2.0 * 32 * pairs * 256));
-  const cli::TileModel m = cli::model_tile(def, p, prof, dev);
+  // The model's arithmetic on a one-warpgroup tile (64 rows, 4 warps).
+  KernelSpec m64 = def;
+  m64.block_m = 64;
+  m64.block_n = 96;
+  m64.warps = 4;
+  REQUIRE(validate(m64, prof).empty());
+  const cli::TileModel m = cli::model_tile(m64, p, prof, dev);
   CHECK(m.unique_bytes == doctest::Approx(2.0 * (4096.0 * 32 * 128 * 2 + 4096.0 * 8 * 256)));
   CHECK(m.ai_dram > m.ridge_dram);  // long-sequence attention is compute-bound
   CHECK(m.ridge_dram == doctest::Approx(2728.0 / 18.4));
@@ -433,14 +439,14 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(m.ai_smem == doctest::Approx(64.0 / 5.0).epsilon(0.05));
   CHECK(m.blocks == 64 * 32);
   // More rows per warp raise the shared-memory intensity.
-  KernelSpec wide = def;
+  KernelSpec wide = m64;
   wide.block_m = 128;
   CHECK(cli::model_tile(wide, p, prof, dev).ai_smem > m.ai_smem);
   // Measured registers change the occupancy; spills cost.
-  const cli::TileModel measured = cli::model_tile(def, p, prof, dev, 255, 0);
+  const cli::TileModel measured = cli::model_tile(m64, p, prof, dev, 255, 0);
   CHECK(measured.registers_measured);
   CHECK(measured.blocks_per_sm == 2);
-  CHECK(cli::model_tile(def, p, prof, dev, 255, 512).score < measured.score);
+  CHECK(cli::model_tile(m64, p, prof, dev, 255, 512).score < measured.score);
   // A tile over the budget does not fit.
   KernelSpec huge = def;
   huge.block_m = 256;
