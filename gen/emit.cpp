@@ -69,10 +69,21 @@ std::string per_chunk(const std::vector<int>& chunks, const char* indent, const 
   return s;
 }
 
+std::string q_chunk_lines(const std::vector<int>& chunks, QStep step, const char* indent, const std::string& q,
+                          const std::string& rows) {
+  switch (step) {
+    case QStep::declare: return per_chunk(chunks, indent, "FgQChunk<{w}, {off}> q_in{off};");
+    case QStep::fetch:
+      return per_chunk(chunks, indent, "q_in{off}.fetch(" + q + ", p.q_stride_seq, " + rows + ", tid);");
+    case QStep::store: return per_chunk(chunks, indent, "q_in{off}.store(sQ + BLOCK_M * {off}, scale, tid);");
+  }
+  return "";
+}
+
 std::string load_q_lines(const std::vector<int>& chunks) {
-  return per_chunk(chunks, "  ", "FgQChunk<{w}, {off}> q_in{off};") + "\n" +
-         per_chunk(chunks, "  ", "q_in{off}.fetch(q_ptr, p.q_stride_seq, rows_valid, tid);") + "\n" +
-         per_chunk(chunks, "  ", "q_in{off}.store(sQ + BLOCK_M * {off}, scale, tid);");
+  return q_chunk_lines(chunks, QStep::declare, "  ") + "\n" +
+         q_chunk_lines(chunks, QStep::fetch, "  ", "q_ptr", "rows_valid") + "\n" +
+         q_chunk_lines(chunks, QStep::store, "  ");
 }
 
 std::string spec_comment(const KernelSpec& spec) {

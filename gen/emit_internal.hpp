@@ -14,9 +14,15 @@ namespace flashgen::gen {
 /// {off} (its offset), each line prefixed by `indent`; no trailing newline.
 std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern);
 
-/// The Q prologue of the m16n8 and wgmma templates (FgQChunk of
-/// fwd_m16_parts.cuh): every chunk's global loads, then every chunk's scaled,
-/// rounded shared stores (one memory round trip instead of one per load).
+/// One step of the Q prologue (FgQChunk of fwd_m16_parts.cuh) for every
+/// chunk: declare `q_in<off>`, fetch (global loads of rows [0, rows) from
+/// Q row pointer `q`), store (scaled, rounded, swizzled into sQ).
+enum class QStep { declare, fetch, store };
+std::string q_chunk_lines(const std::vector<int>& chunks, QStep step, const char* indent, const std::string& q = "",
+                          const std::string& rows = "");
+
+/// The whole Q prologue of the m16n8 template: every chunk's global loads,
+/// then every chunk's shared stores (one memory round trip instead of one per load).
 std::string load_q_lines(const std::vector<int>& chunks);
 
 /// The comment block every generated source begins with (spec, name, arch,

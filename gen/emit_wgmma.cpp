@@ -119,7 +119,9 @@ std::string emit_wgmma(const KernelSpec& spec) {
   prefetch.pop_back();
   slots["TMA_PREFETCH"] = prefetch;
   slots["TMA_MAPS"] = detail::fwd_tma_maps_source();
-  slots["LOAD_Q"] = load_q_lines(qk);
+  slots["Q_DECL"] = q_chunk_lines(qk, QStep::declare, "  ");
+  slots["Q_FETCH"] = q_chunk_lines(qk, QStep::fetch, "      ", "nb.q", "nb.rows_valid");
+  slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
   slots["QK"] = per_chunk(
       qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");
   slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o);");

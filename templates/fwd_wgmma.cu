@@ -241,17 +241,30 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     if (lane == 0) fg_mbar_arrive(bar);
   };
 
+  // Q of an item is fetched into registers while the previous item's epilogue
+  // runs (the first item's right here): its global loads are in flight then.
+  // Not when O and Q together would take more than 128 registers per thread
+  // (D = 256: 128 + 64, ptxas spills): then at the start of the item.
+  constexpr bool Q_AHEAD = HEAD_DIM_V / 2 + HEAD_DIM / 4 <= 128;
+@@Q_DECL@@
+  auto fetch_q = [&](i64 item) {
+    if (item < n_items) {
+      const FgBlock nb = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+@@Q_FETCH@@
+    }
+  };
+  if (Q_AHEAD) fetch_q(fg_work_item(0));
   u32 c = 0;
   for (i64 r = 0;; ++r) {
     const i64 item = fg_work_item(r);
     if (item >= n_items) break;
     const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
     const int rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
-    const u16* const q_ptr = blk.q;
+    if (!Q_AHEAD) fetch_q(item);
 
     // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
     // The previous item's O left sQ after the barrier that ends its epilogue.
-@@LOAD_Q@@
+@@Q_STORE@@
     fg_fence_proxy_async();  // Q's stores, before wgmma reads them
     fg_consumer_sync();
 
@@ -319,6 +332,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       if (next) to_p();
     }
     c += n_tiles;
+    if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
 
     // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
     float inv[1][2];
