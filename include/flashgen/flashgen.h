@@ -202,7 +202,9 @@ flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_strea
  * from the cache and loaded on first use in the current context. The problem
  * must match the spec (dtype, head dims, mask, bias kind, LSE presence).
  * Errors: as flashgen_forward; a problem that does not match the spec is
- * FLASHGEN_ERROR_INVALID_ARGUMENT naming the mismatch. */
+ * FLASHGEN_ERROR_INVALID_ARGUMENT naming the mismatch, and so is a wgmma spec
+ * with K or V of stride_seq 0 and seqlen_k > 1 (its TMA tensor maps cannot
+ * repeat a row; flashgen_plan picks an mma.sync spec for such problems). */
 flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* problem,
                                      flashgen_stream stream);
 

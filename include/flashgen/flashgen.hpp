@@ -99,6 +99,12 @@ Kernel load_kernel(const KernelSpec& spec);
 /// Launch `kernel` for `problem` on `stream` (asynchronous). Checks the problem
 /// (check_problem) and that it matches the kernel's spec before launching.
 /// seqlen_q == 0 or batch == 0 or heads_q == 0 launches nothing.
+/// mma.sync units: grid ceil(seqlen_q / block_m) * heads_q * batch blocks.
+/// wgmma unit: persistent, grid min(that, resident blocks per SM * SMs); K and V
+/// are described to the TMA unit by tensor maps built here (cuTensorMapEncodeTiled,
+/// CUDA driver API "Tensor Map Object Management"): InvalidArgument when K or V
+/// has stride_seq 0 with seqlen_k > 1 (TMA cannot repeat a row; plan() picks the
+/// mma.sync unit for such problems) or the driver refuses the map.
 /// Throws InvalidArgument / DriverError.
 void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream);
 
