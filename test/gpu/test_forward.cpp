@@ -746,26 +746,37 @@ FLASHGEN_GPU_ALWAYS_TEST("forward: bad input is refused before launch and output
   p.bias.kind = BiasKind::f32;  // no bias pointer
   expect_refused("bias.kind f32 with null bias.data", p);
 
-  // launch() with a kernel planned for another problem (mask differs).
-  {
-    AttentionProblem other = dc.problem;
-    other.mask = MaskKind::causal_top_left;
-    const flashgen::Kernel kernel = flashgen::load_kernel(flashgen::plan(other));
+  // launch() refusals: nothing written either.
+  auto expect_launch_refused = [&](const char* what, const flashgen::Kernel& kernel, const AttentionProblem& p) {
+    INFO(what);
     bool refused = false;
     try {
-      flashgen::launch(kernel, dc.problem, stream.get());
+      flashgen::launch(kernel, p, stream.get());
     } catch (const flashgen::InvalidArgument& e) {
       refused = true;
-      std::printf("  refused (kernel/problem mismatch): %s\n", e.what());
+      std::printf("  refused (%s): %s\n", what, e.what());
     }
-    CHECK(refused);
+    CHECK_MESSAGE(refused, what << ": launch() did not throw InvalidArgument");
     stream.sync();
     CaseResult r;
     HostCase view = hc;
     view.c.seqlen_q = 0;
     check_o_poison(view, dc.o.download<uint16_t>(), r);
     check_lse_poison(view, dc.lse.download<float>(), r);
-    CHECK_MESSAGE(r.ok, join(r.errors));
+    CHECK_MESSAGE(r.ok, what << ": " << join(r.errors));
+  };
+  {
+    // A kernel planned for another problem (mask differs).
+    AttentionProblem other = dc.problem;
+    other.mask = MaskKind::causal_top_left;
+    expect_launch_refused("kernel/problem mismatch", flashgen::load_kernel(flashgen::plan(other)), dc.problem);
+  }
+  const flashgen::KernelSpec planned = flashgen::plan(dc.problem);
+  if (planned.unit == flashgen::MatrixUnit::wgmma) {
+    // The wgmma kernel reads K/V through TMA tensor maps, which cannot repeat a row.
+    AttentionProblem rb = dc.problem;
+    rb.k.stride_seq = 0;
+    expect_launch_refused("wgmma kernel, k.stride_seq = 0", flashgen::load_kernel(planned), rb);
   }
 
   // And the unmodified problem then runs and passes every check.
