@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "flashgen/problem.hpp"
 #include "flashgen/spec.hpp"
 
 namespace flashgen::gen {
@@ -15,7 +16,8 @@ namespace flashgen::gen {
 /// spec.kernel_name(); block (spec.threads(), 1, 1) and spec.smem_bytes() of
 /// dynamic shared memory). The mma.sync kernels take one `FwdParams` by value
 /// and are launched with grid (num_m_blocks * heads_q * batch, 1, 1); the
-/// wgmma kernel takes `FwdParams` and `FwdTmaMaps` (gen/params.hpp) and is
+/// wgmma kernel takes `FwdParams` and `FwdTmaMaps` (gen/params.hpp; named
+/// FgTmaMaps in the generated source) and is
 /// persistent: any grid size from 1 up to that many blocks covers every work
 /// item. Dispatches on spec.unit. Does not validate; callers validate first.
 std::string emit_forward(const KernelSpec& spec);
@@ -28,6 +30,14 @@ std::vector<int> wgmma_chunks(int head_dim);
 /// Which of the three tensor maps of a tensor (FwdTmaMaps, gen/params.hpp) the
 /// wgmma kernel reads a chunk of this width through: 64 -> 0, 32 -> 1, 16 -> 2.
 int tma_map_index(int chunk_width);
+
+/// Why the wgmma kernel cannot read this problem's K or V through its TMA
+/// tensor maps, as a sentence naming the field and its value; empty when it
+/// can. Refused: stride_seq 0 with seqlen_k > 1 (a map cannot repeat a row)
+/// and byte strides of 2^40 or more on a dimension of extent > 1 (the limit of
+/// cuTensorMapEncodeTiled, CUDA driver API "Tensor Map Object Management").
+/// plan() then picks the mma.sync unit; launch() of a wgmma kernel refuses.
+std::string wgmma_kv_refusal(const AttentionProblem& p);
 
 
 /// A matrix-unit throughput probe kernel (templates/mma_probe.cu) for `unit`

@@ -18,6 +18,27 @@ namespace flashgen::gen {
 
 int tma_map_index(int chunk_width) { return chunk_width == 64 ? 0 : chunk_width == 32 ? 1 : 2; }
 
+std::string wgmma_kv_refusal(const AttentionProblem& p) {
+  constexpr int64_t kMaxTmaStrideBytes = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides < 2^40 bytes
+  for (const auto& [name, t] : {std::pair<const char*, const TensorRef&>{"k", p.k}, {"v", p.v}}) {
+    if (t.stride_seq == 0 && p.seqlen_k > 1)
+      return fmt::format("{}.stride_seq is 0 with seqlen_k = {}: the wgmma kernel reads {} through a TMA tensor map, "
+                         "which cannot repeat one row",
+                         name, p.seqlen_k, name);
+    const struct {
+      const char* field;
+      int64_t stride, extent;
+    } dims[] = {{"stride_seq", t.stride_seq, p.seqlen_k}, {"stride_head", t.stride_head, p.heads_kv},
+                {"stride_batch", t.stride_batch, p.batch}};
+    for (const auto& d : dims)
+      if (d.extent > 1 && d.stride >= kMaxTmaStrideBytes / 2)
+        return fmt::format("{}.{} ({} elements) is 2^40 bytes or more: the wgmma kernel reads {} through a TMA "
+                           "tensor map, whose strides must be below 2^40 bytes",
+                           name, d.field, d.stride, name);
+  }
+  return "";
+}
+
 std::vector<int> wgmma_chunks(int head_dim) {
   std::vector<int> out;
   for (int w : split_head_dim(head_dim, 16)) {

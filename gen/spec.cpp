@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "flashgen/spec.hpp"
+#include "gen/limits.hpp"
 
 namespace flashgen {
 namespace {
@@ -20,14 +21,14 @@ namespace {
 constexpr std::string_view kSpecTag = "flashgen.fwd.v1:";
 constexpr std::string_view kSpecTagFamily = "flashgen.fwd.";
 
-// Head-dim bounds shared by every emitter.
-constexpr int kMinHeadDim = 16;
-constexpr int kMaxHeadDim = 256;
-constexpr int kHeadDimMultiple = 8;
-constexpr int kMaxWarps = 16;
-constexpr int kMaxBlock = 256;
-constexpr int kMaxStages = 4;
-constexpr int kMaxThreads = 1024;
+using gen::kHeadDimMultiple;
+using gen::kMaxBlock;
+using gen::kMaxHeadDim;
+using gen::kMaxStages;
+using gen::kMaxThreads;
+using gen::kMaxWarps;
+using gen::kMinHeadDim;
+using gen::kWgmmaMaxBlockNOneGroup;
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -306,10 +307,17 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                         field, value));
       }
     }
-    if (spec.warps >= 1 && spec.warps <= kMaxWarps && (spec.warps % 4 != 0 || spec.block_m != 16 * spec.warps)) {
-      add(fmt::format("block_m ({}) and warps ({}) must give each warpgroup (4 warps) 64 query rows for "
-                      "the wgmma unit: warps a multiple of 4 and block_m = 16 * warps.",
+    if (spec.warps >= 1 && spec.warps <= kMaxWarps &&
+        ((spec.warps != 4 && spec.warps != 8) || spec.block_m != 16 * spec.warps)) {
+      add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups (4 warps each) "
+                      "64 query rows apiece for the wgmma unit: warps 4 or 8 and block_m = 16 * warps.",
                       spec.block_m, spec.warps));
+    }
+    if (spec.warps == 4 && spec.block_n > kWgmmaMaxBlockNOneGroup) {
+      add(fmt::format("block_n ({}) must be at most {} for the wgmma unit with warps 4: two such blocks "
+                      "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
+                      "with N > {} needs; use warps 8 (one block per SM) for wider key tiles.",
+                      spec.block_n, kWgmmaMaxBlockNOneGroup, kWgmmaMaxBlockNOneGroup));
     }
     if (spec.stages == 1) {
       add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
@@ -356,9 +364,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   if (spec.stages < 1 || spec.stages > kMaxStages) {
     add(fmt::format("stages ({}) must be in [1, {}].", spec.stages, kMaxStages));
   }
-  const int64_t threads = int64_t{spec.warps} * 32;
+  const int64_t threads = int64_t{spec.warps} * 32 + (wgmma ? 128 : 0);
   if (threads > kMaxThreads) {
-    add(fmt::format("threads (32 * warps = {}) must be at most {}.", threads, kMaxThreads));
+    add(fmt::format("threads ({} = {}) must be at most {}.", wgmma ? "32 * warps + 128 producer threads" : "32 * warps",
+                    threads, kMaxThreads));
   }
   if (to_string(spec.mask) == "invalid") {
     add(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr.",

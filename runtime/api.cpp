@@ -120,12 +120,6 @@ std::string mismatch(const char* what, const std::string& problem_value, const s
 void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, int dim, const AttentionProblem& pr,
                      const KernelSpec& s, detail::TmaMap (&maps)[3], int64_t& coords, int bit) {
   constexpr int64_t kElem = 2;  // fp16 / bf16 bytes
-  if (t.stride_seq == 0 && pr.seqlen_k > 1)
-    throw InvalidArgument(fmt::format(
-        "launch: {}.stride_seq is 0 with seqlen_k = {}: the wgmma kernel ({}) reads {} through a TMA tensor map, "
-        "which cannot repeat one row; plan a kernel for this problem (flashgen::plan picks the mma.sync unit) or "
-        "materialize {}",
-        name, pr.seqlen_k, s.kernel_name(), name, name));
   const int64_t row_bytes = int64_t{dim} * kElem;
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(pr.seqlen_k, 1)),
                         static_cast<cuuint64_t>(pr.heads_kv), static_cast<cuuint64_t>(pr.batch)};
@@ -226,10 +220,9 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   KernelSpec spec;
   spec.unit = profile.unit_for(d, dv);
   // The wgmma kernel reads K and V through TMA tensor maps, which cannot
-  // repeat one row (stride_seq 0, a broadcast over keys): the mma.sync unit's
-  // copies can.
-  const bool kv_row_broadcast = problem.seqlen_k > 1 && (problem.k.stride_seq == 0 || problem.v.stride_seq == 0);
-  if (spec.unit == MatrixUnit::wgmma && kv_row_broadcast) spec.unit = profile.matrix_unit.shape;
+  // repeat one row (stride_seq 0) or take strides of 2^40 bytes: the mma.sync
+  // unit's copies can.
+  if (spec.unit == MatrixUnit::wgmma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
   const FlashTile& tile = profile.tile_for(std::max(d, dv), spec.unit);
   spec.arch = arch;
   spec.dtype = problem.dtype;
@@ -485,6 +478,13 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
   if (problem.bias.kind != s.bias)
     throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
                                    std::string(to_string(s.bias)), s));
+  if (s.unit == MatrixUnit::wgmma) {
+    const std::string why = gen::wgmma_kv_refusal(problem);
+    if (!why.empty())
+      throw InvalidArgument(fmt::format("launch: {} (kernel {}); plan a kernel for this problem (flashgen::plan "
+                                        "picks the mma.sync unit for it)",
+                                        why, s.kernel_name()));
+  }
   const bool has_lse = problem.lse.data != nullptr;
   if (has_lse != s.has_lse)
     throw InvalidArgument(fmt::format(

@@ -620,8 +620,9 @@ int run_explain(const ExplainOptions& o) {
   row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} ({}, never padded)", spec.head_dim,
                                join_ints(qk_chunks, " + "), spec.head_dim_v, join_ints(v_chunks, " + "),
                                wgmma ? "shared-memory chunks of at most 64 columns" : "power-of-two chunks"));
-  row("tile", fmt::format("block_m {}, block_n {}, {} warps ({} threads), {} stages; from {}", spec.block_m,
-                          spec.block_n, spec.warps, spec.threads(), spec.stages, tile_source));
+  row("tile", fmt::format("block_m {}, block_n {}, {} warps{} ({} threads), {} stages; from {}", spec.block_m,
+                          spec.block_n, spec.warps, wgmma ? " + a producer warpgroup (TMA)" : "", spec.threads(),
+                          spec.stages, tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
   // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
   auto stage_bytes = [&](int64_t d) {
@@ -682,12 +683,19 @@ int run_explain(const ExplainOptions& o) {
     }
   }
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
-  row("occupancy", fmt::format("{} block{} per SM ({} warps), limited by {}", m.blocks_per_sm,
-                               m.blocks_per_sm == 1 ? "" : "s", m.resident_warps, m.occupancy_limit));
-  row("grid", fmt::format("{} blocks (ceil(seqlen_q / block_m) x heads_q x batch){}", m.blocks,
-                          dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last wave used on {} SMs",
-                                                         100.0 * m.wave_efficiency, dev.sm_count)
-                                           : std::string()));
+  row("occupancy", fmt::format("{} block{} per SM ({} warps{}), limited by {}", m.blocks_per_sm,
+                               m.blocks_per_sm == 1 ? "" : "s", m.resident_warps,
+                               wgmma ? ", producer warpgroups included" : "", m.occupancy_limit));
+  const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
+                                                               100.0 * m.wave_efficiency,
+                                                               wgmma ? "round" : "wave", dev.sm_count)
+                                                 : std::string();
+  if (wgmma)
+    row("grid", fmt::format("persistent: min({} work items (ceil(seqlen_q / block_m) x heads_q x batch), blocks per "
+                            "SM x SMs) blocks, each looping over items{}",
+                            m.blocks, last_wave));
+  else
+    row("grid", fmt::format("{} blocks (ceil(seqlen_q / block_m) x heads_q x batch){}", m.blocks, last_wave));
   row("flops", fmt::format("{:.4g} = 2 x B x Hq x visible (q, k) pairs x (D + Dv){}", m.flops,
                            d.mask != MaskKind::none ? " (causal: keys up to the diagonal)" : ""));
   row("bytes", fmt::format("{} unique (Q, K, V, O{}{}); per block {:.0f} from global memory, {:.0f} of shared-memory "

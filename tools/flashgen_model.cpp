@@ -6,9 +6,12 @@
 //                      rows rounded up to block_n (causal: up to the diagonal)
 //   tile global bytes  Q tile + O tile + the K/V stream: 2 * (block_m * (D + Dv)
 //                      + keys * (D + Dv))  (+ bias rows, LSE)
-//   tile smem bytes    per K/V step, cp.async writes one K and one V tile and
-//                      every warp reads both with ldmatrix: (warps + 1) *
-//                      block_n * (D + Dv) * 2; plus Q read once, O staged once.
+//   tile smem bytes    per K/V step, cp.async (wgmma: TMA) writes one K and
+//                      one V tile, and every warp reads both with ldmatrix
+//                      (wgmma: every consumer warpgroup, through matrix
+//                      descriptors): (readers + 1) * block_n * (D + Dv) * 2,
+//                      readers = warps (wgmma: warps / 4); plus Q read once,
+//                      O staged once.
 // Roofs per SM and clock, from the profile:
 //   matrix unit        mma_flop_per_clock_per_sm
 //   shared memory      ai_smem * smem_bytes_per_clock_per_sm
@@ -27,8 +30,13 @@
 //     reduction cost (kStepOverhead clocks): min(1, blocks_per_sm * T / (T + wait)).
 // The score further multiplies the wave efficiency (last partial wave of the
 // grid) and the padding efficiency (rows/keys computed beyond seqlen or the
-// causal diagonal). Occupancy: blocks per SM from shared memory, registers
-// (allocated per warp in units of 256), threads and 32 blocks per SM.
+// causal diagonal). Occupancy: blocks per SM from shared memory (+ the 1 KiB
+// the GPU reserves per block), registers (allocated per warp in units of 256;
+// wgmma: the kernel's launch bounds, two blocks per SM with one consumer
+// warpgroup and one with two, setmaxnreg dividing them between producer and
+// consumers), threads and 32 blocks per SM. The wgmma kernel is persistent
+// (one wave of resident blocks looping over the work items): its wave
+// efficiency is that of the work items over the resident blocks.
 // Spilling costs a factor 1 / (1 + spill_bytes / 64). The two latency
 // constants are the model's assumptions, not profile data; the model ranks,
 // the GPU decides (flashgen tune times the best few).
@@ -46,7 +54,8 @@ namespace flashgen::cli {
 namespace {
 
 constexpr int kMaxBlocksPerSm = 32;
-constexpr double kLoadLatency = 600.0;  // SM clocks from cp.async issue to data in shared memory
+constexpr double kLoadLatency = 600.0;  // SM clocks from cp.async (or TMA) issue to data in shared memory
+constexpr int64_t kSmemReservedPerBlock = 1024;  // bytes of shared memory the GPU keeps per resident block
 constexpr double kStepOverhead = 80.0;  // SM clocks per K/V step: barriers, row max/sum shuffles
 constexpr int kRegisterLimit = 255;
 constexpr int kRegisterAllocUnit = 256;  // registers, per warp
@@ -149,8 +158,10 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double bias_bytes = p.bias == BiasKind::none ? 0 : (p.bias == BiasKind::f32 ? 4.0 : 2.0);
   m.tile_global_bytes = eb * static_cast<double>(bm) * (D + Dv) + eb * keys_avg * (D + Dv) +
                         bias_bytes * static_cast<double>(bm) * keys_avg + (p.lse ? 4.0 * static_cast<double>(bm) : 0);
+  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  const double smem_readers = wgmma ? std::max(1, spec.warps / 4) : spec.warps;
   const double steps = keys_avg / static_cast<double>(bn);
-  m.tile_smem_bytes = steps * static_cast<double>(spec.warps + 1) * static_cast<double>(bn) * (D + Dv) * eb +
+  m.tile_smem_bytes = steps * (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb +
                       static_cast<double>(bm) * D * eb + 2.0 * static_cast<double>(bm) * Dv * eb;
   const double B = static_cast<double>(p.batch), Hq = static_cast<double>(p.heads_q),
                Hkv = static_cast<double>(p.heads_kv), Sq = static_cast<double>(p.seqlen_q),
@@ -169,18 +180,20 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   // Occupancy.
   const int threads = spec.threads();
   const int64_t smem = spec.smem_bytes();
-  const int by_smem = smem > 0 ? static_cast<int>(profile.smem_per_sm / smem) : kMaxBlocksPerSm;
+  const int by_smem = smem > 0 ? static_cast<int>(profile.smem_per_sm / (smem + kSmemReservedPerBlock)) : kMaxBlocksPerSm;
   const int64_t regs_per_warp =
       (static_cast<int64_t>(m.registers) * 32 + kRegisterAllocUnit - 1) / kRegisterAllocUnit * kRegisterAllocUnit;
-  const int by_regs =
-      regs_per_warp > 0 ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.warps)) : kMaxBlocksPerSm;
+  const int by_regs = wgmma ? (spec.warps == 4 ? 2 : 1)
+                      : regs_per_warp > 0
+                          ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.warps))
+                          : kMaxBlocksPerSm;
   const int by_threads = threads > 0 ? profile.max_threads_per_sm / threads : 0;
   m.blocks_per_sm = std::min({by_smem, by_regs, by_threads, kMaxBlocksPerSm});
   if (m.blocks_per_sm == by_smem) m.occupancy_limit = "shared memory";
   else if (m.blocks_per_sm == by_regs) m.occupancy_limit = "registers";
   else if (m.blocks_per_sm == by_threads) m.occupancy_limit = "threads";
   else m.occupancy_limit = "blocks";
-  if (m.fits && (m.registers > kRegisterLimit || accumulator_registers(spec) > kRegisterLimit)) {
+  if (m.fits && !wgmma && (m.registers > kRegisterLimit || accumulator_registers(spec) > kRegisterLimit)) {
     m.fits = false;
     m.why_not = fmt::format("needs at least {} registers per thread for its accumulators, more than {}",
                             std::max(m.registers, accumulator_registers(spec)), kRegisterLimit);
@@ -190,11 +203,11 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
     m.why_not = fmt::format("one block does not fit an SM ({} bytes of shared memory, {} registers x {} threads)",
                             smem, m.registers, threads);
   }
-  m.resident_warps = std::max(0, m.blocks_per_sm) * spec.warps;
+  m.resident_warps = std::max(0, m.blocks_per_sm) * std::max(0, threads / 32);
   {
     const double warp_eff = std::min(1.0, static_cast<double>(m.resident_warps) / kWarpsToHideLatency);
     const double step_flops = 2.0 * static_cast<double>(bm) * static_cast<double>(bn) * (D + Dv);
-    const double step_smem = static_cast<double>(spec.warps + 1) * static_cast<double>(bn) * (D + Dv) * eb;
+    const double step_smem = (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb;
     const double work = std::max(P > 0 ? step_flops / P : 0.0, Bs > 0 ? step_smem / Bs : 0.0);
     const double occ = std::max(1, m.blocks_per_sm);
     const double hidden = static_cast<double>(std::max(0, spec.stages - 1)) * occ * work;
@@ -215,6 +228,7 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   m.flop_per_clock_per_sm = attained / (1.0 + static_cast<double>(spill_bytes) / 64.0);
 
   if (dev.sm_count > 0 && m.blocks > 0 && m.blocks_per_sm > 0) {
+    // (Persistent wgmma blocks take items in rounds of `slots`: the same fraction.)
     const double slots = static_cast<double>(dev.sm_count) * m.blocks_per_sm;
     const double waves = std::ceil(static_cast<double>(m.blocks) / slots);
     m.wave_efficiency = static_cast<double>(m.blocks) / (waves * slots);

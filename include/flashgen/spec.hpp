@@ -26,7 +26,8 @@ struct KernelSpec {
   int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256] (wgmma: of 16)
   int block_m = 64;                       ///< query rows per block: multiple of 16 * warps, <= 256 (wgmma: 16 * warps)
   int block_n = 64;                       ///< keys per pipeline step: multiple of 16, <= 256
-  int warps = 4;                          ///< warps per block, [1, 16] and 32 * warps <= 1024 (wgmma: multiple of 4)
+  int warps = 4;                          ///< warps per block, [1, 16] and 32 * warps <= 1024 (wgmma: the consumer warps,
+                                          ///< 4 or 8; the block adds a 4-warp producer warpgroup, see threads())
   int stages = 2;                         ///< K/V pipeline depth, [1, 4] (wgmma: [2, 4])
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;

@@ -435,8 +435,14 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(m.ai_dram > m.ridge_dram);  // long-sequence attention is compute-bound
   CHECK(m.ridge_dram == doctest::Approx(2728.0 / 18.4));
   CHECK(m.ridge_smem == doctest::Approx(2728.0 / 128.0));
-  // Every warp reads the whole K/V tile: on-chip intensity ~ block_m / (warps + 1).
-  CHECK(m.ai_smem == doctest::Approx(64.0 / 5.0).epsilon(0.05));
+  // wgmma: the copy writes the K/V tile once and the consumer warpgroup reads
+  // it once: on-chip intensity ~ block_m / (warps / 4 + 1).
+  REQUIRE(m64.unit == MatrixUnit::wgmma);
+  CHECK(m.ai_smem == doctest::Approx(64.0 / 2.0).epsilon(0.05));
+  // mma.sync: every warp reads the whole K/V tile with ldmatrix: ~ block_m / (warps + 1).
+  KernelSpec sync_unit = m64;
+  sync_unit.unit = MatrixUnit::m16n8k16;
+  CHECK(cli::model_tile(sync_unit, p, prof, dev).ai_smem == doctest::Approx(64.0 / 5.0).epsilon(0.05));
   CHECK(m.blocks == 64 * 32);
   // More rows per warp raise the shared-memory intensity.
   KernelSpec wide = m64;

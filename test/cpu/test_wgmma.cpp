@@ -78,6 +78,32 @@ TEST_CASE("wgmma: plan picks it on sm_90 for head dims that are multiples of 16,
   AttentionProblem hb = problem(128, 128);
   hb.k.stride_head = hb.v.stride_head = hb.k.stride_batch = hb.v.stride_batch = 0;
   CHECK(plan(hb, 90).unit == MatrixUnit::wgmma);
+  // Byte strides of 2^40 or more cannot be mapped either (extent > 1 only).
+  AttentionProblem huge = problem(128, 128);
+  huge.k.stride_batch = int64_t{1} << 39;
+  CHECK(plan(huge, 90).unit == MatrixUnit::m16n8k16);
+  CHECK(gen::wgmma_kv_refusal(huge).find("k.stride_batch (549755813888 elements) is 2^40 bytes or more") !=
+        std::string::npos);
+  huge.batch = 1;
+  CHECK(plan(huge, 90).unit == MatrixUnit::wgmma);
+  CHECK(gen::wgmma_kv_refusal(huge).empty());
+}
+
+TEST_CASE("wgmma: launch refuses K/V its tensor maps cannot read, before loading anything") {
+  const KernelSpec s = plan(problem(128, 128), 90);
+  REQUIRE(s.unit == MatrixUnit::wgmma);
+  AttentionProblem rb = problem(128, 128);
+  rb.v.stride_seq = 0;
+  std::string msg;
+  try {
+    rt::check_problem_matches_spec(rb, s);
+  } catch (const InvalidArgument& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("launch: v.stride_seq is 0 with seqlen_k = 300") != std::string::npos);
+  CHECK(msg.find("TMA tensor map, which cannot repeat one row") != std::string::npos);
+  CHECK(msg.find(s.kernel_name()) != std::string::npos);
+  CHECK_NOTHROW(rt::check_problem_matches_spec(problem(128, 128), s));
 }
 
 TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
@@ -92,7 +118,26 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s = wgmma_spec();
   s.block_m = 128;  // 4 warps = one warpgroup = 64 rows
   e = validate(s, hopper);
-  CHECK(mentions(e, "block_m (128) and warps (4) must give each warpgroup (4 warps) 64 query rows"));
+  CHECK(mentions(e, "block_m (128) and warps (4) must give one or two consumer warpgroups (4 warps each) 64 query "
+                    "rows apiece for the wgmma unit: warps 4 or 8"));
+
+  s = wgmma_spec();
+  s.warps = 16;  // four consumer warpgroups: more than the kernel has
+  s.block_m = 256;
+  CHECK(mentions(validate(s, hopper), "warps (16) must give one or two consumer warpgroups"));
+
+  s = wgmma_spec();
+  s.block_n = 208;  // with one warpgroup (two blocks per SM) ptxas cannot fit it in 128 registers
+  CHECK(mentions(validate(s, hopper), "block_n (208) must be at most 192 for the wgmma unit with warps 4"));
+  s.warps = 8;
+  s.block_m = 128;
+  s.head_dim = s.head_dim_v = 64;  // (128 x 64 Q + 2 x 2 x 208 x 64 K/V fits the shared memory)
+  CHECK(validate(s, hopper).empty());
+
+  s = wgmma_spec();
+  s.warps = 64;
+  s.block_m = 1024;
+  CHECK(mentions(validate(s, hopper), "threads (32 * warps + 128 producer threads = 2176) must be at most 1024"));
 
   s = wgmma_spec();
   s.warps = 2;
@@ -154,6 +199,15 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
       parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 1}\n",
                     "t.yml"),
       Contains("wgmma_flash[0].stages"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 64, block_n: 256, warps: 4, stages: 2}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].block_n' has value 256: at most 192 with warps 4"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 256, block_n: 64, warps: 16, stages: 2}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].warps' has value 16: wgmma tiles have one or two consumer warpgroups"),
+      InvalidArgument);
   std::string other = base;
   other.replace(other.find("[90]"), 4, "[90, 100]");
   CHECK_THROWS_WITH_AS(

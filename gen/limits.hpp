@@ -1,0 +1,19 @@
+// Bounds of the kernel spec that the spec validator (gen/spec.cpp) and the
+// profile loader (gen/profile.cpp) both enforce. Internal to gen/.
+#pragma once
+
+namespace flashgen::gen {
+
+constexpr int kMinHeadDim = 16;
+constexpr int kMaxHeadDim = 256;
+constexpr int kHeadDimMultiple = 8;
+constexpr int kMaxWarps = 16;
+constexpr int kMaxBlock = 256;
+constexpr int kMaxStages = 4;
+constexpr int kMaxThreads = 1024;
+/// The wgmma kernel with one consumer warpgroup runs two blocks per SM, so a
+/// thread starts with 65536 / (2 * 256) = 128 registers; ptxas cannot fit a
+/// wgmma m64nNk16 accumulator of N > 192 (and its operands) in that.
+constexpr int kWgmmaMaxBlockNOneGroup = 192;
+
+}  // namespace flashgen::gen
