@@ -345,6 +345,11 @@ const std::vector<Profile>& builtin_profiles() {
 }
 
 const Profile& profile_for_arch(int arch) {
+  if (arch < kMinArch || arch > kMaxArch)
+    throw InvalidArgument(fmt::format(
+        "arch ({}) must be a compute capability written 10 * major + minor, in [{}, {}] (e.g. 90 for sm_90); "
+        "flashgen::plan(problem) without an arch plans for the current device",
+        arch, kMinArch, kMaxArch));
   if (const char* env = std::getenv("FLASHGEN_PROFILE"); env && *env) {
     const Profile& p = env_profile(env);
     if (std::count(p.archs.begin(), p.archs.end(), arch)) return p;

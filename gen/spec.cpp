@@ -94,12 +94,15 @@ int parse_spec_int(const std::string& text, std::string_view key, std::string_vi
   int result = 0;
   if (ok) {
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
+    if (ec == std::errc::result_out_of_range)
+      spec_error(text, fmt::format("field '{}' has value '{}', which is outside the int range [{}, {}]", key, value,
+                                   std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
     ok = ec == std::errc() && ptr == value.data() + value.size();
   }
   if (!ok) {
     spec_error(text, fmt::format("field '{}' has value '{}', which is not a decimal integer "
-                                 "in canonical form (e.g. {}=128)",
-                                 key, value, key));
+                                 "in canonical form (no sign but '-', no leading zeros)",
+                                 key, value));
   }
   return result;
 }

@@ -322,6 +322,15 @@ TEST_CASE("profile_for_arch: no match names the nearest profiles") {
                        Unsupported);
   CHECK_THROWS_WITH_AS(profile_for_arch(100), Contains("sm_100; nearest: hopper (sm_90) below."), Unsupported);
   CHECK_THROWS_WITH_AS(profile_for_arch(61), Contains("FLASHGEN_PROFILE"), Unsupported);
+  // Not a compute capability at all (0 is the C ABI's "current device", not an arch).
+  for (int bad : {0, -90, 9, 1000}) {
+    CAPTURE(bad);
+    CHECK_THROWS_WITH_AS(profile_for_arch(bad),
+                         Contains(("arch (" + std::to_string(bad) + ") must be a compute capability written 10 * "
+                                   "major + minor, in [10, 999] (e.g. 90 for sm_90)")
+                                      .c_str()),
+                         InvalidArgument);
+  }
 }
 
 TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {

@@ -260,6 +260,14 @@ TEST_CASE("KernelSpec::parse rejects malformed strings, naming the field and val
     }
     CHECK_THROWS_WITH_AS(KernelSpec::parse(with("sm=90", "sm=sm90")), Contains("field 'sm' has value 'sm90'"),
                          InvalidArgument);
+    // A canonical integer beyond int says so (not "not a decimal integer").
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("w=4", "w=99999999999")),
+                         Contains("field 'w' has value '99999999999', which is outside the int range [-2147483648, "
+                                  "2147483647]"),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(with("bm=128", "bm=0128")),
+                         Contains("not a decimal integer in canonical form (no sign but '-', no leading zeros)"),
+                         InvalidArgument);
   }
   SUBCASE("unknown names") {
     CHECK_THROWS_WITH_AS(KernelSpec::parse(with("unit=m16n8k16", "unit=m16n8k32")),
