@@ -160,6 +160,28 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   }
 }
 
+// Blocks of a loaded kernel that fit one SM at once (at least 1), asked of the
+// driver once per function: a launch must not pay a driver query (see
+// current_device()).
+int resident_blocks_per_sm(const rt::Driver& d, const Kernel& kernel) {
+  static std::mutex mu;
+  static std::map<void*, int> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = known.find(kernel.function);
+    if (it != known.end()) return it->second;
+  }
+  const KernelSpec& s = kernel.spec;
+  int per_sm = 0;
+  rt::check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, static_cast<CUfunction>(kernel.function),
+                                                           s.threads(), static_cast<size_t>(s.smem_bytes())),
+            fmt::format("cuOccupancyMaxActiveBlocksPerMultiprocessor({})", s.kernel_name()).c_str());
+  per_sm = std::max(per_sm, 1);
+  std::lock_guard<std::mutex> lock(mu);
+  known.emplace(kernel.function, per_sm);
+  return per_sm;
+}
+
 }  // namespace
 
 // ---- device ------------------------------------------------------------------
@@ -573,11 +595,8 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     // items), never more than there are items.
     encode_tma_maps(d, "k", problem.k, s.head_dim, problem, s, maps.k, maps.kv_coords, 0);
     encode_tma_maps(d, "v", problem.v, s.head_dim_v, problem, s, maps.v, maps.kv_coords, 2);
-    int per_sm = 0;
-    rt::check(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, static_cast<CUfunction>(kernel.function),
-                                                             s.threads(), static_cast<size_t>(s.smem_bytes())),
-              fmt::format("cuOccupancyMaxActiveBlocksPerMultiprocessor({})", s.kernel_name()).c_str());
-    grid = std::min<int64_t>(grid_x, int64_t{std::max(per_sm, 1)} * std::max(current_device().sm_count, 1));
+    const int per_sm = resident_blocks_per_sm(d, kernel);
+    grid = std::min<int64_t>(grid_x, int64_t{per_sm} * std::max(current_device().sm_count, 1));
     args[1] = &maps;
   }
   rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),

@@ -203,19 +203,22 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
         const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
         const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
-        auto load_k = [&](u32 cnt, int n0) {
+        // Stage of tile number cnt in a ring whose stage-0 barriers are
+        // `empty0` and `full0` (stage s: + 8 s): wait until the consumers
+        // released the stage's previous tile, then announce the tile's bytes.
+        auto claim = [&](u32 cnt, u32 empty0, u32 full0, u32 bytes) {
           const u32 s = cnt % STAGES;
-          if (cnt >= (u32)STAGES) fg_mbar_wait(empty_k(s), (cnt / STAGES - 1) & 1);
-          const u32 bar = full_k(s);
-          fg_mbar_expect_tx(bar, K_TILE_BYTES);
+          if (cnt >= (u32)STAGES) fg_mbar_wait(empty0 + 8 * s, (cnt / STAGES - 1) & 1);
+          fg_mbar_expect_tx(full0 + 8 * s, bytes);
+          return s;
+        };
+        auto load_k = [&](u32 cnt, int n0) {
+          const u32 s = claim(cnt, empty_k(0), full_k(0), K_TILE_BYTES), bar = full_k(s);
           const u32 dst = fg_smem_addr(sK + s * K_STAGE);
 @@TMA_K@@
         };
         auto load_v = [&](u32 cnt, int n0) {
-          const u32 s = cnt % STAGES;
-          if (cnt >= (u32)STAGES) fg_mbar_wait(empty_v(s), (cnt / STAGES - 1) & 1);
-          const u32 bar = full_v(s);
-          fg_mbar_expect_tx(bar, V_TILE_BYTES);
+          const u32 s = claim(cnt, empty_v(0), full_v(0), V_TILE_BYTES), bar = full_v(s);
           const u32 dst = fg_smem_addr(sV + s * V_STAGE);
 @@TMA_V@@
         };
