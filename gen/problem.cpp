@@ -1,8 +1,10 @@
 // AttentionProblem: default scale, contiguous BSHD construction, argument checks.
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -46,6 +48,42 @@ bool max_byte_offset(std::initializer_list<Dim> dims, int64_t elem_bytes, int64_
   // + 1 so that the end of the last element is addressable too.
   if (__builtin_add_overflow(total, int64_t{1}, &total)) return false;
   return !__builtin_mul_overflow(total, elem_bytes, out);
+}
+
+// An output view must give every element its own address. The rule used
+// (sufficient, and what any BSHD-like layout satisfies): with the dimensions
+// of extent > 1 taken in order of increasing stride, each stride is at least
+// the span of everything nested inside it, starting from the contiguous
+// innermost extent. Strides of 0 are refused before (an output cannot
+// broadcast). `inner`/`inner_name`: the contiguous innermost extent and its
+// name; `dims`: the strided dimensions.
+struct OutDim {
+  const char* field;        // e.g. "stride_head"
+  int64_t stride;
+  int64_t extent;
+  const char* extent_name;  // e.g. "heads_q"
+};
+void check_no_self_overlap(const char* name, std::vector<OutDim> dims, int64_t inner,
+                           const char* inner_name) {
+  std::erase_if(dims, [](const OutDim& d) { return d.extent <= 1; });
+  std::stable_sort(dims.begin(), dims.end(),
+                   [](const OutDim& a, const OutDim& b) { return a.stride < b.stride; });
+  int64_t span = inner;  // elements covered by the dimensions nested so far
+  std::string formula = inner_name;
+  std::string values = fmt::format("{}", inner);
+  for (const OutDim& d : dims) {
+    if (d.stride < span) {
+      fail(fmt::format("{}.{} ({}) is smaller than the {} elements it must step over ({} = {}): "
+                       "elements of {} would overlap; output strides must nest without overlap "
+                       "(contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
+                       "stride_head, stride_batch >= seqlen_q * stride_seq)",
+                       name, d.field, d.stride, span, formula, values, name));
+    }
+    // Cannot overflow: max_byte_offset bounded the sum of all such terms.
+    span = d.stride * (d.extent - 1) + span;
+    formula = fmt::format("({}-1)*{}.{} + {}", d.extent_name, name, d.field, formula);
+    values = fmt::format("({}-1)*{} + {}", d.extent, d.stride, values);
+  }
 }
 
 void check_head_dim(const char* name, int64_t v) {
@@ -103,6 +141,13 @@ void check_tensor(const char* name, const TensorRef& t, bool needed, bool is_out
                      "overflows a signed 64-bit byte offset",
                      name, seqlen_name, heads_name, dim_name, batch, t.stride_batch, seqlen,
                      t.stride_seq, heads, t.stride_head, dim));
+  }
+  if (is_output) {
+    check_no_self_overlap(name,
+                          {{"stride_batch", t.stride_batch, batch, "batch"},
+                           {"stride_seq", t.stride_seq, seqlen, seqlen_name},
+                           {"stride_head", t.stride_head, heads, heads_name}},
+                          dim, dim_name);
   }
 }
 
@@ -276,6 +321,10 @@ void check_problem(const AttentionProblem& p) {
                          "64-bit byte offset",
                          p.batch, l.stride_batch, p.heads_q, l.stride_head, p.seqlen_q));
       }
+      check_no_self_overlap("lse",
+                            {{"stride_batch", l.stride_batch, p.batch, "batch"},
+                             {"stride_head", l.stride_head, p.heads_q, "heads_q"}},
+                            p.seqlen_q, "seqlen_q");
     }
   }
 }

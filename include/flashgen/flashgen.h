@@ -89,8 +89,12 @@ typedef enum flashgen_bias_kind {
 /* A BSHD tensor in device memory: element [b, s, h, d] is at
  *   data + b*stride_batch + s*stride_seq + h*stride_head + d
  * Strides are in ELEMENTS (not bytes); the last dimension is contiguous; a
- * stride of 0 broadcasts. The kernel needs data 16-byte aligned and strides
- * that are multiples of 8 elements (or 0). */
+ * stride of 0 broadcasts (inputs only). The kernel needs data 16-byte aligned
+ * and strides that are multiples of 8 elements (or 0). An output (o) must not
+ * overlap itself: with its dimensions of extent > 1 in order of increasing
+ * stride, each stride covers everything nested inside it (contiguous BSHD:
+ * stride_head >= head_dim_v, stride_seq >= heads_q * stride_head, ...);
+ * otherwise FLASHGEN_ERROR_INVALID_ARGUMENT names the stride. */
 typedef struct flashgen_tensor {
   const void* data;
   int64_t stride_batch;
@@ -114,7 +118,8 @@ typedef struct flashgen_bias {
 
 /* Optional LSE output [batch, heads_q, seqlen_q], float32, natural log, in
  * device memory: element [b, h, i] is at data + b*stride_batch +
- * h*stride_head + i. data == NULL: no LSE output. */
+ * h*stride_head + i. data == NULL: no LSE output. Must not overlap itself
+ * (stride_head >= seqlen_q when heads_q > 1, and so on, as for o). */
 typedef struct flashgen_lse {
   float* data;
   int64_t stride_batch;

@@ -40,7 +40,9 @@ struct BiasRef {
 };
 
 /// Optional LSE output [batch, heads_q, seqlen_q], float32, natural log.
-/// Element [b, h, i] is at data + b*stride_batch + h*stride_head + i.
+/// Element [b, h, i] is at data + b*stride_batch + h*stride_head + i. Like O it must not
+/// overlap itself: stride_head >= seqlen_q when heads_q > 1, stride_batch covers the heads
+/// nested inside it (or the other way round when stride_batch < stride_head).
 struct LseRef {
   float* data = nullptr;
   int64_t stride_batch = 0;
@@ -63,7 +65,11 @@ struct AttentionProblem {
   TensorRef q;  ///< [batch, seqlen_q, heads_q, head_dim]
   TensorRef k;  ///< [batch, seqlen_k, heads_kv, head_dim]
   TensorRef v;  ///< [batch, seqlen_k, heads_kv, head_dim_v]
-  TensorRef o;  ///< [batch, seqlen_q, heads_q, head_dim_v], written (data is cast to non-const)
+  /// [batch, seqlen_q, heads_q, head_dim_v], written (data is cast to non-const). Outputs
+  /// never overlap themselves: no stride 0 over an extent > 1, and with the dimensions of
+  /// extent > 1 in order of increasing stride, each stride covers everything nested inside
+  /// it (e.g. stride_head >= head_dim_v). Inputs (q, k, v, bias) may overlap and broadcast.
+  TensorRef o;
   BiasRef bias;
   LseRef lse;   ///< data == nullptr: no LSE output
 
@@ -79,7 +85,8 @@ AttentionProblem make_bshd_problem(DType dtype, int64_t batch, int64_t seqlen_q,
 /// Check every argument of `p` against the rules of the operation and the
 /// kernel's requirements (16-byte aligned Q/K/V/O pointers and strides that are
 /// multiples of 8 elements or 0, heads_q % heads_kv == 0, non-negative sizes,
-/// finite softmax_scale, bias/LSE pointers consistent with their flags, ...).
+/// finite softmax_scale, bias/LSE pointers consistent with their flags, O and LSE
+/// views that do not overlap themselves, ...).
 /// Throws InvalidArgument naming the argument, its value and what is allowed.
 /// Pointer values are only checked for null/alignment, never dereferenced.
 void check_problem(const AttentionProblem& p);

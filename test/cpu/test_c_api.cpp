@@ -156,6 +156,16 @@ TEST_CASE("c_api: plan reports bad problems and unsupported archs") {
   }
   {
     flashgen_problem p = good_problem();
+    p.o.stride_head = p.head_dim_v - 8;  // rows of the output would overlap
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "o.stride_head"));
+    CHECK(contains(last(), "is smaller than the"));
+    p = good_problem();
+    p.q.stride_head = 8;  // an input may overlap itself
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  }
+  {
+    flashgen_problem p = good_problem();
     p.bias.kind = static_cast<flashgen_bias_kind>(9);
     CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
     CHECK(contains(last(), "bias.kind = 9"));

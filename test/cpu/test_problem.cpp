@@ -349,6 +349,87 @@ TEST_CASE("check_problem: lse") {
   }
 }
 
+// Issue 11 item 3: an output view that overlaps itself is refused (O and LSE),
+// whatever stride causes it; inputs may overlap.
+TEST_CASE("check_problem: outputs that overlap themselves") {
+  AttentionProblem p = valid_problem();  // o: head_dim_v 64, heads_q 8, seqlen_q 100, batch 2
+  SUBCASE("o.stride_head smaller than head_dim_v") {
+    p.o.stride_head = 56;
+    CHECK_REJECTED(p, "o.stride_head (56) is smaller than the 64 elements it must step over "
+                      "(head_dim_v = 64)");
+  }
+  SUBCASE("strides left from another head_dim_v") {
+    AttentionProblem q = make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 96, 64,
+                                           MaskKind::none, ptr(0x10000), ptr(0x20000),
+                                           ptr(0x30000), mut_ptr(0x40000));
+    q.head_dim_v = 128;
+    q.v.stride_head = 128;  // V fixed up, O left with head_dim_v 64's strides
+    q.v.stride_seq = 2 * 128;
+    q.v.stride_batch = 120 * 2 * 128;
+    CHECK_REJECTED(q, "o.stride_head (64) is smaller than the 128 elements it must step over");
+  }
+  SUBCASE("o.stride_seq smaller than the heads it steps over") {
+    p.o.stride_seq = 7 * 64;  // 8 heads of 64
+    CHECK_REJECTED(p, "o.stride_seq (448) is smaller than the 512 elements it must step over "
+                      "((heads_q-1)*o.stride_head + head_dim_v = (8-1)*64 + 64)");
+  }
+  SUBCASE("o.stride_batch smaller than the rows it steps over") {
+    p.o.stride_batch = 99 * 8 * 64;
+    CHECK_REJECTED(p, "o.stride_batch (50688) is smaller than the 51200 elements");
+  }
+  SUBCASE("two dimensions with the same stride") {
+    p.o.stride_head = 8 * 64;  // == stride_seq
+    CHECK_REJECTED(p, "is smaller than the");
+  }
+  SUBCASE("a permuted layout (BHSD) and padded strides are fine") {
+    p.o.stride_seq = 64;
+    p.o.stride_head = 100 * 64;
+    p.o.stride_batch = 8 * 100 * 64;
+    CHECK_NOTHROW(check_problem(p));
+    p.o.stride_seq = 72;  // padded rows
+    p.o.stride_head = 100 * 72 + 8;
+    p.o.stride_batch = 8 * (100 * 72 + 8) + 64;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("a dimension of extent 1 may have any stride") {
+    p.heads_q = 1;
+    p.heads_kv = 1;
+    p.o.stride_head = 8;
+    CHECK_NOTHROW(check_problem(p));
+    p.batch = 1;
+    p.o.stride_batch = 8;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("inputs may overlap themselves") {
+    p.q.stride_head = 8;
+    p.q.stride_seq = 16;
+    p.k.stride_seq = 8;
+    p.v.stride_head = 32;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("lse.stride_head smaller than seqlen_q") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_head = 99;
+    p.lse.stride_batch = 800;
+    CHECK_REJECTED(p, "lse.stride_head (99) is smaller than the 100 elements it must step over "
+                      "(seqlen_q = 100)");
+  }
+  SUBCASE("lse.stride_batch smaller than the heads it steps over") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = 700;
+    CHECK_REJECTED(p, "lse.stride_batch (700) is smaller than the 800 elements it must step over");
+  }
+  SUBCASE("lse with batch innermost is fine; overlapping it is not") {
+    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.stride_batch = 100;
+    p.lse.stride_head = 200;
+    CHECK_NOTHROW(check_problem(p));
+    p.lse.stride_head = 150;
+    CHECK_REJECTED(p, "lse.stride_head (150) is smaller than the 200 elements it must step over");
+  }
+}
+
 TEST_CASE("check_problem: 64-bit offset overflow") {
   AttentionProblem p = valid_problem();
   SUBCASE("q") {
