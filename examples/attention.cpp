@@ -7,17 +7,29 @@
 // For each shape: print the problem, the kernel spec (canonical string) and
 // kernel name, generate and compile the kernel (NVRTC, or the disk cache), and,
 // when a GPU is present, run it on random inputs, time it with CUDA events and
-// check 64 sampled rows against the float64 reference. Without a GPU the
-// kernels are still generated and compiled (for --arch, default sm_90).
+// check 64 sampled rows against a float64 reference computed here.
+//
+// Without a GPU nothing can run: the kernels are still generated and compiled,
+// for --arch if given, else for a default arch (sm_90), and the program says
+// so. Exit status 0 when every check passed (or there is no GPU to run on),
+// 1 when a check failed, 2 on an error.
 //
 //   attention [--arch N] [--dtype f16|bf16] [--shape llama|allegro|all]
 //
-// Exit status: 0 when every check passed (or there is no GPU to run on),
-// 1 when a check failed, 2 on an error.
+// The example uses libflashgen's public header only. Device memory, streams
+// and events come from the CUDA driver API, which this file opens with dlopen
+// as libflashgen does, so the program also starts on a machine without a
+// driver; an application that already uses the CUDA runtime (or PyTorch)
+// passes its own device pointers and stream instead.
+#include <cuda.h>
+#include <dlfcn.h>
+
 #include <CLI/CLI.hpp>
+#include <flashgen/flashgen.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -25,21 +37,20 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
-
-#include "flashgen/flashgen.hpp"
-#include "runtime/driver.hpp"
-#include "test/reference.hpp"
 
 namespace {
 
 using flashgen::AttentionProblem;
 using flashgen::DType;
 using flashgen::MaskKind;
-namespace rt = flashgen::rt;
-namespace ref = flashgen::ref;
+
+/// The default target when there is no GPU to ask (and no --arch).
+constexpr int kDefaultArch = 90;
 
 struct Shape {
   const char* key;
@@ -76,6 +87,41 @@ std::string join_ints(const std::vector<int>& v, const char* sep) {
   return s;
 }
 
+// ---- fp16 / bf16 <-> float (round to nearest even; the inputs here are finite) ----
+
+uint16_t float_to_f16(float f) {
+  const uint16_t sign = static_cast<uint16_t>((std::bit_cast<uint32_t>(f) >> 16) & 0x8000u);
+  const float a = std::fabs(f);
+  if (a >= 65520.0f) return sign | 0x7C00u;  // rounds to infinity
+  if (a < 0x1p-14f) {                         // subnormal: a multiple of 2^-24
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(std::nearbyint(a * 0x1p24f)));
+  }
+  const uint32_t r = std::bit_cast<uint32_t>(a) - 0x38000000u;  // exponent bias 127 -> 15
+  uint32_t h = r >> 13;
+  const uint32_t rest = r & 0x1FFFu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float f16_to_float(uint16_t h) {
+  const int exp = (h >> 10) & 0x1F;
+  const int mant = h & 0x3FF;
+  const float mag = exp == 0    ? std::ldexp(static_cast<float>(mant), -24)
+                    : exp == 31 ? (mant ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity())
+                                : std::ldexp(static_cast<float>(1024 + mant), exp - 25);
+  return (h & 0x8000u) ? -mag : mag;
+}
+
+uint16_t float_to_bf16(float f) {
+  const uint32_t x = std::bit_cast<uint32_t>(f);
+  return static_cast<uint16_t>((x + 0x7FFFu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_float(uint16_t h) { return std::bit_cast<float>(static_cast<uint32_t>(h) << 16); }
+
+uint16_t to_dtype(DType dt, float f) { return dt == DType::bf16 ? float_to_bf16(f) : float_to_f16(f); }
+float from_dtype(DType dt, uint16_t h) { return dt == DType::bf16 ? bf16_to_float(h) : f16_to_float(h); }
+
 /// Uniform [-1, 1] values rounded to `dt`, filled on all host threads.
 void fill_random(std::vector<uint16_t>& buf, DType dt, uint64_t seed) {
   const size_t n = buf.size();
@@ -87,28 +133,121 @@ void fill_random(std::vector<uint16_t>& buf, DType dt, uint64_t seed) {
       std::mt19937_64 rng(seed + 0x9E3779B97F4A7C15ull * (t + 1));
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       const size_t end = std::min(n, (t + 1) * chunk);
-      for (size_t i = t * chunk; i < end; ++i) buf[i] = ref::to_dtype(dt, u(rng));
+      for (size_t i = t * chunk; i < end; ++i) buf[i] = to_dtype(dt, u(rng));
     });
   }
   for (std::thread& th : pool) th.join();
 }
 
+// ---- float64 reference for single rows (contiguous BSHD host tensors) ----------
+
+struct RowId {
+  int64_t b, i, h;  ///< batch, query row, query head
+};
+
+/// O[b, i, h, :] in float64: Qs = round_to_dtype(Q * scale) (product in fp32), then
+/// S = Qs K^T, the mask, softmax and P V in float64 (the operation of
+/// flashgen/problem.hpp; the kernel also rounds P to the dtype, well inside the
+/// tolerance used below).
+void reference_row(const Shape& s, DType dt, float scale, const std::vector<uint16_t>& q,
+                   const std::vector<uint16_t>& k, const std::vector<uint16_t>& v, const RowId& id, double* out) {
+  const int64_t d = s.head_dim, g = s.heads_q / s.heads_kv, kvh = id.h / g;
+  std::vector<double> qs(static_cast<size_t>(d));
+  const uint16_t* qrow = &q[static_cast<size_t>(((id.b * s.seqlen + id.i) * s.heads_q + id.h) * d)];
+  for (int64_t e = 0; e < d; ++e) qs[e] = from_dtype(dt, to_dtype(dt, from_dtype(dt, qrow[e]) * scale));
+  // Bottom-right causal: query i sees keys j <= i + seqlen_k - seqlen_q (= i here).
+  const int64_t keys = s.mask == MaskKind::none ? s.seqlen : id.i + 1;
+  std::vector<double> sc(static_cast<size_t>(keys));
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < keys; ++j) {
+    const uint16_t* krow = &k[static_cast<size_t>(((id.b * s.seqlen + j) * s.heads_kv + kvh) * d)];
+    double acc = 0.0;
+    for (int64_t e = 0; e < d; ++e) acc += qs[e] * from_dtype(dt, krow[e]);
+    sc[j] = acc;
+    m = std::max(m, acc);
+  }
+  double sum = 0.0;
+  std::fill(out, out + d, 0.0);
+  for (int64_t j = 0; j < keys; ++j) {
+    const double p = std::exp(sc[j] - m);
+    sum += p;
+    const uint16_t* vrow = &v[static_cast<size_t>(((id.b * s.seqlen + j) * s.heads_kv + kvh) * d)];
+    for (int64_t e = 0; e < d; ++e) out[e] += p * from_dtype(dt, vrow[e]);
+  }
+  for (int64_t e = 0; e < d; ++e) out[e] /= sum;
+}
+
+// ---- the CUDA driver entry points this example uses ------------------------------
+
+/// Resolved from libcuda.so.1 with cuGetProcAddress (CUDA 12 signatures), only
+/// once libflashgen has found a GPU.
+struct Cuda {
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;
+  decltype(&::cuMemFree) mem_free = nullptr;
+  decltype(&::cuMemcpyHtoD) copy_to_device = nullptr;
+  decltype(&::cuMemcpyDtoH) copy_to_host = nullptr;
+  decltype(&::cuMemsetD16) memset16 = nullptr;
+  decltype(&::cuCtxSynchronize) ctx_sync = nullptr;
+  decltype(&::cuStreamCreate) stream_create = nullptr;
+  decltype(&::cuStreamDestroy) stream_destroy = nullptr;
+  decltype(&::cuStreamSynchronize) stream_sync = nullptr;
+  decltype(&::cuEventCreate) event_create = nullptr;
+  decltype(&::cuEventDestroy) event_destroy = nullptr;
+  decltype(&::cuEventRecord) event_record = nullptr;
+  decltype(&::cuEventSynchronize) event_sync = nullptr;
+  decltype(&::cuEventElapsedTime) event_ms = nullptr;
+};
+
+const Cuda& cuda() {
+  static const Cuda c = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (lib == nullptr) throw std::runtime_error("libcuda.so.1 could not be loaded");
+    using GetProc = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+    const auto get = reinterpret_cast<GetProc>(dlsym(lib, "cuGetProcAddress_v2"));
+    if (get == nullptr) throw std::runtime_error("libcuda.so.1 has no cuGetProcAddress_v2 (CUDA 12 driver needed)");
+    Cuda t;
+    auto resolve = [&](const char* name, auto& fn) {
+      void* p = nullptr;
+      CUdriverProcAddressQueryResult status{};
+      if (get(name, &p, 12000, CU_GET_PROC_ADDRESS_DEFAULT, &status) != CUDA_SUCCESS || p == nullptr)
+        throw std::runtime_error(std::string("the CUDA driver has no ") + name);
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(p);
+    };
+    resolve("cuMemAlloc", t.mem_alloc);
+    resolve("cuMemFree", t.mem_free);
+    resolve("cuMemcpyHtoD", t.copy_to_device);
+    resolve("cuMemcpyDtoH", t.copy_to_host);
+    resolve("cuMemsetD16", t.memset16);
+    resolve("cuCtxSynchronize", t.ctx_sync);
+    resolve("cuStreamCreate", t.stream_create);
+    resolve("cuStreamDestroy", t.stream_destroy);
+    resolve("cuStreamSynchronize", t.stream_sync);
+    resolve("cuEventCreate", t.event_create);
+    resolve("cuEventDestroy", t.event_destroy);
+    resolve("cuEventRecord", t.event_record);
+    resolve("cuEventSynchronize", t.event_sync);
+    resolve("cuEventElapsedTime", t.event_ms);
+    return t;
+  }();
+  return c;
+}
+
+void check(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) throw std::runtime_error(fmt::format("{} failed with CUresult {}", call, static_cast<int>(r)));
+}
+
 class DeviceBuffer {
  public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    rt::check(rt::driver().cuMemAlloc(&ptr_, bytes_), "cuMemAlloc");
-  }
-  ~DeviceBuffer() { (void)rt::driver().cuMemFree(ptr_); }
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) { check(cuda().mem_alloc(&ptr_, bytes_), "cuMemAlloc"); }
+  ~DeviceBuffer() { (void)cuda().mem_free(ptr_); }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   CUdeviceptr get() const { return ptr_; }
   void* ptr() const { return reinterpret_cast<void*>(static_cast<uintptr_t>(ptr_)); }
-  void upload(const std::vector<uint16_t>& h) {
-    rt::check(rt::driver().cuMemcpyHtoD(ptr_, h.data(), bytes_), "cuMemcpyHtoD");
-  }
+  void upload(const std::vector<uint16_t>& h) { check(cuda().copy_to_device(ptr_, h.data(), bytes_), "cuMemcpyHtoD"); }
   void download(std::vector<uint16_t>& h) const {
     h.resize(bytes_ / 2);
-    rt::check(rt::driver().cuMemcpyDtoH(h.data(), ptr_, bytes_), "cuMemcpyDtoH");
+    check(cuda().copy_to_host(h.data(), ptr_, bytes_), "cuMemcpyDtoH");
   }
 
  private:
@@ -117,63 +256,60 @@ class DeviceBuffer {
 };
 
 /// Runs, times and checks one shape on the GPU. Returns true when the check passed.
-bool run_on_gpu(const AttentionProblem& shape_problem, const flashgen::KernelSpec& spec) {
-  const rt::Driver& d = rt::driver();
-  const AttentionProblem& s = shape_problem;
-  const DType dt = s.dtype;
-  const int64_t q_elems = s.batch * s.seqlen_q * s.heads_q * s.head_dim;
-  const int64_t k_elems = s.batch * s.seqlen_k * s.heads_kv * s.head_dim;
-  const int64_t v_elems = s.batch * s.seqlen_k * s.heads_kv * s.head_dim_v;
-  const int64_t o_elems = s.batch * s.seqlen_q * s.heads_q * s.head_dim_v;
-  row("memory", fmt::format("Q {}, K {}, V {}, O {}", mib(2 * q_elems), mib(2 * k_elems), mib(2 * v_elems),
-                            mib(2 * o_elems)));
+bool run_on_gpu(const Shape& s, DType dt, const flashgen::KernelSpec& spec) {
+  const Cuda& c = cuda();
+  const int64_t qo_elems = s.batch * s.seqlen * s.heads_q * s.head_dim;
+  const int64_t kv_elems = s.batch * s.seqlen * s.heads_kv * s.head_dim;
+  row("memory", fmt::format("Q {}, K {}, V {}, O {}", mib(2 * qo_elems), mib(2 * kv_elems), mib(2 * kv_elems),
+                            mib(2 * qo_elems)));
 
   // Random inputs on the host.
   const uint64_t seed = std::random_device{}();
-  std::vector<uint16_t> hq(static_cast<size_t>(q_elems)), hk(static_cast<size_t>(k_elems)),
-      hv(static_cast<size_t>(v_elems));
+  std::vector<uint16_t> hq(static_cast<size_t>(qo_elems)), hk(static_cast<size_t>(kv_elems)),
+      hv(static_cast<size_t>(kv_elems));
   fill_random(hq, dt, seed);
   fill_random(hk, dt, seed + 1);
   fill_random(hv, dt, seed + 2);
 
-  rt::ensure_context();
-  DeviceBuffer q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2), o(static_cast<size_t>(o_elems) * 2);
+  // flashgen::current_device() (called by main) made device 0's primary
+  // context current in this thread; the buffers live in it.
+  DeviceBuffer q(hq.size() * 2), k(hk.size() * 2), v(hv.size() * 2), o(static_cast<size_t>(qo_elems) * 2);
   q.upload(hq);
   k.upload(hk);
   v.upload(hv);
-  rt::check(d.cuMemsetD16(o.get(), 0xFFFFu, static_cast<size_t>(o_elems)), "cuMemsetD16");  // poison: NaN
-  rt::check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  check(c.memset16(o.get(), 0xFFFFu, static_cast<size_t>(qo_elems)), "cuMemsetD16");  // poison: NaN
+  check(c.ctx_sync(), "cuCtxSynchronize");
 
-  AttentionProblem p = flashgen::make_bshd_problem(dt, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv,
-                                                   s.head_dim, s.head_dim_v, s.mask, q.ptr(), k.ptr(), v.ptr(),
-                                                   o.ptr());
+  const AttentionProblem p = flashgen::make_bshd_problem(dt, s.batch, s.seqlen, s.seqlen, s.heads_q, s.heads_kv,
+                                                         s.head_dim, s.head_dim, s.mask, q.ptr(), k.ptr(), v.ptr(),
+                                                         o.ptr());
   const flashgen::Kernel kernel = flashgen::load_kernel(spec);
 
   CUstream stream = nullptr;
   CUevent start = nullptr, stop = nullptr;
-  rt::check(d.cuStreamCreate(&stream, CU_STREAM_DEFAULT), "cuStreamCreate");
-  rt::check(d.cuEventCreate(&start, CU_EVENT_DEFAULT), "cuEventCreate");
-  rt::check(d.cuEventCreate(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(c.stream_create(&stream, CU_STREAM_DEFAULT), "cuStreamCreate");
+  check(c.event_create(&start, CU_EVENT_DEFAULT), "cuEventCreate");
+  check(c.event_create(&stop, CU_EVENT_DEFAULT), "cuEventCreate");
   for (int i = 0; i < kWarmups; ++i) flashgen::launch(kernel, p, stream);
-  rt::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize");
+  check(c.stream_sync(stream), "cuStreamSynchronize");
   std::vector<float> ms(kTimedRuns);
   for (int i = 0; i < kTimedRuns; ++i) {
-    rt::check(d.cuEventRecord(start, stream), "cuEventRecord");
+    check(c.event_record(start, stream), "cuEventRecord");
     flashgen::launch(kernel, p, stream);
-    rt::check(d.cuEventRecord(stop, stream), "cuEventRecord");
-    rt::check(d.cuEventSynchronize(stop), "cuEventSynchronize");
-    rt::check(d.cuEventElapsedTime(&ms[static_cast<size_t>(i)], start, stop), "cuEventElapsedTime");
+    check(c.event_record(stop, stream), "cuEventRecord");
+    check(c.event_sync(stop), "cuEventSynchronize");
+    check(c.event_ms(&ms[static_cast<size_t>(i)], start, stop), "cuEventElapsedTime");
   }
-  (void)d.cuEventDestroy(start);
-  (void)d.cuEventDestroy(stop);
-  (void)d.cuStreamDestroy(stream);
+  (void)c.event_destroy(start);
+  (void)c.event_destroy(stop);
+  (void)c.stream_destroy(stream);
   std::vector<float> sorted = ms;
   std::sort(sorted.begin(), sorted.end());
   const double median = kTimedRuns % 2 ? sorted[kTimedRuns / 2]
                                        : 0.5 * (sorted[kTimedRuns / 2 - 1] + sorted[kTimedRuns / 2]);
   const bool causal = s.mask != MaskKind::none;
   const double flops = 4.0 * static_cast<double>(s.batch) * static_cast<double>(s.heads_q) *
-                       static_cast<double>(s.seqlen_q) * static_cast<double>(s.seqlen_k) *
+                       static_cast<double>(s.seqlen) * static_cast<double>(s.seqlen) *
                        static_cast<double>(s.head_dim) / (causal ? 2.0 : 1.0);
   row("time", fmt::format("{:.3f} ms  (median of {} runs after {} warm-ups; min {:.3f}, max {:.3f})", median,
                           kTimedRuns, kWarmups, sorted.front(), sorted.back()));
@@ -186,30 +322,37 @@ bool run_on_gpu(const AttentionProblem& shape_problem, const flashgen::KernelSpe
   int64_t unwritten = 0, nans = 0;
   for (uint16_t bits : ho) {
     if (bits == 0xFFFFu) ++unwritten;
-    else if (std::isnan(ref::from_dtype(dt, bits))) ++nans;
+    else if (std::isnan(from_dtype(dt, bits))) ++nans;
   }
-  AttentionProblem hp = flashgen::make_bshd_problem(dt, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv,
-                                                    s.head_dim, s.head_dim_v, s.mask, hq.data(), hk.data(),
-                                                    hv.data(), nullptr);
   std::mt19937_64 rng(seed ^ 0x5DEECE66Dull);
-  std::uniform_int_distribution<int64_t> ub(0, s.batch - 1), ui(0, s.seqlen_q - 1), uh(0, s.heads_q - 1);
-  std::vector<ref::RowId> rows;
+  std::uniform_int_distribution<int64_t> ub(0, s.batch - 1), ui(0, s.seqlen - 1), uh(0, s.heads_q - 1);
+  std::vector<RowId> rows;
   rows.push_back({0, 0, 0});
-  rows.push_back({s.batch - 1, s.seqlen_q - 1, s.heads_q - 1});
+  rows.push_back({s.batch - 1, s.seqlen - 1, s.heads_q - 1});
   while (static_cast<int>(rows.size()) < kCheckedRows) rows.push_back({ub(rng), ui(rng), uh(rng)});
-  std::vector<double> ro(rows.size() * static_cast<size_t>(s.head_dim_v)), rl(rows.size());
+  const size_t d = static_cast<size_t>(s.head_dim);
+  std::vector<double> ro(rows.size() * d);
   const auto t0 = std::chrono::steady_clock::now();
-  ref::forward_rows(hp, rows, ro.data(), rl.data());
+  {
+    std::vector<std::thread> pool;
+    const size_t threads = std::clamp<size_t>(std::thread::hardware_concurrency(), 1, rows.size());
+    for (size_t t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        for (size_t r = t; r < rows.size(); r += threads)
+          reference_row(s, dt, p.scale(), hq, hk, hv, rows[r], &ro[r * d]);
+      });
+    }
+    for (std::thread& th : pool) th.join();
+  }
   const double ref_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double atol = dt == DType::f16 ? 3e-3 : 2e-2;
   double max_err = 0.0;
   int64_t bad = 0;
   for (size_t r = 0; r < rows.size(); ++r) {
-    const ref::RowId& id = rows[r];
-    const int64_t base = ((id.b * s.seqlen_q + id.i) * s.heads_q + id.h) * s.head_dim_v;
-    for (int64_t e = 0; e < s.head_dim_v; ++e) {
-      const double got = ref::from_dtype(dt, ho[static_cast<size_t>(base + e)]);
-      const double err = std::fabs(got - ro[r * static_cast<size_t>(s.head_dim_v) + static_cast<size_t>(e)]);
+    const RowId& id = rows[r];
+    const size_t base = static_cast<size_t>(((id.b * s.seqlen + id.i) * s.heads_q + id.h) * s.head_dim);
+    for (size_t e = 0; e < d; ++e) {
+      const double err = std::fabs(from_dtype(dt, ho[base + e]) - ro[r * d + e]);
       if (!(err <= atol)) ++bad;
       if (std::isfinite(err)) max_err = std::max(max_err, err);
     }
@@ -229,7 +372,9 @@ int main(int argc, char** argv) {
                "model shapes (Llama-3-8B prefill, Allegro video-DiT)"};
   int arch_opt = 0;
   std::string dtype_text = "f16", shape_text = "all";
-  app.add_option("--arch", arch_opt, "target compute capability, 10*major+minor (default: the GPU's, else 90)")
+  app.add_option("--arch", arch_opt,
+                 fmt::format("target compute capability, 10*major+minor (default: the GPU's; without a GPU {})",
+                             kDefaultArch))
       ->check(CLI::Range(10, 1000));
   app.add_option("--dtype", dtype_text, "element type of Q, K, V, O")->check(CLI::IsMember({"f16", "bf16"}));
   app.add_option("--shape", shape_text, "which shape to run")->check(CLI::IsMember({"llama", "allegro", "all"}));
@@ -238,24 +383,16 @@ int main(int argc, char** argv) {
   try {
     const DType dtype = flashgen::parse_dtype(dtype_text, "--dtype");
 
-    // The GPU, if any.
+    // The GPU, if any. current_device() throws Unavailable without one; its
+    // message says why (no driver, no device, ...).
     std::optional<flashgen::DeviceInfo> dev;
-    std::string no_gpu;
-    if (flashgen::gpu_available()) {
-      try {
-        dev = flashgen::current_device();
-      } catch (const flashgen::Error& e) {
-        no_gpu = e.what();
-      }
-    } else {
-      try {
-        (void)rt::driver();
-        no_gpu = "the CUDA driver reports no device";
-      } catch (const std::exception& e) {
-        no_gpu = e.what();
-      }
+    std::string no_gpu = "the CUDA driver reports no device";
+    try {
+      dev = flashgen::current_device();
+    } catch (const flashgen::Error& e) {
+      no_gpu = e.what();
     }
-    const int arch = arch_opt != 0 ? arch_opt : dev ? dev->arch : 90;
+    const int arch = arch_opt != 0 ? arch_opt : dev ? dev->arch : kDefaultArch;
     const bool can_run = dev.has_value() && dev->arch == arch;
     const flashgen::Profile& profile = flashgen::profile_for_arch(arch);
 
@@ -266,7 +403,13 @@ int main(int argc, char** argv) {
     row("target", fmt::format("sm_{}: profile {} ({}), matrix unit {}", arch, profile.name, profile.source,
                               flashgen::to_string(profile.matrix_unit.shape)));
     row("dtype", std::string(flashgen::to_string(dtype)));
-    if (dev && !can_run) {
+    if (!dev) {
+      row("note", arch_opt != 0
+                      ? fmt::format("no GPU: kernels are generated and compiled for --arch {}, not run", arch)
+                      : fmt::format("no GPU: kernels are generated and compiled for the default arch sm_{} "
+                                    "(choose another with --arch), not run",
+                                    arch));
+    } else if (!can_run) {
       row("note", fmt::format("--arch {} is not this GPU's sm_{}: kernels are compiled, not run", arch, dev->arch));
     }
 
@@ -307,7 +450,7 @@ int main(int argc, char** argv) {
         row("compile", fmt::format("{:.1f} ms, {}, cubin {} bytes", ms,
                                    ck.from_cache ? "from the disk cache" : "compiled by NVRTC", ck.cubin.size()));
         row("cache", ck.cache_path.empty() ? std::string("memory only (no writable cache directory)") : ck.cache_path);
-        if (can_run && !run_on_gpu(p, spec)) ++failures;
+        if (can_run && !run_on_gpu(sh, dtype, spec)) ++failures;
       } catch (const flashgen::Error& e) {
         row("error", e.what());
         ++errors;
@@ -316,7 +459,8 @@ int main(int argc, char** argv) {
 
     std::printf("\n");
     if (!dev) {
-      std::printf("no GPU: the launch needs an NVIDIA GPU and driver (%s)\n", no_gpu.c_str());
+      std::printf("no GPU: compiled for sm_%d%s; the launch needs an NVIDIA GPU and driver (%s)\n", arch,
+                  arch_opt != 0 ? "" : " (the default arch)", no_gpu.c_str());
       return errors == 0 ? 0 : 2;
     }
     if (errors > 0 || failures > 0) {

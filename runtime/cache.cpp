@@ -1,4 +1,4 @@
-// The disk kernel cache; see runtime/cache.hpp and DESIGN.md, "Cache".
+// The disk kernel cache; see runtime/cache.hpp and docs/design.md, "Kernel cache".
 #include "runtime/cache.hpp"
 
 #include <dirent.h>

@@ -1,5 +1,5 @@
 // The kernel cache (internal to libflashgen; its tests and tools/flashgen use
-// it directly). See DESIGN.md, "Cache".
+// it directly). See docs/design.md, "Kernel cache".
 //
 // Key: XXH3-128 (32 lowercase hex digits) of, in order and length-prefixed:
 // the cache format version, flashgen::kGeneratorVersion, the full generated

@@ -1,7 +1,7 @@
 /* libflashgen — C ABI (C89-compatible; usable from C, FFI and other languages).
  *
  * The same library as the C++ API in flashgen.hpp, behind plain C types.
- * Semantics of the operation (see DESIGN.md, "The operation"): per batch b and
+ * Semantics of the operation (see docs/design.md, "The operation"): per batch b and
  * query head h, with g = heads_q / heads_kv and KV head h / g:
  *
  *     Qs  = round_to_dtype(Q * softmax_scale)

@@ -78,8 +78,8 @@ struct CompiledKernel {
   std::string compile_log;     ///< NVRTC log incl. ptxas report (empty if from cache and no log file)
 };
 
-/// Generate + compile `spec`, consulting the disk cache first (see DESIGN.md,
-/// "Cache"). Throws CompileError (with spec, name, options, log, dumped source
+/// Generate + compile `spec`, consulting the disk cache first (see docs/design.md,
+/// "Kernel cache"). Throws CompileError (with spec, name, options, log, dumped source
 /// path), Unavailable (no NVRTC), Unsupported (invalid spec).
 CompiledKernel compile(const KernelSpec& spec);
 

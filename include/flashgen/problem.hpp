@@ -1,6 +1,6 @@
 // libflashgen — AttentionProblem: one forward attention call, described at run time.
 //
-// Semantics (see DESIGN.md, "The operation"): per batch b and query head h,
+// Semantics (see docs/design.md, "The operation"): per batch b and query head h,
 // with g = heads_q / heads_kv and KV head h / g:
 //   Qs  = round_to_dtype(Q * softmax_scale)
 //   S   = Qs K^T (fp32 accumulate) + bias + mask
