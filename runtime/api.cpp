@@ -357,15 +357,22 @@ CompiledKernel rt::compile_unvalidated(const KernelSpec& spec, bool force_recomp
   std::shared_ptr<std::mutex> slot = compile_locks().get(out.key);
   std::lock_guard<std::mutex> lock(*slot);
 
-  if (!force_recompile) {
-    if (auto hit = rt::cache_lookup(out.name, identity)) {
-      out.cubin = std::move(hit->cubin);
-      out.compile_log = std::move(hit->log);
-      out.cache_path = std::move(hit->path);
+  auto hit = [&](bool report) {
+    std::optional<rt::CacheHit> h = rt::cache_lookup(out.name, identity, report);
+    if (h) {
+      out.cubin = std::move(h->cubin);
+      out.compile_log = std::move(h->log);
+      out.cache_path = std::move(h->path);
       out.from_cache = true;
-      return out;
     }
-  }
+    return h.has_value();
+  };
+  if (!force_recompile && hit(true)) return out;
+  // One compile per key across processes: wait while another holds the
+  // claim, then look again (the holder stored the entry before letting go;
+  // a bad entry the first look reported is not reported twice).
+  rt::CacheClaim claim = rt::cache_claim(out.name, out.key);
+  if (!force_recompile && hit(false)) return out;
 
   rt::NvrtcOutput compiled;
   try {

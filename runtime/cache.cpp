@@ -4,12 +4,14 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -432,7 +434,7 @@ std::string layer_file_notice(bool read_only, const std::string& path, const std
 }
 
 std::optional<CacheHit> lookup_impl(const std::string& kernel_name, const std::string& key,
-                                    const EntryIdentity* full) {
+                                    const EntryIdentity* full, bool report) {
   Snapshot snap = snapshot();
   // `bundle`: trust rules of a bundle; `writable`: the layer a miss is stored into.
   auto try_dir = [&](const std::string& dir, bool bundle, bool writable) -> std::optional<CacheHit> {
@@ -450,7 +452,7 @@ std::optional<CacheHit> lookup_impl(const std::string& kernel_name, const std::s
         }
         break;
     }
-    std::fputs(layer_file_notice(!writable, path, reason).c_str(), stderr);
+    if (report) std::fputs(layer_file_notice(!writable, path, reason).c_str(), stderr);
     return std::nullopt;
   };
   for (const auto& b : snap.bundles) {
@@ -718,12 +720,12 @@ std::string untrusted_dir_reason(const std::string& dir, bool bundle) {
   return "";
 }
 
-std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const EntryIdentity& id) {
-  return lookup_impl(kernel_name, id.key, &id);
+std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const EntryIdentity& id, bool report) {
+  return lookup_impl(kernel_name, id.key, &id, report);
 }
 
-std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const std::string& key) {
-  return lookup_impl(kernel_name, key, nullptr);
+std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const std::string& key, bool report) {
+  return lookup_impl(kernel_name, key, nullptr, report);
 }
 
 std::string cache_store(const std::string& kernel_name, const EntryIdentity& id, const std::vector<char>& cubin,
@@ -737,6 +739,122 @@ std::string cache_store(const std::string& kernel_name, const std::string& key, 
 }
 
 std::string cache_dir() { return snapshot().dir; }
+
+// ---- compile claims ------------------------------------------------------------
+
+namespace {
+
+std::mutex& claim_limit_mu() {
+  static auto* mu = new std::mutex();
+  return *mu;
+}
+double& claim_limit_ref() {
+  static double limit = 300.0;
+  return limit;
+}
+
+// Same file as the one at `path` now (not unlinked or replaced since fd was opened).
+bool still_at_path(int fd, const std::string& path) {
+  struct stat by_fd {}, by_path {};
+  if (::fstat(fd, &by_fd) != 0 || ::lstat(path.c_str(), &by_path) != 0) return false;
+  return by_fd.st_dev == by_path.st_dev && by_fd.st_ino == by_path.st_ino;
+}
+
+// The pid a holder wrote into its lock file (0 if none).
+long holder_pid(const std::string& path) {
+  const std::string text = read_text_or_empty(path);
+  return std::strtol(text.c_str(), nullptr, 10);
+}
+
+}  // namespace
+
+CacheClaim::CacheClaim(CacheClaim&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)), waited_s_(o.waited_s_) {
+  o.fd_ = -1;
+  o.path_.clear();
+}
+
+CacheClaim& CacheClaim::operator=(CacheClaim&& o) noexcept {
+  if (this != &o) {
+    release();
+    fd_ = o.fd_;
+    path_ = std::move(o.path_);
+    waited_s_ = o.waited_s_;
+    o.fd_ = -1;
+    o.path_.clear();
+  }
+  return *this;
+}
+
+void CacheClaim::release() noexcept {
+  if (fd_ < 0) return;
+  // Unlink while still holding the lock: nobody else can hold it now, so the
+  // name goes away with this holder's file and a claimant locking the old
+  // file sees that it is no longer at the path (still_at_path) and retries.
+  ::unlink(path_.c_str());
+  ::close(fd_);  // drops the flock
+  fd_ = -1;
+  path_.clear();
+}
+
+double cache_claim_wait_limit_s() {
+  std::lock_guard<std::mutex> lock(claim_limit_mu());
+  return claim_limit_ref();
+}
+
+void set_cache_claim_wait_limit_s(double seconds) {
+  std::lock_guard<std::mutex> lock(claim_limit_mu());
+  claim_limit_ref() = seconds;
+}
+
+bool is_lock_file_name(const std::string& name) {
+  std::string kernel, key16, ext;
+  return split_entry_name(name, &kernel, &key16, &ext) && ext == "lock";
+}
+
+CacheClaim cache_claim(const std::string& kernel_name, const std::string& key) {
+  CacheClaim claim;
+  const Snapshot snap = snapshot();
+  if (snap.dir.empty()) return claim;  // memory-only: nothing to share with other processes
+  const std::string path = cache_entry_path(snap.dir, kernel_name, key, ".lock");
+  const double limit = cache_claim_wait_limit_s();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto waited = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  useconds_t pause = 2000;  // polled, so that the wait is bounded; doubles up to 50 ms
+  for (;;) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return claim;  // read-only or full directory, a foreign file: compile unclaimed
+    for (;;) {
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0) break;
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK) {  // e.g. ENOLCK: the file system has no locks
+        ::close(fd);
+        return claim;
+      }
+      if (waited() >= limit) {
+        std::fprintf(stderr,
+                     "flashgen: waited %.0f s for process %ld, which holds the claim %s on compiling %s; "
+                     "compiling it here as well\n",
+                     waited(), holder_pid(path), path.c_str(), kernel_name.c_str());
+        ::close(fd);
+        claim.waited_s_ = waited();
+        return claim;
+      }
+      ::usleep(pause);
+      pause = std::min<useconds_t>(pause * 2, 50000);
+    }
+    if (!still_at_path(fd, path)) {
+      ::close(fd);  // its holder unlinked it before letting go: lock the file at the path now
+      continue;
+    }
+    // The holder's pid, for the message of a claimant that gives up waiting.
+    const std::string pid = std::to_string(static_cast<long>(::getpid())) + "\n";
+    if (::ftruncate(fd, 0) == 0) (void)!::pwrite(fd, pid.data(), pid.size(), 0);
+    claim.fd_ = fd;
+    claim.path_ = path;
+    claim.waited_s_ = waited();
+    return claim;
+  }
+}
 
 std::string dump_dir() {
   const Snapshot snap = snapshot();
@@ -908,6 +1026,15 @@ PruneResult cache_prune(const std::string& dir, const NvrtcForArch& nvrtc, const
     const int64_t age = now - static_cast<int64_t>(st.st_mtime);
     if (is_temp_file_name(name)) {
       if (age >= opt.temp_min_age_s) remove(path);
+      continue;
+    }
+    if (is_lock_file_name(name)) {
+      // Removed only when nobody holds it (its holder was killed), and under
+      // its lock, as a holder removes it; a held one is a compile in progress.
+      const int fd = ::open(path.c_str(), O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+      if (fd < 0) continue;
+      if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && still_at_path(fd, path)) remove(path);
+      ::close(fd);
       continue;
     }
     std::string kernel, key16, ext;

@@ -128,11 +128,12 @@ struct CacheHit {
 };
 
 /// Look `id` up in the bundles, the user cache and the memory layer.
-/// Bad or untrusted entries are reported on stderr and treated as misses.
-/// Never throws for cache problems.
-std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const EntryIdentity& id);
+/// Bad or untrusted entries are reported on stderr (unless `report` is false:
+/// a second look after cache_claim, when the first one has said it) and
+/// treated as misses. Never throws for cache problems.
+std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const EntryIdentity& id, bool report = true);
 /// Same with the key only (identity of this library, arch/NVRTC unchecked).
-std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const std::string& key);
+std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const std::string& key, bool report = true);
 
 /// Store an entry in the user cache (or in memory when it is not usable).
 /// Returns the entry path, or "" when the entry went to memory. Never throws
@@ -143,6 +144,64 @@ std::string cache_store(const std::string& kernel_name, const EntryIdentity& id,
 std::string cache_store(const std::string& kernel_name, const std::string& key,
                         const std::vector<char>& cubin, const std::string& source,
                         const std::string& log);
+
+// ---- compile claims: one compile per key across processes ---------------------
+//
+// A claim is an exclusive flock(2) on "<dir>/<kernel_name>-<key[0:16]>.lock"
+// in the writable layer (the user cache, or the bundle being written). The
+// kernel drops a flock when its holder exits or is killed (SIGKILL included),
+// so a crash never leaves a claim that blocks anyone; a lock file it leaves
+// behind is only a name: the next claimant locks it at once, and cache_prune
+// removes it. Locks belong to an open file, so two threads of one process
+// exclude each other too. The holder unlinks the lock file before it lets go;
+// a claimant that locked a file no longer at the path (unlinked meanwhile)
+// opens the path again, so one key never has two holders. Lock files are not
+// entries: cache_scan never lists them.
+//
+// No claim is taken (held() is false, nothing waits) when the cache is
+// memory-only, when the lock file cannot be created (read-only directory, no
+// space) or when the file system refuses flock.
+
+/// A held (or not held) claim; released by release() or the destructor.
+class CacheClaim {
+ public:
+  CacheClaim() = default;
+  ~CacheClaim() { release(); }
+  CacheClaim(CacheClaim&& o) noexcept;
+  CacheClaim& operator=(CacheClaim&& o) noexcept;
+  CacheClaim(const CacheClaim&) = delete;
+  CacheClaim& operator=(const CacheClaim&) = delete;
+
+  bool held() const { return fd_ >= 0; }
+  /// Seconds spent waiting for another holder (0 when the claim was free).
+  double waited_s() const { return waited_s_; }
+  /// The lock file ("" when not held).
+  const std::string& path() const { return path_; }
+  /// Unlinks the lock file and drops the lock; no-op when not held.
+  void release() noexcept;
+
+ private:
+  friend CacheClaim cache_claim(const std::string& kernel_name, const std::string& key);
+  int fd_ = -1;
+  std::string path_;
+  double waited_s_ = 0;
+};
+
+/// Claims the compile of `key`: returns once no other holder has it, or when
+/// the wait limit (cache_claim_wait_limit_s) is over, with one stderr line
+/// naming the holder's pid, and then without the claim (a stopped or hung
+/// holder never blocks others forever). The caller looks the entry up again
+/// after a claim (a holder it waited for has stored it) and compiles only on
+/// a miss. Never throws for cache problems.
+CacheClaim cache_claim(const std::string& kernel_name, const std::string& key);
+
+/// How long cache_claim waits for another holder, seconds (default 300);
+/// set_cache_claim_wait_limit_s is for tests.
+double cache_claim_wait_limit_s();
+void set_cache_claim_wait_limit_s(double seconds);
+
+/// True for a claim's lock file name ("<kernel>-<key16>.lock").
+bool is_lock_file_name(const std::string& file_name);
 
 /// The writable user cache directory, "" when memory-only.
 std::string cache_dir();
@@ -234,9 +293,11 @@ struct PruneResult {
   uint64_t bytes = 0;                ///< bytes freed
 };
 /// Remove from `dir`: invalid and non-current entries (with their .cu/.log),
-/// temp files and .cu/.log without a .cubin older than temp_min_age_s, and,
-/// per options, old or all entries. Never touches files that are not cache
-/// files (e.g. tune.yml).
+/// temp files and .cu/.log without a .cubin older than temp_min_age_s, lock
+/// files of claims nobody holds (left by a killed holder; a held one belongs
+/// to a compile in progress and stays, whatever the options), and, per
+/// options, old or all entries. Never touches files that are not cache files
+/// (e.g. tune.yml).
 PruneResult cache_prune(const std::string& dir, const NvrtcForArch& nvrtc, const PruneOptions& opt);
 
 /// Tests only: forget the resolved directories, the override, the memory

@@ -26,8 +26,9 @@ struct CompileInputs {
 CompileInputs compile_inputs(const KernelSpec& spec);
 
 /// gen::emit_forward(spec), then the disk cache, then NVRTC on a miss (and
-/// store). No profile validation. Within a process, concurrent calls for the
-/// same key compile once; the others then read the fresh entry.
+/// store). No profile validation. Concurrent calls for the same key compile
+/// once, within a process (a mutex per key) and across processes sharing the
+/// cache directory (rt::cache_claim); the others then read the fresh entry.
 /// force_recompile skips the cache lookup (used when a cached cubin fails to
 /// load) and replaces the entry.
 /// Throws CompileError (spec, kernel name, options, log, dumped source path)

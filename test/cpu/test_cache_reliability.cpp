@@ -1,8 +1,9 @@
 // Cache reliability (issue 6, items 1-4) and the layered cache's awkward
 // places (issue 5, item 1), CPU tier:
 //   - 8 processes x 4 threads ask at once for the same 4 cold kernels in one
-//     empty directory: all succeed with the same bytes, each kernel ends as one
-//     valid entry, no temp file is left;
+//     empty directory: all succeed with the same bytes, the 32 threads run 4
+//     NVRTC compiles in all (the per-key claims, test_cache_claim.cpp), each
+//     kernel ends as one valid entry, no temp or lock file is left;
 //   - writers killed with SIGKILL at random points never leave anything that
 //     loads as a valid entry; prune then removes their temp files;
 //   - trust: a cache directory writable by others, entry files not owned by
@@ -146,6 +147,7 @@ TEST_CASE("cache child: race" * doctest::skip(child_mode() == nullptr || std::st
   constexpr int kThreads = 4;
   std::vector<std::vector<std::vector<char>>> got(kThreads, std::vector<std::vector<char>>(specs.size()));
   std::vector<std::string> errors(kThreads);
+  const uint64_t compiles_before = rt::nvrtc_compile_count();
   std::vector<std::thread> pool;
   for (int t = 0; t < kThreads; ++t) {
     pool.emplace_back([&, t] {
@@ -165,6 +167,7 @@ TEST_CASE("cache child: race" * doctest::skip(child_mode() == nullptr || std::st
     });
   }
   for (auto& th : pool) th.join();
+  std::ofstream(std::getenv("RACE_COMPILES")) << rt::nvrtc_compile_count() - compiles_before << '\n';
   std::ofstream out(std::getenv("RACE_RESULT"));
   for (int t = 0; t < kThreads; ++t) {
     CAPTURE(t);
@@ -189,12 +192,14 @@ TEST_CASE("cache: 8 processes x 4 threads asking for the same 4 cold kernels at 
   for (int p = 0; p < kProcesses; ++p) {
     pids.push_back(spawn_self("cache child: race",
                               {"FLASHGEN_TEST_CACHE_CHILD=race", "FLASHGEN_CACHE_DIR=" + cache, "FLASHGEN_CACHE_PATH=",
-                               "RACE_GO=" + go, "RACE_RESULT=" + work.path() + "/result-" + std::to_string(p)},
+                               "RACE_GO=" + go, "RACE_RESULT=" + work.path() + "/result-" + std::to_string(p),
+                               "RACE_COMPILES=" + work.path() + "/compiles-" + std::to_string(p)},
                               work.path() + "/log-" + std::to_string(p)));
   }
   test::write_bytes(go, {'g', 'o'});
   const auto t0 = std::chrono::steady_clock::now();
   std::string first;
+  uint64_t compiles = 0;  // NVRTC compiles of all processes together
   for (int p = 0; p < kProcesses; ++p) {
     CAPTURE(p);
     const int rc = wait_exit(pids[static_cast<size_t>(p)]);
@@ -204,9 +209,14 @@ TEST_CASE("cache: 8 processes x 4 threads asking for the same 4 cold kernels at 
     CHECK(count_lines(result) == 4);
     if (p == 0) first = result;
     CHECK(result == first);  // every process got the same cubins
+    compiles += std::stoull("0" + read_text(work.path() + "/compiles-" + std::to_string(p)));
   }
+  // The claims: each kernel compiled by one thread of one process, the others
+  // waited and loaded its entry.
+  CHECK(compiles == 4);
   MESSAGE("8 x 4 race over 4 cold kernels: "
-          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+          << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s, " << compiles
+          << " NVRTC compiles in all processes");
   // Each kernel is exactly one entry (cubin + source + log), whole; nothing else.
   CHECK(files_with(cache, ".cubin").size() == 4);
   CHECK(files_with(cache, ".cu").size() == 4);
