@@ -4,6 +4,10 @@
 
 namespace flashgen::gen {
 
+/// Compute capabilities (10 * major + minor) that profile_for_arch() and the
+/// profile loader accept.
+constexpr int kMinArch = 10;
+constexpr int kMaxArch = 999;
 constexpr int kMinHeadDim = 16;
 constexpr int kMaxHeadDim = 256;
 constexpr int kHeadDimMultiple = 8;

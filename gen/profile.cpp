@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <yaml-cpp/yaml.h>
+#include <sys/stat.h>
 
 #include "flashgen/profile.hpp"
 #include "gen/yaml_reader.hpp"
@@ -37,8 +38,8 @@ using gen::kMaxHeadDim;
 using gen::kMaxStages;
 using gen::kMaxWarps;
 using gen::kWgmmaMaxBlockNOneGroup;
-constexpr int64_t kMinArch = 10;
-constexpr int64_t kMaxArch = 999;
+using gen::kMaxArch;
+using gen::kMinArch;
 constexpr std::string_view kBuiltinPrefix = "<builtin>/";
 
 std::string arch_list(const std::vector<int>& archs) {
@@ -327,6 +328,12 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
 }
 
 Profile load_profile_file(const std::string& path) {
+  // A directory opens as a stream that reads nothing (and would parse as an empty document).
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw IoError(fmt::format("cannot read profile file '{}': {}", path,
+                              S_ISDIR(st.st_mode) ? "it is a directory, not a YAML file" : "it is not a regular file"));
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -351,7 +358,23 @@ const Profile& profile_for_arch(int arch) {
         "flashgen::plan(problem) without an arch plans for the current device",
         arch, kMinArch, kMaxArch));
   if (const char* env = std::getenv("FLASHGEN_PROFILE"); env && *env) {
-    const Profile& p = env_profile(env);
+    // A broken override says so by name: the file is the caller's configuration, not the problem's.
+    const auto unusable = [&](const Error& e) {
+      return fmt::format("FLASHGEN_PROFILE={} cannot be used: {} (fix the file, or unset FLASHGEN_PROFILE to use "
+                         "the built-in profiles)",
+                         env, e.what());
+    };
+    const Profile* selected = nullptr;
+    try {
+      selected = &env_profile(env);
+    } catch (const IoError& e) {
+      throw IoError(unusable(e));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(unusable(e));
+    } catch (const Error& e) {
+      throw Error(e.code(), unusable(e));
+    }
+    const Profile& p = *selected;
     if (std::count(p.archs.begin(), p.archs.end(), arch)) return p;
     throw Unsupported(fmt::format(
         "FLASHGEN_PROFILE={} selects profile {}, which does not list compute capability sm_{} "

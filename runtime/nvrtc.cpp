@@ -80,40 +80,42 @@ std::string resolve_all(void* lib, NvrtcApi& a) {
   return missing;
 }
 
-// dlopen `path` and check it is a usable NVRTC; on failure appends a line to
-// `tried` and returns a state with ok == false. A usable library stays open
-// until process exit.
-NvrtcState try_load(const std::string& path, std::string& tried) {
+// dlopen `path` and check it is a usable NVRTC; on failure returns a state
+// with ok == false and error "<path>: <why>" (one line). A usable library
+// stays open until process exit.
+NvrtcState try_load(const std::string& path) {
   NvrtcState s;
+  const auto refuse = [&](const std::string& why) {
+    // dlerror() names the file itself ("<path>: file too short").
+    s.error = why.rfind(path + ": ", 0) == 0 ? why : fmt::format("{}: {}", path, why);
+    return s;
+  };
   dlerror();
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = dlerror();
-    tried += fmt::format("\n  {}: {}", path, why != nullptr ? why : "dlopen failed");
-    return s;
+    return refuse(why != nullptr ? why : "dlopen failed");
   }
   NvrtcApi api{};
   std::string missing = resolve_all(lib, api);
   if (!missing.empty()) {
-    tried += fmt::format("\n  {}: loaded, but lacks {}", path, missing);
     dlclose(lib);
-    return s;
+    return refuse(fmt::format("loaded, but lacks {}", missing));
   }
   int major = 0, minor = 0;
   nvrtcResult r = api.nvrtcVersion(&major, &minor);
   if (r != NVRTC_SUCCESS) {
-    tried += fmt::format("\n  {}: nvrtcVersion failed ({})", path, api.nvrtcGetErrorString(r));
+    const std::string why = fmt::format("nvrtcVersion failed ({})", api.nvrtcGetErrorString(r));
     dlclose(lib);
-    return s;
+    return refuse(why);
   }
   // Only the majors whose NVRTC this library is written and tested against:
   // another major may differ in options, ABI or targets (and its cubins in
   // what the driver accepts), so it is refused by name rather than used.
   if (major < kMinNvrtcMajor || major > kMaxNvrtcMajor) {
-    tried += fmt::format("\n  {}: loaded, but it is NVRTC {}.{}; libflashgen needs NVRTC {}.x to {}.x",
-                         path, major, minor, kMinNvrtcMajor, kMaxNvrtcMajor);
     dlclose(lib);
-    return s;
+    return refuse(fmt::format("loaded, but it is NVRTC {}.{}; libflashgen needs NVRTC {}.x to {}.x", major, minor,
+                              kMinNvrtcMajor, kMaxNvrtcMajor));
   }
   s.api = api;
   s.ok = true;
@@ -129,41 +131,40 @@ NvrtcState try_load(const std::string& path, std::string& tried) {
 }
 
 NvrtcState load_nvrtc() {
-  NvrtcState s;
-  std::vector<std::string> candidates;
   const char* override_path = std::getenv("FLASHGEN_NVRTC_LIBRARY");
-  const bool overridden = override_path != nullptr && *override_path != '\0';
-  if (overridden) {
-    candidates.emplace_back(override_path);
-  } else {
-    const char* names[] = {"libnvrtc.so.13", "libnvrtc.so.12"};
-    for (const char* n : names) candidates.emplace_back(n);
-    std::vector<std::string> dirs;
-    if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && *home != '\0')
-      dirs.push_back(std::string(home) + "/lib64");
-    if (dirs.empty() || dirs[0] != "/usr/local/cuda/lib64") dirs.emplace_back("/usr/local/cuda/lib64");
-    for (const auto& d : dirs)
-      for (const char* n : names) candidates.push_back(d + "/" + n);
+  if (override_path != nullptr && *override_path != '\0') {
+    // Only this file; the whole reason on the message's first line.
+    NvrtcState s = try_load(override_path);
+    if (!s.ok) {
+      s.error = fmt::format(
+          "FLASHGEN_NVRTC_LIBRARY={} could not be used: {}. No other NVRTC is searched while it is set: set it to "
+          "the path of a working libnvrtc.so (CUDA 12 or 13), or unset it to search the default locations.",
+          override_path, s.error);
+    }
+    return s;
   }
+  std::vector<std::string> candidates;
+  const char* names[] = {"libnvrtc.so.13", "libnvrtc.so.12"};
+  for (const char* n : names) candidates.emplace_back(n);
+  std::vector<std::string> dirs;
+  if (const char* home = std::getenv("CUDA_HOME"); home != nullptr && *home != '\0')
+    dirs.push_back(std::string(home) + "/lib64");
+  if (dirs.empty() || dirs[0] != "/usr/local/cuda/lib64") dirs.emplace_back("/usr/local/cuda/lib64");
+  for (const auto& d : dirs)
+    for (const char* n : names) candidates.push_back(d + "/" + n);
 
   std::string tried;
   for (const auto& c : candidates) {
-    NvrtcState loaded = try_load(c, tried);
+    NvrtcState loaded = try_load(c);
     if (loaded.ok) return loaded;
+    tried += "\n  " + loaded.error;
   }
-  if (overridden) {
-    s.error = fmt::format(
-        "NVRTC is not available: FLASHGEN_NVRTC_LIBRARY names a library that could not be used (no "
-        "other location is tried while it is set):{}\nSet FLASHGEN_NVRTC_LIBRARY to the path of a "
-        "working libnvrtc.so (CUDA 12 or 13), or unset it to search the default locations.",
-        tried);
-  } else {
-    s.error = fmt::format(
-        "NVRTC is not available, so kernels cannot be compiled. Tried:{}\nInstall the CUDA "
-        "toolkit's NVRTC (CUDA 12 or 13; e.g. the PyPI wheel nvidia-cuda-nvrtc-cu12), set CUDA_HOME "
-        "to the toolkit, or set FLASHGEN_NVRTC_LIBRARY to the path of libnvrtc.so.",
-        tried);
-  }
+  NvrtcState s;
+  s.error = fmt::format(
+      "NVRTC is not available, so kernels cannot be compiled. Tried:{}\nInstall the CUDA "
+      "toolkit's NVRTC (CUDA 12 or 13; e.g. the PyPI wheel nvidia-cuda-nvrtc-cu12), set CUDA_HOME "
+      "to the toolkit, or set FLASHGEN_NVRTC_LIBRARY to the path of libnvrtc.so.",
+      tried);
   return s;
 }
 
@@ -250,8 +251,11 @@ const NvrtcState& loaded_for(int arch) {
     std::string tried;
     for (const std::string& c : legacy_candidates()) {
       if (c == primary.library) continue;
-      NvrtcState s = try_load(c, tried);
-      if (!s.ok) continue;
+      NvrtcState s = try_load(c);
+      if (!s.ok) {
+        tried += "\n  " + s.error;
+        continue;
+      }
       if (s.targets(arch)) {
         *st = std::move(s);
         break;

@@ -8,8 +8,9 @@
 //   flashgen info     device, profile, NVRTC and driver versions, cache layers, tune files
 //
 // Every subcommand has --help. Errors go to stderr with a non-zero exit status
-// (1: some kernels failed / entries are bad, 2: the command could not run;
-// usage errors get CLI11's codes).
+// (1: some kernels failed / entries are bad / a cache directory cannot be
+// listed, 2: the command could not run: a usage error, a value out of range,
+// a configuration error).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -29,18 +30,8 @@ int main(int argc, char** argv) {
       "Environment: FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH, FLASHGEN_TUNE_FILE, FLASHGEN_NVRTC_LIBRARY,\n"
       "FLASHGEN_PROFILE (see README.md).");
 
-  PregenOptions pregen;
-  CLI::App* pregen_cmd = add_pregen(app, pregen);
-  TuneOptions tune;
-  CLI::App* tune_cmd = add_tune(app, tune);
-  ExplainOptions explain;
-  CLI::App* explain_cmd = add_explain(app, explain);
-  ShowOptions show;
-  CLI::App* show_cmd = add_show(app, show);
-  CacheOptions cache;
-  CLI::App* cache_cmd = add_cache(app, cache);
-  InfoOptions info;
-  CLI::App* info_cmd = add_info(app, info);
+  Commands commands;
+  add_commands(app, commands);
 
   // Name an unknown subcommand (CLI11 would only say that one is required).
   auto is_subcommand = [&](const std::string& name) {
@@ -55,39 +46,26 @@ int main(int argc, char** argv) {
                  argv[1]);
     return 2;
   }
-  CLI11_PARSE(app, argc, argv);
-
-  const char* name = "flashgen";
+  const std::string command = argc > 1 && is_subcommand(argv[1]) ? std::string("flashgen ") + argv[1] : "flashgen";
   try {
-    if (pregen_cmd->parsed()) {
-      name = "flashgen pregen";
-      return run_pregen(pregen);
-    }
-    if (tune_cmd->parsed()) {
-      name = "flashgen tune";
-      return run_tune(tune);
-    }
-    if (explain_cmd->parsed()) {
-      name = "flashgen explain";
-      return run_explain(explain);
-    }
-    if (show_cmd->parsed()) {
-      name = "flashgen show";
-      return run_show(show);
-    }
-    if (cache_cmd->parsed()) {
-      name = "flashgen cache";
-      return run_cache(cache);
-    }
-    if (info_cmd->parsed()) {
-      name = "flashgen info";
-      return run_info(info);
-    }
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "%s: error: %s\n", name, e.what());
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+    // Usage errors and numbers out of range (the option checks name the value and what is allowed).
+    std::fprintf(stderr, "%s: error: %s; see %s --help\n", command.c_str(), e.what(), command.c_str());
     return 2;
   }
-  std::fprintf(stderr, "flashgen: error: no subcommand (see flashgen --help)\n");
-  return 2;
+
+  try {
+    return run_parsed_command(app, commands);
+  } catch (const ConfigError& e) {
+    // Once, with the whole reason, before any kernel was attempted.
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: configuration error: %s\n", command.c_str(), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", command.c_str(), e.what());
+    return 2;
+  }
 }

@@ -15,6 +15,29 @@
 
 namespace flashgen::cli {
 
+// ---- numbers -------------------------------------------------------------------
+//
+// Every number the tool reads (options, problem keys, YAML problem files, tile
+// and head-dim lists) goes through these before it is used: no sscanf, no
+// silent overflow, no NaN or infinity turned into an integer.
+
+/// Largest batch, seqlen or head count a problem may name (the library's
+/// checks then refuse tensors whose offsets overflow).
+inline constexpr int64_t kMaxProblemSize = int64_t{1} << 40;
+/// Largest head_dim / head_dim_v the tool passes on (the library's own rules,
+/// which explain lists, then apply).
+inline constexpr int64_t kMaxHeadDimArg = int64_t{1} << 20;
+
+/// `text` as a decimal integer (an optional '-' and digits, nothing else)
+/// when it is one in [lo, hi]; nullopt otherwise (also on overflow).
+std::optional<int64_t> int_in_range(const std::string& text, int64_t lo, int64_t hi);
+/// `text` as a finite decimal number (no nan, inf, hex, sign '+', spaces or
+/// trailing characters) when it is one in [lo, hi]; nullopt otherwise.
+std::optional<double> real_in_range(const std::string& text, double lo, double hi);
+/// int_in_range, or InvalidArgument "<what> has value '<text>': must be an
+/// integer in [lo, hi]".
+int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t lo, int64_t hi);
+
 // ---- problems ------------------------------------------------------------------
 
 /// One attention problem as a user writes it (shapes only, no pointers).
@@ -42,14 +65,18 @@ AttentionProblem to_problem(const ProblemDesc& d);
 
 /// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
 /// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse).
-/// seqlen sets both seqlens, heads both head counts; head_dim_v defaults to
-/// head_dim and seqlen_k to seqlen_q. Throws InvalidArgument naming the key.
+/// seqlen sets both seqlens, heads both head counts (and cannot be combined
+/// with seqlen_q / seqlen_k, heads_q / heads_kv); head_dim_v defaults to
+/// head_dim and seqlen_k to seqlen_q. batch, seqlens and heads are integers in
+/// [0, kMaxProblemSize], head dims in [0, kMaxHeadDimArg]. Throws
+/// InvalidArgument naming the key, its value and what is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
 /// A YAML problem set ("problems seen in production"):
 ///   problems:
 ///     - {name: llama3-8b-prefill, dtype: f16, batch: 1, seqlen_q: 4096, heads_q: 32, heads_kv: 8,
 ///        head_dim: 128, mask: causalbr}
+/// Keys and values as for parse_problem_text.
 /// Required: dtype, head_dim, seqlen_q (or seqlen), heads_q (or heads);
 /// optional: name, batch (1), seqlen_k (= seqlen_q), heads_kv (= heads_q),
 /// head_dim_v (= head_dim), mask (none), bias (none), lse (false).

@@ -2,14 +2,17 @@
 // tools/flashgen_tune.cpp).
 #include "tools/flashgen_cmds.hpp"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <functional>
 #include <map>
@@ -24,6 +27,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "gen/emit.hpp"
+#include "gen/limits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -110,16 +114,109 @@ int choose_arch(int requested, std::string* note) {
   return 90;
 }
 
-bool parse_tile_text(const std::string& text, int* bm, int* bn, int* w, int* s) {
+void add_commands(CLI::App& app, Commands& c) {
+  add_pregen(app, c.pregen);
+  add_tune(app, c.tune);
+  add_explain(app, c.explain);
+  add_show(app, c.show);
+  add_cache(app, c.cache);
+  add_info(app, c.info);
+}
+
+int run_parsed_command(const CLI::App& app, const Commands& c) {
+  const auto parsed = [&](const char* name) { return app.get_subcommand(name)->parsed(); };
+  if (parsed("pregen")) return run_pregen(c.pregen);
+  if (parsed("tune")) return run_tune(c.tune);
+  if (parsed("explain")) return run_explain(c.explain);
+  if (parsed("show")) return run_show(c.show);
+  if (parsed("cache")) return run_cache(c.cache);
+  if (parsed("info")) return run_info(c.info);
+  throw InvalidArgument("no subcommand (see flashgen --help)");
+}
+
+bool parse_tile_text(const std::string& what, const std::string& text, TileShape* tile) {
   if (text.empty() || text == "default") return false;
-  char x1 = 0, x2 = 0, x3 = 0;
-  int n = 0;
-  if (std::sscanf(text.c_str(), "%d%c%d%c%d%c%d%n", bm, &x1, bn, &x2, w, &x3, s, &n) != 7 || x1 != 'x' ||
-      x2 != 'x' || x3 != 'x' || n != static_cast<int>(text.size())) {
+  std::vector<std::string> fields;
+  for (size_t pos = 0;;) {
+    const size_t x = text.find('x', pos);
+    fields.push_back(text.substr(pos, x == std::string::npos ? std::string::npos : x - pos));
+    if (x == std::string::npos) break;
+    pos = x + 1;
+  }
+  if (fields.size() != 4) {
     throw InvalidArgument(fmt::format(
-        "tile '{}' is not BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default'", text));
+        "{} has value '{}': not BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default'", what, text));
+  }
+  struct Field {
+    const char* name;
+    int64_t hi;
+    int* out;
+  };
+  const Field spec[4] = {{"BLOCK_M", gen::kMaxBlock, &tile->block_m},
+                         {"BLOCK_N", gen::kMaxBlock, &tile->block_n},
+                         {"WARPS", gen::kMaxWarps, &tile->warps},
+                         {"STAGES", gen::kMaxStages, &tile->stages}};
+  for (size_t i = 0; i < 4; ++i) {
+    const std::optional<int64_t> v = int_in_range(fields[i], 1, spec[i].hi);
+    if (!v) {
+      throw InvalidArgument(fmt::format("{} has value '{}': {} '{}' must be an integer in [1, {}] (the tile is "
+                                        "BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 128x64x8x2)",
+                                        what, text, spec[i].name, fields[i], spec[i].hi));
+    }
+    *spec[i].out = static_cast<int>(*v);
   }
   return true;
+}
+
+namespace {
+
+std::string range_text(double lo, double hi) { return fmt::format("[{}, {}]", lo, hi); }
+
+}  // namespace
+
+CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        if (int_in_range(text, lo, hi)) return {};
+        return fmt::format("value '{}' is not allowed: must be an integer in [{}, {}]{}", text, lo, hi,
+                           meaning.empty() ? "" : " (" + meaning + ")");
+      },
+      fmt::format("INT in [{}, {}]", lo, hi));
+}
+
+CLI::Validator number_in(double lo, double hi, const std::string& meaning) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        if (real_in_range(text, lo, hi)) return {};
+        return fmt::format("value '{}' is not allowed: must be a finite number in {}{}", text, range_text(lo, hi),
+                           meaning.empty() ? "" : " (" + meaning + ")");
+      },
+      "NUMBER in " + range_text(lo, hi));
+}
+
+CLI::Validator arch_number() {
+  return integer_in(gen::kMinArch, gen::kMaxArch, "a compute capability 10 * major + minor, e.g. 90 for sm_90");
+}
+
+void check_profile_config(const std::vector<int>& archs) {
+  const char* env = std::getenv("FLASHGEN_PROFILE");
+  if (env == nullptr || *env == '\0') return;
+  try {
+    for (int arch : archs) (void)profile_for_arch(arch);
+  } catch (const Error& e) {
+    throw ConfigError(e.what());
+  }
+}
+
+void check_nvrtc_config(const std::vector<int>& archs, bool required) {
+  const char* env = std::getenv("FLASHGEN_NVRTC_LIBRARY");
+  if (!required && (env == nullptr || *env == '\0')) return;
+  try {
+    if (archs.empty()) (void)rt::nvrtc_version();
+    for (int arch : archs) (void)rt::nvrtc_version_for(arch);
+  } catch (const Error& e) {
+    throw ConfigError(e.what());
+  }
 }
 
 // ============================================================================
@@ -131,7 +228,9 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
       "pregen",
       "Compile a set of kernels ahead of time (NVRTC, no GPU needed) into the user cache or a bundle directory. "
       "The set is the cross product of the flags for every chosen arch, or the problems of a YAML file.");
-  c->add_option("--arch", o.archs, "target compute capabilities, e.g. 80,90 (10*major+minor)")->delimiter(',');
+  c->add_option("--arch", o.archs, "target compute capabilities, e.g. 80,90 (10*major+minor)")
+      ->delimiter(',')
+      ->check(arch_number());
   c->add_option("--profile", o.profiles, "every arch of these built-in profiles, e.g. ampere,hopper")->delimiter(',');
   c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
       ->capture_default_str();
@@ -154,7 +253,8 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--out", o.out,
                 "write into this bundle directory (created 0755, files 0644) instead of the user cache; ship it and "
                 "point FLASHGEN_CACHE_PATH at it");
-  c->add_option("-j,--jobs", o.threads, "compile threads (default: one per core)")->check(CLI::NonNegativeNumber);
+  c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
+      ->check(integer_in(0, kMaxJobs, "0: one per core"));
   c->add_flag("--list", o.list, "print the specs and exit (nothing is compiled)");
   return c;
 }
@@ -185,6 +285,9 @@ int run_pregen(const PregenOptions& o) {
   }
   std::sort(archs.begin(), archs.end());
   archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
+  // A broken configuration fails every kernel the same way: say it once, before planning.
+  check_profile_config(archs);
+  if (!o.list) check_nvrtc_config(archs, true);
 
   // Problems: from the file, or the cross product of the flags.
   std::vector<ProblemDesc> problems;
@@ -193,16 +296,16 @@ int run_pregen(const PregenOptions& o) {
   } else {
     std::vector<std::pair<int, int>> dims;
     for (const std::string& t : items(o.head_dims)) {
-      int d = 0, dv = 0;
-      char colon = 0;
-      int n = 0;
-      if (std::sscanf(t.c_str(), "%d%n", &d, &n) == 1 && n == static_cast<int>(t.size())) {
-        dv = d;
-      } else if (std::sscanf(t.c_str(), "%d%c%d%n", &d, &colon, &dv, &n) != 3 || colon != ':' ||
-                 n != static_cast<int>(t.size())) {
-        throw InvalidArgument(fmt::format("--head-dims: '{}' is not D or D:DV (e.g. 96 or 192:128)", t));
+      const size_t colon = t.find(':');
+      const std::string d_text = t.substr(0, colon), dv_text = colon == std::string::npos ? d_text : t.substr(colon + 1);
+      const std::optional<int64_t> d = int_in_range(d_text, 0, kMaxHeadDimArg);
+      const std::optional<int64_t> dv = int_in_range(dv_text, 0, kMaxHeadDimArg);
+      if (!d || !dv) {
+        throw InvalidArgument(fmt::format("--head-dims has value '{}': must be D or D:DV (e.g. 96 or 192:128) with "
+                                          "integers D, DV in [0, {}]",
+                                          t, kMaxHeadDimArg));
       }
-      dims.emplace_back(d, dv);
+      dims.emplace_back(static_cast<int>(*d), static_cast<int>(*dv));
     }
     std::vector<bool> lses;
     for (const std::string& t : items(o.lse)) {
@@ -229,7 +332,7 @@ int run_pregen(const PregenOptions& o) {
   std::vector<std::optional<TileShape>> tiles;
   for (const std::string& t : items(o.tiles)) {
     TileShape ts;
-    if (parse_tile_text(t, &ts.block_m, &ts.block_n, &ts.warps, &ts.stages)) tiles.emplace_back(ts);
+    if (parse_tile_text("--tiles", t, &ts)) tiles.emplace_back(ts);
     else tiles.emplace_back(std::nullopt);
   }
   if (tiles.empty()) tiles.emplace_back(std::nullopt);
@@ -375,10 +478,11 @@ CLI::App* add_explain(CLI::App& app, ExplainOptions& o) {
       "A dry run (no GPU needed): what a problem gets, or every rule it breaks and the nearest supported "
       "alternatives. Nothing is written to the cache.");
   c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)")->required();
-  c->add_option("--arch", o.arch, "target compute capability (default: the GPU's, else 90)");
+  c->add_option("--arch", o.arch, "target compute capability (default: the GPU's, else 90)")->check(arch_number());
   c->add_option("--device", o.device, "use the tune entries of this device name");
   c->add_option("--tile", o.tile, "explain this tile (BLOCK_MxBLOCK_NxWARPSxSTAGES) instead of the planned one");
-  c->add_option("--sms", o.sms, "SM count for the wave model (default: the GPU's when it is the target)");
+  c->add_option("--sms", o.sms, "SM count for the wave model (default: the GPU's when it is the target)")
+      ->check(integer_in(1, kMaxSms, "the SM count of the target GPU"));
   c->add_flag("--no-compile", o.no_compile, "do not run NVRTC for the register report when the kernel is not cached");
   return c;
 }
@@ -551,8 +655,11 @@ int run_explain(const ExplainOptions& o) {
   std::optional<TileShape> tile;
   {
     TileShape t;
-    if (parse_tile_text(o.tile, &t.block_m, &t.block_n, &t.warps, &t.stages)) tile = t;
+    if (parse_tile_text("--tile", o.tile, &t)) tile = t;
   }
+  // A broken FLASHGEN_PROFILE or FLASHGEN_NVRTC_LIBRARY is the configuration's fault, not a rule the problem breaks.
+  check_profile_config({arch});
+  check_nvrtc_config({arch}, false);
   row("problem", d.str());
   row("arch", arch_note.empty() ? fmt::format("sm_{}", arch) : arch_note);
 
@@ -732,7 +839,8 @@ CLI::App* add_show(CLI::App& app, ShowOptions& o) {
   auto* p = c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)");
   auto* s = c->add_option("--spec", o.spec, "a canonical spec string (flashgen.fwd.v1:...)");
   p->excludes(s);
-  c->add_option("--arch", o.arch, "target compute capability for --problem (default: the GPU's, else 90)");
+  c->add_option("--arch", o.arch, "target compute capability for --problem (default: the GPU's, else 90)")
+      ->check(arch_number());
   c->add_option("--tile", o.tile, "tile BLOCK_MxBLOCK_NxWARPSxSTAGES for --problem instead of the planned one");
   return c;
 }
@@ -741,11 +849,14 @@ int run_show(const ShowOptions& o) {
   KernelSpec spec;
   if (!o.spec.empty()) {
     spec = KernelSpec::parse(o.spec);
+    check_profile_config({spec.arch});
   } else if (!o.problem.empty()) {
     const ProblemDesc d = parse_problem_text(o.problem);
     const int arch = choose_arch(o.arch, nullptr);
     TileShape t;
-    if (parse_tile_text(o.tile, &t.block_m, &t.block_n, &t.warps, &t.stages)) {
+    const bool tiled = parse_tile_text("--tile", o.tile, &t);
+    check_profile_config({arch});
+    if (tiled) {
       spec = spec_with_tile(d, arch, profile_for_arch(arch), t);
     } else {
       spec = plan(to_problem(d), arch);
@@ -772,14 +883,36 @@ CLI::App* add_cache(CLI::App& app, CacheOptions& o) {
       ->check(CLI::IsMember({"ls", "verify", "prune", "clear"}));
   c->add_option("--dir", o.dir, "work on this directory instead of the cache layers");
   c->add_flag("--dry-run", o.dry_run, "prune/clear: list what would be removed");
-  c->add_option("--older-than", o.older_than_days, "prune: also remove entries not modified for this many days");
+  c->add_option("--older-than", o.older_than_days, "prune: also remove entries not modified for this many days")
+      ->check(number_in(0, kMaxAgeDays, "days"));
   c->add_option("--temp-age", o.temp_age_s,
                 "prune: remove temp files and orphaned sources older than this many seconds (default 600; younger "
-                "ones may belong to a live writer)");
+                "ones may belong to a live writer)")
+      ->check(number_in(0, kMaxAgeSeconds, "seconds"));
   return c;
 }
 
+namespace {
+
+// Why `path` cannot be listed as a directory ("" when it can).
+std::string unlistable_dir_reason(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    return err == ENOENT ? std::string("no such directory") : fmt::format("cannot be examined: {}", std::strerror(err));
+  }
+  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  DIR* d = ::opendir(path.c_str());
+  if (d == nullptr) return fmt::format("cannot be read: {}", std::strerror(errno));
+  ::closedir(d);
+  return {};
+}
+
+}  // namespace
+
 int run_cache(const CacheOptions& o) {
+  // ls, verify and prune judge entries by the NVRTC that would compile them.
+  if (o.action != "clear") check_nvrtc_config({}, false);
   const rt::NvrtcForArch nvrtc = rt::loaded_nvrtc_for_arch();
   struct Dir {
     std::string path;
@@ -788,7 +921,15 @@ int run_cache(const CacheOptions& o) {
   };
   std::vector<Dir> dirs;
   std::string user_dir;
+  // Layers that are configured but cannot be used (ls and verify fail on them).
+  size_t unusable = 0;
   if (!o.dir.empty()) {
+    // A directory named on the command line must be one: an empty listing of a typo would pass.
+    if (const std::string why = unlistable_dir_reason(o.dir); !why.empty()) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "flashgen cache %s: error: --dir %s: %s\n", o.action.c_str(), o.dir.c_str(), why.c_str());
+      return 1;
+    }
     dirs.push_back(Dir{o.dir, false, "directory"});
     user_dir = o.dir;
   } else {
@@ -798,6 +939,7 @@ int run_cache(const CacheOptions& o) {
           dirs.push_back(Dir{l.path, true, "bundle"});
         } else {
           std::printf("bundle %s: not used: %s\n", l.path.c_str(), l.problem.c_str());
+          ++unusable;
         }
       } else if (l.kind == rt::CacheLayer::Kind::user) {
         if (l.usable) {
@@ -805,6 +947,7 @@ int run_cache(const CacheOptions& o) {
           user_dir = l.path;
         } else {
           std::printf("user cache: not used: %s\n", l.problem.c_str());
+          if (!l.path.empty()) ++unusable;
         }
       }
     }
@@ -838,6 +981,12 @@ int run_cache(const CacheOptions& o) {
     std::printf("%zu entries: %zu ok, %zu foreign or stale (never loaded here; flashgen cache prune removes them from "
                 "the user cache), %zu bad\n",
                 total, total - bad - foreign, foreign, bad);
+    if (unusable > 0) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "flashgen cache %s: error: %zu configured cache director%s cannot be used (see above)\n",
+                   o.action.c_str(), unusable, unusable == 1 ? "y" : "ies");
+      return 1;
+    }
     return o.action == "verify" && bad > 0 ? 1 : 0;
   }
 
@@ -864,7 +1013,8 @@ CLI::App* add_info(CLI::App& app, InfoOptions& o) {
   CLI::App* c = app.add_subcommand("info",
                                    "Print the device, its profile, the NVRTC and driver versions, the cache layers "
                                    "and the tune files.");
-  c->add_option("--arch", o.arch, "show the profile and NVRTC of this arch (default: the GPU's, else 90)");
+  c->add_option("--arch", o.arch, "show the profile and NVRTC of this arch (default: the GPU's, else 90)")
+      ->check(arch_number());
   return c;
 }
 
@@ -899,18 +1049,28 @@ int run_info(const InfoOptions& o) {
     row("driver", "not loaded");
   }
   const int arch = o.arch != 0 ? o.arch : dev ? dev->arch : 90;
+  // A broken FLASHGEN_PROFILE / FLASHGEN_NVRTC_LIBRARY: its row gives the whole reason, and the exit status is 2.
+  int rc = 0;
   try {
+    check_profile_config({arch});
     const Profile& p = profile_for_arch(arch);
     row("profile", fmt::format("sm_{}: {} ({}), matrix unit {}{}, hash {}", arch, p.name, p.source,
                                to_string(p.matrix_unit.shape),
                                p.wgmma_flash.empty() ? "" : " (wgmma, sm_90a, for head dims that are multiples of 16)",
                                profile_hash(p)));
+  } catch (const ConfigError& e) {
+    row("profile", fmt::format("configuration error: {}", e.what()));
+    rc = 2;
   } catch (const std::exception& e) {
     row("profile", fmt::format("sm_{}: {}", arch, first_line(e.what())));
   }
   try {
+    check_nvrtc_config({arch}, false);
     row("nvrtc", fmt::format("{} from {} (for sm_{})", rt::nvrtc_version_for(arch).str(), rt::nvrtc_library_for(arch),
                              arch));
+  } catch (const ConfigError& e) {
+    row("nvrtc", fmt::format("configuration error: {}", e.what()));
+    rc = 2;
   } catch (const std::exception& e) {
     row("nvrtc", fmt::format("not available for sm_{}: {}", arch, first_line(e.what())));
   }
@@ -943,7 +1103,7 @@ int run_info(const InfoOptions& o) {
     }
     row("tune file", fmt::format("{}: {}", f, text));
   }
-  return 0;
+  return rc;
 }
 
 }  // namespace flashgen::cli

@@ -4,8 +4,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "flashgen/flashgen.hpp"
 
 namespace flashgen::cli {
 
@@ -80,12 +84,70 @@ struct InfoOptions {
 CLI::App* add_info(CLI::App& app, InfoOptions& o);
 int run_info(const InfoOptions& o);
 
+/// Every subcommand's options. add_commands registers all of them (main() and
+/// the tests build the same application from it).
+struct Commands {
+  PregenOptions pregen;
+  TuneOptions tune;
+  ExplainOptions explain;
+  ShowOptions show;
+  CacheOptions cache;
+  InfoOptions info;
+};
+void add_commands(CLI::App& app, Commands& c);
+/// Runs the subcommand `app` parsed (exceptions propagate; main() reports them).
+int run_parsed_command(const CLI::App& app, const Commands& c);
+
 // Shared by the commands.
 
 /// The arch to plan for: `requested` if non-zero, else the GPU's, else 90 (with *note saying so).
 int choose_arch(int requested, std::string* note);
 
-/// Parses "BMxBNxWxS" (e.g. 128x64x8x2) or "default" (returns false).
-bool parse_tile_text(const std::string& text, int* bm, int* bn, int* w, int* s);
+/// Parses "BMxBNxWxS" (e.g. 128x64x8x2) into *tile, or "" / "default"
+/// (returns false). Each field is an integer within the spec's bounds
+/// (block_m, block_n in [1, 256], warps in [1, 16], stages in [1, 4]; validate()
+/// then applies the finer rules). Throws InvalidArgument naming `what` (the
+/// option), the text, the field, its value and the allowed range.
+bool parse_tile_text(const std::string& what, const std::string& text, TileShape* tile);
+
+// ---- numeric options -------------------------------------------------------------
+
+/// A CLI11 check, run on the option's text before CLI11 converts it: a decimal
+/// integer in [lo, hi] (int_in_range). The message names the value and the
+/// range, and `meaning` when given (e.g. "an SM count"); CLI11 prefixes the option.
+CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning = "");
+/// The same for a finite decimal number in [lo, hi] (real_in_range).
+CLI::Validator number_in(double lo, double hi, const std::string& meaning = "");
+/// integer_in for --arch: a compute capability in [gen::kMinArch, gen::kMaxArch]
+/// (gen/limits.hpp, the range profile_for_arch() takes).
+CLI::Validator arch_number();
+
+/// Bounds of the numeric options (the allowed ranges their messages state).
+inline constexpr int64_t kMaxJobs = 4096;           ///< -j/--jobs (0: one per core)
+inline constexpr int64_t kMaxSms = 4096;            ///< explain --sms
+inline constexpr double kMaxAgeDays = 36500;        ///< cache prune --older-than (100 years)
+inline constexpr double kMaxAgeSeconds = 36500.0 * 86400.0;  ///< cache prune --temp-age (100 years)
+
+// ---- configuration -----------------------------------------------------------
+
+/// The environment cannot serve the command: FLASHGEN_PROFILE or
+/// FLASHGEN_NVRTC_LIBRARY names something unusable, or no NVRTC compiles for
+/// an arch a command must compile for. main() reports it once, as
+/// "configuration error", with exit status 2, before any kernel is attempted.
+class ConfigError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// With FLASHGEN_PROFILE set: the file loads and lists every arch of `archs`
+/// (the archs the command plans for).
+/// Throws ConfigError with the library's full message (which names the variable).
+void check_profile_config(const std::vector<int>& archs);
+
+/// NVRTC for each arch of `archs` loads and targets it. `required`: the
+/// command compiles, so any failure is a ConfigError; otherwise only a failure
+/// while FLASHGEN_NVRTC_LIBRARY is set is (a command that merely reports NVRTC
+/// versions works without NVRTC). An empty `archs` checks the primary NVRTC.
+void check_nvrtc_config(const std::vector<int>& archs, bool required);
 
 }  // namespace flashgen::cli

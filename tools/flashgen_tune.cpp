@@ -284,21 +284,25 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
                 "user cache)");
   c->add_option("--top", o.top, "candidates to time, besides the profile's default tile")
       ->capture_default_str()
-      ->check(CLI::Range(1, 64));
+      ->check(integer_in(1, 64, "candidates"));
   c->add_option("--compile", o.compile, "candidates to compile (for their ptxas register report)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 256));
+      ->check(integer_in(1, 256, "candidates"));
   c->add_option("--runs", o.runs, "timed runs per candidate (the median counts)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 1000));
-  c->add_option("--warmup", o.warmups, "untimed runs before timing")->capture_default_str()->check(CLI::Range(0, 100));
-  c->add_option("-j,--jobs", o.threads, "compile threads (default: one per core)")->check(CLI::NonNegativeNumber);
+      ->check(integer_in(1, 1000, "runs"));
+  c->add_option("--warmup", o.warmups, "untimed runs before timing")
+      ->capture_default_str()
+      ->check(integer_in(0, 100, "runs"));
+  c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
+      ->check(integer_in(0, kMaxJobs, "0: one per core"));
   c->add_flag("--dry-run", o.dry_run, "print the model's ranking only (no GPU needed; with --arch)");
   c->add_flag("--compile-only", o.compile_only,
               "compile the candidates and re-rank them with ptxas's registers and spills, then stop before timing "
               "(no GPU needed; with --arch)");
   c->add_option("--arch", o.arch,
-                "with --dry-run or --compile-only: the arch to rank for (default: the GPU's, else 90)");
+                "with --dry-run or --compile-only: the arch to rank for (default: the GPU's, else 90)")
+      ->check(arch_number());
   return c;
 }
 
@@ -333,6 +337,9 @@ int run_tune(const TuneOptions& o) {
     dev = current_device();
     arch = dev->arch;
   }
+  // A broken configuration is reported once, before any candidate is ranked or compiled.
+  check_profile_config({arch});
+  if (!o.dry_run) check_nvrtc_config({arch}, true);
   const Profile& profile = profile_for_arch(arch);
   DeviceShape shape;
   int64_t l2_bytes = 0;

@@ -8,9 +8,12 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,51 +30,66 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int64_t parse_int(const std::string& what, const std::string& value, int64_t lo, int64_t hi) {
-  int64_t v = 0;
-  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (value.empty() || ec != std::errc() || ptr != value.data() + value.size() || v < lo || v > hi) {
-    throw InvalidArgument(fmt::format("{} has value '{}': must be an integer in [{}, {}]", what, value, lo, hi));
-  }
-  return v;
-}
-
 bool parse_bool(const std::string& what, const std::string& value) {
   if (value == "true" || value == "1" || value == "yes") return true;
   if (value == "false" || value == "0" || value == "no") return false;
   throw InvalidArgument(fmt::format("{} has value '{}': allowed: true, false (or 1, 0, yes, no)", what, value));
 }
 
-constexpr int64_t kMaxSize = int64_t{1} << 40;
+// a * b, or the largest int64 on overflow (both >= 0): a size no tensor can
+// have, which check_problem() then refuses as an overflowing offset.
+int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
+}
+
+// The keys that set two fields at once, and the keys each one sets.
+struct Alias {
+  const char* key;
+  const char* first;
+  const char* second;
+};
+constexpr Alias kAliases[] = {{"seqlen", "seqlen_q", "seqlen_k"}, {"heads", "heads_q", "heads_kv"}};
 
 // Applies key=value to `d`; `seen` tracks which keys were given.
 void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where, const std::string& key,
            const std::string& value) {
   const std::string what = fmt::format("{} '{}'", where, key);
   if (seen[key]) throw InvalidArgument(fmt::format("{} appears more than once", what));
+  // An alias and a key it sets would give one field two values.
+  for (const Alias& a : kAliases) {
+    const bool is_alias = key == a.key, is_part = key == a.first || key == a.second;
+    if (!is_alias && !is_part) continue;
+    for (const char* other : is_alias ? std::vector<const char*>{a.first, a.second} : std::vector<const char*>{a.key}) {
+      if (!seen[other]) continue;
+      throw InvalidArgument(fmt::format("{} cannot be combined with key '{}': '{}' sets both '{}' and '{}'; give "
+                                        "'{}' alone, or '{}' and '{}'",
+                                        what, other, a.key, a.first, a.second, a.key, a.first, a.second));
+    }
+  }
   seen[key] = true;
   if (key == "name") {
     d.name = value;
   } else if (key == "dtype") {
     d.dtype = parse_dtype(value, what);
   } else if (key == "batch") {
-    d.batch = parse_int(what, value, 0, kMaxSize);
+    d.batch = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "seqlen") {
-    d.seqlen_q = d.seqlen_k = parse_int(what, value, 0, kMaxSize);
+    d.seqlen_q = d.seqlen_k = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "seqlen_q") {
-    d.seqlen_q = parse_int(what, value, 0, kMaxSize);
+    d.seqlen_q = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "seqlen_k") {
-    d.seqlen_k = parse_int(what, value, 0, kMaxSize);
+    d.seqlen_k = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "heads") {
-    d.heads_q = d.heads_kv = parse_int(what, value, 0, kMaxSize);
+    d.heads_q = d.heads_kv = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "heads_q") {
-    d.heads_q = parse_int(what, value, 0, kMaxSize);
+    d.heads_q = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "heads_kv") {
-    d.heads_kv = parse_int(what, value, 0, kMaxSize);
+    d.heads_kv = parse_int_arg(what, value, 0, kMaxProblemSize);
   } else if (key == "head_dim") {
-    d.head_dim = parse_int(what, value, 0, 1 << 20);
+    d.head_dim = parse_int_arg(what, value, 0, kMaxHeadDimArg);
   } else if (key == "head_dim_v") {
-    d.head_dim_v = parse_int(what, value, 0, 1 << 20);
+    d.head_dim_v = parse_int_arg(what, value, 0, kMaxHeadDimArg);
   } else if (key == "mask") {
     d.mask = parse_mask(value, what);
   } else if (key == "bias") {
@@ -99,6 +117,30 @@ void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::stri
 
 }  // namespace
 
+std::optional<int64_t> int_in_range(const std::string& text, int64_t lo, int64_t hi) {
+  int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) return std::nullopt;
+  return v;
+}
+
+std::optional<double> real_in_range(const std::string& text, double lo, double hi) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v, std::chars_format::general);
+  // !(lo <= v && v <= hi) also refuses NaN; from_chars reads "inf" and "nan" too.
+  if (text.empty() || ec != std::errc() || ptr != end || !std::isfinite(v) || !(lo <= v && v <= hi))
+    return std::nullopt;
+  return v;
+}
+
+int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t lo, int64_t hi) {
+  const std::optional<int64_t> v = int_in_range(text, lo, hi);
+  if (!v) throw InvalidArgument(fmt::format("{} has value '{}': must be an integer in [{}, {}]", what, text, lo, hi));
+  return *v;
+}
+
 std::string ProblemDesc::str() const {
   return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}", name.empty() ? "" : name + ": ",
                      to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v,
@@ -114,13 +156,13 @@ AttentionProblem to_problem(const ProblemDesc& d) {
     p.bias.data = fake;
     p.bias.stride_k = 1;
     p.bias.stride_q = d.seqlen_k;
-    p.bias.stride_head = d.seqlen_q * d.seqlen_k;
-    p.bias.stride_batch = d.heads_q * d.seqlen_q * d.seqlen_k;
+    p.bias.stride_head = saturating_mul(d.seqlen_q, d.seqlen_k);
+    p.bias.stride_batch = saturating_mul(d.heads_q, p.bias.stride_head);
   }
   if (d.lse) {
     p.lse.data = reinterpret_cast<float*>(uintptr_t{0x20000000});
     p.lse.stride_head = std::max<int64_t>(1, d.seqlen_q);
-    p.lse.stride_batch = std::max<int64_t>(1, d.heads_q * d.seqlen_q);
+    p.lse.stride_batch = std::max<int64_t>(1, saturating_mul(d.heads_q, d.seqlen_q));
   }
   return p;
 }

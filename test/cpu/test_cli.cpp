@@ -11,12 +11,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -26,6 +31,7 @@
 #include "runtime/nvrtc.hpp"
 #include "test/cpu/rt_test_util.hpp"
 #include "tools/flashgen_cli.hpp"
+#include "tools/flashgen_cmds.hpp"
 
 using namespace flashgen;
 using flashgen::test::TempDir;
@@ -485,5 +491,435 @@ TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-ze
     CHECK(r.rc != 0);
     INFO("stderr: ", r.err);
     CHECK(contains(r.err, b.err));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Numbers, aliases, cache directories and configuration errors (issue 11,
+// items 4-6). The family: every numeric option of every subcommand, found by
+// walking the application main() builds, refuses what lies outside its stated
+// range before CLI11 converts it; every number inside a text argument (problem
+// keys, YAML problem files, tiles, head dims) is range-checked by the parser;
+// the binary turns each refusal into exit status 2 and a message that names
+// the argument, the value and what is allowed.
+// ---------------------------------------------------------------------------
+
+namespace {
+
+// The arguments a subcommand needs besides the option under test.
+std::vector<std::string> required_args(const std::string& sub) {
+  if (sub == "explain") return {"--problem", "dtype=f16,seqlen=1,heads=1,head_dim=64"};
+  if (sub == "cache") return {"ls"};
+  return {};
+}
+
+// Parses `args` with the tool's own application (nothing runs). Returns ""
+// when the parse succeeds, else the CLI11 error message; `validation` says
+// whether it was an option check (not some other usage error).
+std::string parse_only(const std::vector<std::string>& args, bool* validation) {
+  CLI::App app{"flashgen"};
+  app.require_subcommand(1);
+  cli::Commands commands;
+  cli::add_commands(app, commands);
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 takes them last first
+  *validation = false;
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ValidationError& e) {
+    *validation = true;
+    return e.what();
+  } catch (const CLI::ParseError& e) {
+    return std::string("not a validation error: ") + e.what();
+  }
+  return "";
+}
+
+struct NumericOption {
+  std::string sub, name;
+  bool integer;
+  double lo, hi;
+};
+
+// Every option of every subcommand whose value CLI11 reads as a number.
+std::vector<NumericOption> numeric_options() {
+  CLI::App app{"flashgen"};
+  cli::Commands commands;
+  cli::add_commands(app, commands);
+  std::vector<NumericOption> out;
+  const std::regex range(R"((INT|NUMBER) in \[(-?[0-9.e+]+), (-?[0-9.e+]+)\])");
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    for (const CLI::Option* opt : sub->get_options()) {
+      const std::string type = opt->get_type_name();
+      const bool numeric = type.rfind("INT", 0) == 0 || type.rfind("UINT", 0) == 0 || type.rfind("FLOAT", 0) == 0 ||
+                           type.rfind("NUMBER", 0) == 0;
+      if (!numeric) continue;
+      NumericOption n{sub->get_name(), opt->get_name(), type.rfind("FLOAT", 0) != 0, 0, 0};
+      CAPTURE(n.sub);
+      CAPTURE(n.name);
+      CAPTURE(type);
+      std::smatch m;
+      // A numeric option without a range check is the defect this family exists for.
+      REQUIRE_MESSAGE(std::regex_search(type, m, range), "numeric option without a stated range check");
+      CHECK((m[1] == "INT") == n.integer);
+      n.lo = std::stod(m[2]);
+      n.hi = std::stod(m[3]);
+      out.push_back(n);
+    }
+  }
+  return out;
+}
+
+std::string number_text(double v) {
+  std::ostringstream s;
+  s.precision(17);
+  s << v;
+  return s.str();
+}
+
+size_t count_of(const std::string& s, const std::string& part) {
+  size_t n = 0;
+  for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("cli numbers: every numeric option of every subcommand checks its range before conversion") {
+  const std::vector<NumericOption> options = numeric_options();
+  // The ones the issue names are among them (the walk really sees the options).
+  std::vector<std::string> seen;
+  for (const NumericOption& o : options) seen.push_back(o.sub + " " + o.name);
+  for (const char* must : {"pregen --arch", "pregen --jobs", "tune --top", "tune --compile", "tune --runs",
+                           "tune --warmup", "tune --jobs", "tune --arch", "explain --arch", "explain --sms",
+                           "show --arch", "cache --older-than", "cache --temp-age", "info --arch"}) {
+    CAPTURE(must);
+    CHECK(std::find(seen.begin(), seen.end(), must) != seen.end());
+  }
+  for (const NumericOption& o : options) {
+    CAPTURE(o.sub);
+    CAPTURE(o.name);
+    std::vector<std::string> bad = {"99999999999999999999", "-99999999999999999999", "nan", "inf", "-inf", "1e300",
+                                    "12abc", "0x10", " 5", "+5", number_text(o.lo - 1), number_text(o.hi + 1)};
+    if (o.integer) bad.insert(bad.end(), {"99999999999", "1.5", "1e3"});
+    for (const std::string& v : bad) {
+      CAPTURE(v);
+      std::vector<std::string> args = with({o.sub}, required_args(o.sub));
+      args = with(args, {o.name, v});
+      bool validation = false;
+      const std::string err = parse_only(args, &validation);
+      CHECK(validation);
+      CHECK(contains(err, o.name));
+      CHECK(contains(err, "'" + v + "'"));
+      CHECK(contains(err, "must be"));
+      CHECK(contains(err, "[" + number_text(o.lo) + ", " + number_text(o.hi) + "]"));
+    }
+    for (const double v : {o.lo, o.hi, std::floor((o.lo + o.hi) / 2)}) {
+      CAPTURE(v);
+      bool validation = false;
+      CHECK(parse_only(with(with({o.sub}, required_args(o.sub)), {o.name, number_text(v)}), &validation) == "");
+    }
+  }
+}
+
+TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, naming argument, value and range") {
+  TempDir work("flashgen-cli-numbers");
+  const std::string dir = work.path() + "/cache";
+  const auto env = base_env(dir);
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  struct Bad {
+    std::vector<std::string> args;
+    std::vector<std::string> err;  // parts of stderr
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "99999999999x64x8x2"},
+            {"--tile has value '99999999999x64x8x2'", "BLOCK_M '99999999999' must be an integer in [1, 256]"}},
+           {{"show", "--problem", p, "--arch", "80", "--tile", "128x0x4x2"}, {"BLOCK_N '0' must be an integer in [1, 256]"}},
+           {{"pregen", "--arch", "80", "--list", "--tiles", "128x64x99999999999x2"},
+            {"--tiles has value", "WARPS '99999999999' must be an integer in [1, 16]"}},
+           {{"pregen", "--arch", "80", "--list", "--tiles", "128x64x4"}, {"not BLOCK_MxBLOCK_NxWARPSxSTAGES"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "99999999999"},
+            {"--head-dims has value '99999999999'", "in [0, 1048576]"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64:-99999999999"}, {"'64:-99999999999'"}},
+           {{"pregen", "--arch", "80", "--list", "-j", "-1"}, {"--jobs", "'-1'", "[0, 4096]"}},
+           {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
+           {{"explain", "--problem", p, "--sms", "0"}, {"--sms", "'0'", "[1, 4096]"}},
+           {{"explain", "--problem", p, "--arch", "0"}, {"--arch", "'0'", "[10, 999]"}},
+           {{"cache", "prune", "--temp-age", "1e300"}, {"--temp-age", "'1e300'", "finite number in [0, "}},
+           {{"cache", "prune", "--temp-age", "nan"}, {"--temp-age", "'nan'"}},
+           {{"cache", "prune", "--temp-age", "-1"}, {"--temp-age", "'-1'"}},
+           {{"cache", "prune", "--older-than", "1e300"}, {"--older-than", "'1e300'", "[0, 36500]"}},
+           {{"tune", "--dry-run", "--problem", p, "--top", "99999999999"}, {"--top", "'99999999999'", "[1, 64]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=99999999999999999999,heads=1,head_dim=64"},
+            {"key 'seqlen' has value '99999999999999999999': must be an integer in [0, 1099511627776]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,seqlen_q=64,heads=1,head_dim=64"},
+            {"key 'seqlen_q' cannot be combined with key 'seqlen'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,heads_q=16,head_dim=64"},
+            {"key 'heads_q' cannot be combined with key 'heads'"}},
+       }) {
+    CAPTURE(b.args[0]);
+    CAPTURE(b.args.back());
+    const Run r = run_cli(b.args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
+    for (const std::string& part : b.err) CHECK(contains(r.err, part));
+    CHECK(r.out.empty());
+  }
+
+  // --temp-age nan must not reach the prune as some integer: an old temp file stays.
+  std::filesystem::create_directories(dir);
+  ::chmod(dir.c_str(), 0700);
+  const std::string temp = dir + "/.flashgen_fwd_x-0123456789abcdef.cubin.tmp.1.2.3";
+  test::write_bytes(temp, {'x'});
+  for (const char* age : {"nan", "-1", "-1e300", "1e300"}) {
+    CAPTURE(age);
+    CHECK(run_cli({"cache", "prune", "--temp-age", age}, env).rc == 2);
+    CHECK(std::filesystem::exists(temp));
+  }
+  const Run prune = run_cli({"cache", "prune", "--temp-age", "0"}, env);  // in range: it runs
+  CHECK(prune.rc == 0);
+  CHECK_FALSE(std::filesystem::exists(temp));
+
+  // In range, the same options run.
+  CHECK(run_cli({"explain", "--problem", p, "--arch", "80", "--sms", "132", "--no-compile"}, env).rc == 0);
+  CHECK(run_cli({"pregen", "--arch", "80", "--head-dims", "64:64", "--dtypes", "f16", "--masks", "none", "--tiles",
+                 "128x64x8x2", "-j", "1", "--list"},
+                env)
+            .rc == 0);
+}
+
+TEST_CASE("cli numbers: every numeric problem key, in --problem and in YAML problem files, is range-checked") {
+  const std::vector<std::pair<std::string, int64_t>> keys = {
+      {"batch", cli::kMaxProblemSize},   {"seqlen", cli::kMaxProblemSize},  {"seqlen_q", cli::kMaxProblemSize},
+      {"seqlen_k", cli::kMaxProblemSize}, {"heads", cli::kMaxProblemSize},   {"heads_q", cli::kMaxProblemSize},
+      {"heads_kv", cli::kMaxProblemSize}, {"head_dim", cli::kMaxHeadDimArg}, {"head_dim_v", cli::kMaxHeadDimArg}};
+  for (const auto& [key, hi] : keys) {
+    CAPTURE(key);
+    // The rest of a complete problem, without the key under test or an alias of it.
+    std::vector<std::string> rest;
+    const bool seq = key.rfind("seqlen", 0) == 0, heads = key.rfind("heads", 0) == 0;
+    if (!seq) rest.push_back("seqlen=8");
+    if (key == "seqlen_k") rest.push_back("seqlen_q=8");
+    if (!heads) rest.push_back("heads=1");
+    if (key == "heads_kv") rest.push_back("heads_q=1");
+    if (key != "head_dim") rest.push_back("head_dim=64");
+    auto text_with = [&](const std::string& value) {
+      std::string t = key + "=" + value;
+      for (const std::string& r : rest) t += "," + r;
+      return t;
+    };
+    auto yaml_with = [&](const std::string& value) {
+      std::string t = "problems:\n  - {" + key + ": '" + value + "'";
+      for (const std::string& r : rest) t += ", " + r.substr(0, r.find('=')) + ": " + r.substr(r.find('=') + 1);
+      return t + "}\n";
+    };
+    for (const std::string& v : {std::string("99999999999999999999"), std::string("-1"), std::to_string(hi + 1),
+                                 std::string("1.5"), std::string("1e3"), std::string("0x10"), std::string(""),
+                                 std::string("nan")}) {
+      CAPTURE(v);
+      const std::string allowed = "must be an integer in [0, " + std::to_string(hi) + "]";
+      CHECK_THROWS_WITH_AS(cli::parse_problem_text(text_with(v)),
+                           doctest::Contains(("key '" + key + "' has value '" + v + "': " + allowed).c_str()),
+                           InvalidArgument);
+      CHECK_THROWS_WITH_AS(cli::parse_problem_set(yaml_with(v), "p.yml"),
+                           doctest::Contains(("p.yml: key 'problems[0]." + key + "' has value '" + v + "': " + allowed)
+                                                 .c_str()),
+                           InvalidArgument);
+    }
+    CHECK_NOTHROW(cli::parse_problem_text(text_with(std::to_string(hi))));
+    CHECK_NOTHROW(cli::parse_problem_set(yaml_with("0"), "p.yml"));
+  }
+}
+
+TEST_CASE("cli problems: an alias and a key it sets are refused together, in either order") {
+  for (const auto& [alias, parts] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"seqlen", {"seqlen_q", "seqlen_k"}}, {"heads", {"heads_q", "heads_kv"}}}) {
+    for (const std::string& part : parts) {
+      CAPTURE(part);
+      const std::string base = alias == "seqlen" ? "dtype=f16,heads=1,head_dim=64" : "dtype=f16,seqlen=1,head_dim=64";
+      const std::string yaml_base = alias == "seqlen" ? "dtype: f16, heads: 1, head_dim: 64" : "dtype: f16, seqlen: 1, "
+                                                                                                "head_dim: 64";
+      // alias first: the part is refused; part first: the alias is.
+      for (const auto& [first, second] : {std::pair{alias, part}, std::pair{part, alias}}) {
+        const std::string message = "key '" + second + "' cannot be combined with key '" + first + "'";
+        CHECK_THROWS_WITH_AS(cli::parse_problem_text(base + "," + first + "=64," + second + "=16"),
+                             doctest::Contains(message.c_str()), InvalidArgument);
+        CHECK_THROWS_WITH_AS(
+            cli::parse_problem_set("problems:\n  - {" + yaml_base + ", " + first + ": 64, " + second + ": 16}\n", "p.yml"),
+            doctest::Contains(("p.yml: key 'problems[0]." + second + "' cannot be combined with key '" + first + "'")
+                                  .c_str()),
+            InvalidArgument);
+      }
+    }
+    // The two parts together are fine.
+    CHECK_NOTHROW(cli::parse_problem_text(alias == "seqlen" ? "dtype=f16,seqlen_q=64,seqlen_k=16,heads=1,head_dim=64"
+                                                            : "dtype=f16,seqlen=1,heads_q=16,heads_kv=4,head_dim=64"));
+  }
+  TempDir work("flashgen-cli-alias");
+  std::ofstream(work.path() + "/p.yml") << "problems:\n  - {dtype: f16, seqlen: 128, seqlen_k: 64, heads: 1, head_dim: 64}\n";
+  const Run r = run_cli({"pregen", "--arch", "80", "--problems", work.path() + "/p.yml", "--list"},
+                        base_env(work.path() + "/cache"));
+  CHECK(r.rc == 2);
+  CHECK(contains(r.err, "key 'problems[0].seqlen_k' cannot be combined with key 'seqlen'"));
+}
+
+TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate instead of wrapping") {
+  TileShape t;
+  CHECK_FALSE(cli::parse_tile_text("--tile", "default", &t));
+  CHECK_FALSE(cli::parse_tile_text("--tile", "", &t));
+  REQUIRE(cli::parse_tile_text("--tile", "256x256x16x4", &t));
+  CHECK(t == TileShape{256, 256, 16, 4});
+  const char* names[] = {"BLOCK_M", "BLOCK_N", "WARPS", "STAGES"};
+  const int his[] = {256, 256, 16, 4};
+  for (int field = 0; field < 4; ++field) {
+    for (const std::string& v : std::vector<std::string>{"0", "-1", std::to_string(his[field] + 1), "99999999999",
+                                                         "99999999999999999999", "", "1.5", "+4"}) {
+      CAPTURE(field);
+      CAPTURE(v);
+      std::string text;
+      for (int i = 0; i < 4; ++i) text += (i ? "x" : "") + (i == field ? v : std::string("4"));
+      CHECK_THROWS_WITH_AS(cli::parse_tile_text("--tile", text, &t),
+                           doctest::Contains(("--tile has value '" + text + "': " + names[field] + " '" + v +
+                                              "' must be an integer in [1, " + std::to_string(his[field]) + "]")
+                                                 .c_str()),
+                           InvalidArgument);
+    }
+  }
+  // Bias and LSE strides of the largest problem the parser lets through: saturated, so that check_problem
+  // refuses them as overflowing offsets, never wrapped around to small (or zero) strides.
+  const cli::ProblemDesc d = cli::parse_problem_text(
+      "dtype=f16,seqlen=4294967296,heads=1099511627776,head_dim=64,bias=f32,lse=1");
+  const AttentionProblem p = cli::to_problem(d);
+  CHECK(p.bias.stride_head == std::numeric_limits<int64_t>::max());
+  CHECK(p.bias.stride_batch == std::numeric_limits<int64_t>::max());
+  CHECK(p.lse.stride_batch == std::numeric_limits<int64_t>::max());
+  CHECK_THROWS_AS(check_problem(p), InvalidArgument);
+}
+
+TEST_CASE("cli cache: ls and verify of a directory that does not exist or is not one fail and say so") {
+  TempDir work("flashgen-cli-cache-dirs");
+  const auto env = base_env(work.path() + "/cache");
+  std::ofstream(work.path() + "/file") << "x";
+  std::filesystem::create_directories(work.path() + "/empty");
+  for (const char* action : {"ls", "verify", "prune", "clear"}) {
+    CAPTURE(action);
+    const Run missing = run_cli({"cache", action, "--dir", work.path() + "/missing"}, env);
+    CHECK(missing.rc == 1);
+    CHECK(contains(missing.err, std::string("flashgen cache ") + action + ": error: --dir " + work.path() +
+                                    "/missing: no such directory"));
+    const Run file = run_cli({"cache", action, "--dir", work.path() + "/file"}, env);
+    CHECK(file.rc == 1);
+    CHECK(contains(file.err, "--dir " + work.path() + "/file: not a directory"));
+    // An empty directory is a directory with no entries.
+    CHECK(run_cli({"cache", action, "--dir", work.path() + "/empty"}, env).rc == 0);
+  }
+  // A configured bundle that is not there: ls and verify fail (exit 1) and name it.
+  auto benv = env;
+  benv.push_back("FLASHGEN_CACHE_PATH=" + work.path() + "/no-bundle");
+  for (const char* action : {"ls", "verify"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, benv);
+    CHECK(r.rc == 1);
+    CHECK(contains(r.out, "bundle " + work.path() + "/no-bundle: not used: "));
+    CHECK(contains(r.err, "1 configured cache directory cannot be used"));
+  }
+  CHECK(run_cli({"cache", "ls"}, env).rc == 0);
+}
+
+namespace {
+
+// Runs `args` with `env`; the configuration error must come once, on stderr,
+// with exit 2, naming the variable and the whole reason.
+void expect_config_error(const std::vector<std::string>& args, const std::vector<std::string>& env,
+                         const std::string& variable, const std::vector<std::string>& reason) {
+  CAPTURE(args[0]);
+  const Run r = run_cli(args, env);
+  INFO("stdout: ", r.out, "\nstderr: ", r.err);
+  CHECK(r.rc == 2);
+  CHECK(count_of(r.err, "configuration error: " + variable) == 1);
+  CHECK(count_of(r.err + r.out, variable + "=") == 1);  // reported once, nowhere else
+  for (const std::string& part : reason) CHECK(contains(r.err, part));
+  CHECK_FALSE(contains(r.out, "rule"));  // explain: not a rule the problem breaks
+  CHECK_FALSE(contains(r.err, "FAILED"));  // pregen: no kernel was attempted
+}
+
+}  // namespace
+
+TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration error before anything is planned") {
+  TempDir work("flashgen-cli-profile-config");
+  const std::string cache = work.path() + "/cache";
+  std::filesystem::create_directories(work.path() + "/a-directory");
+  std::ofstream(work.path() + "/unknown-key.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/ampere.yml")
+                                                 << "\ncolour: blue\n";
+  std::ofstream(work.path() + "/turing.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
+  struct Case {
+    std::string path;
+    std::vector<std::string> reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {work.path() + "/a-directory", {"it is a directory"}},
+           {work.path() + "/missing.yml", {"cannot read profile file", "No such file or directory"}},
+           {work.path() + "/unknown-key.yml", {"key 'colour' is unknown; allowed keys:"}},
+           {work.path() + "/turing.yml", {"does not list compute capability sm_80"}},
+       }) {
+    CAPTURE(c.path);
+    auto env = base_env(cache);
+    env.push_back("FLASHGEN_PROFILE=" + c.path);
+    const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+    std::vector<std::string> reason = c.reason;
+    reason.push_back("FLASHGEN_PROFILE=" + c.path);
+    expect_config_error({"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16", "--masks", "none,causaltl"},
+                        env, "FLASHGEN_PROFILE", reason);
+    expect_config_error({"pregen", "--arch", "80", "--head-dims", "64", "--list"}, env, "FLASHGEN_PROFILE", reason);
+    expect_config_error({"explain", "--problem", p, "--arch", "80", "--no-compile"}, env, "FLASHGEN_PROFILE", reason);
+    expect_config_error({"show", "--problem", p, "--arch", "80"}, env, "FLASHGEN_PROFILE", reason);
+    expect_config_error({"tune", "--dry-run", "--arch", "80", "--problem", p}, env, "FLASHGEN_PROFILE", reason);
+    const Run info = run_cli({"info", "--arch", "80"}, env);
+    CHECK(info.rc == 2);
+    CHECK(contains(info.out, "profile      configuration error: FLASHGEN_PROFILE=" + c.path));
+    for (const std::string& part : c.reason) CHECK(contains(info.out, part));
+    CHECK(test::list_dir(cache).empty());  // nothing compiled
+  }
+}
+
+TEST_CASE("cli configuration: FLASHGEN_NVRTC_LIBRARY that is not a usable NVRTC is one configuration error") {
+  TempDir work("flashgen-cli-nvrtc-config");
+  const std::string cache = work.path() + "/cache";
+  const std::string text_file = work.path() + "/libnvrtc.so.13";
+  std::ofstream(text_file) << "not ELF\n";
+  struct Case {
+    std::vector<std::string> env;
+    std::vector<std::string> reason;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"FLASHGEN_NVRTC_LIBRARY=" + text_file}, {text_file + ": "}},
+           {{"FLASHGEN_NVRTC_LIBRARY=" + work.path()}, {work.path() + ": "}},
+           {{"FLASHGEN_NVRTC_LIBRARY=" + work.path() + "/libnvrtc.so.12"}, {"No such file or directory"}},
+           {{"FLASHGEN_NVRTC_LIBRARY=libc.so.6"}, {"libc.so.6: loaded, but lacks nvrtcVersion"}},
+           {{std::string("FLASHGEN_NVRTC_LIBRARY=") + FLASHGEN_FAKE_NVRTC, "FAKE_NVRTC_VERSION=11.8"},
+            {"loaded, but it is NVRTC 11.8; libflashgen needs NVRTC 12.x to 13.x"}},
+       }) {
+    CAPTURE(c.env[0]);
+    auto env = base_env(cache);
+    env.insert(env.end(), c.env.begin(), c.env.end());
+    std::vector<std::string> reason = c.reason;
+    reason.push_back(c.env[0] + " could not be used: ");  // the variable, its value and, on that line, the reason
+    const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+    expect_config_error({"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16", "--masks", "none,causaltl"},
+                        env, "FLASHGEN_NVRTC_LIBRARY", reason);
+    expect_config_error({"explain", "--problem", p, "--arch", "80"}, env, "FLASHGEN_NVRTC_LIBRARY", reason);
+    expect_config_error({"explain", "--problem", p, "--arch", "80", "--no-compile"}, env, "FLASHGEN_NVRTC_LIBRARY",
+                        reason);
+    expect_config_error({"tune", "--compile-only", "--arch", "80", "--problem", p}, env, "FLASHGEN_NVRTC_LIBRARY",
+                        reason);
+    expect_config_error({"cache", "verify"}, env, "FLASHGEN_NVRTC_LIBRARY", reason);
+    const Run info = run_cli({"info", "--arch", "80"}, env);
+    CHECK(info.rc == 2);
+    CHECK(contains(info.out, "nvrtc        configuration error: " + c.env[0] + " could not be used: "));
+    for (const std::string& part : c.reason) CHECK(contains(info.out, part));
+    // What needs no NVRTC still works: listing specs, printing sources.
+    CHECK(run_cli({"pregen", "--arch", "80", "--head-dims", "64", "--list"}, env).rc == 0);
+    CHECK(run_cli({"show", "--problem", p, "--arch", "80"}, env).rc == 0);
+    CHECK(test::list_dir(cache).empty());
   }
 }
