@@ -37,7 +37,9 @@ struct NvrtcVersion {
 };
 
 /// The loaded NVRTC's version. Throws flashgen::Unavailable (listing every
-/// path tried and mentioning FLASHGEN_NVRTC_LIBRARY) when none loads.
+/// path tried and mentioning FLASHGEN_NVRTC_LIBRARY) when none loads; with
+/// FLASHGEN_NVRTC_LIBRARY set, the message's first line names the variable,
+/// its value and why that file could not be used.
 NvrtcVersion nvrtc_version();
 
 /// True when NVRTC loads. Never throws.

@@ -145,7 +145,7 @@ bool parse_tile_text(const std::string& what, const std::string& text, TileShape
   }
   if (fields.size() != 4) {
     throw InvalidArgument(fmt::format(
-        "{} has value '{}': not BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default'", what, text));
+        "{} has value '{}', which is not BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default'", what, text));
   }
   struct Field {
     const char* name;
