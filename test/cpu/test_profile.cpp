@@ -320,7 +320,15 @@ TEST_CASE("profile_for_arch: no match names the nearest profiles") {
   CHECK_THROWS_WITH_AS(profile_for_arch(88),
                        Contains("sm_88; nearest: ampere (sm_80, sm_86, sm_87) below and ada (sm_89) above"),
                        Unsupported);
-  CHECK_THROWS_WITH_AS(profile_for_arch(100), Contains("sm_100; nearest: hopper (sm_90) below."), Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(95), Contains("sm_95; nearest: hopper (sm_90) below and blackwell (sm_100, "
+                                                     "sm_103) above."),
+                       Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(110),
+                       Contains("sm_110; nearest: blackwell (sm_100, sm_103) below and blackwell_consumer (sm_120, "
+                                "sm_121) above."),
+                       Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(130), Contains("sm_130; nearest: blackwell_consumer (sm_120, sm_121) below."),
+                       Unsupported);
   CHECK_THROWS_WITH_AS(profile_for_arch(61), Contains("FLASHGEN_PROFILE"), Unsupported);
   // Not a compute capability at all (0 is the C ABI's "current device", not an arch).
   for (int bad : {0, -90, 9, 1000}) {
@@ -357,11 +365,12 @@ TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
   std::filesystem::remove(path);
 }
 
-TEST_CASE("builtin profiles from Volta to Hopper, selected by compute capability") {
+TEST_CASE("builtin profiles from Volta to Blackwell, selected by compute capability") {
   ScopedEnv env("FLASHGEN_PROFILE", nullptr);
-  const std::vector<std::pair<int, std::string>> want = {{70, "volta"}, {72, "volta"},  {75, "turing"},
-                                                         {80, "ampere"}, {86, "ampere"}, {87, "ampere"},
-                                                         {89, "ada"},    {90, "hopper"}};
+  const std::vector<std::pair<int, std::string>> want = {
+      {70, "volta"},  {72, "volta"},  {75, "turing"},    {80, "ampere"},
+      {86, "ampere"}, {87, "ampere"}, {89, "ada"},       {90, "hopper"},
+      {100, "blackwell"}, {103, "blackwell"}, {120, "blackwell_consumer"}, {121, "blackwell_consumer"}};
   for (const auto& [arch, name] : want) {
     CAPTURE(arch);
     const Profile& p = profile_for_arch(arch);
@@ -382,6 +391,26 @@ TEST_CASE("builtin profiles from Volta to Hopper, selected by compute capability
   CHECK(ada.matrix_unit.shape == MatrixUnit::m16n8k16);
   CHECK(ada.supports_dtype(DType::bf16));
   CHECK(ada.smem_per_block == 101376);
+  // Blackwell through mma.sync m16n8k16 (tcgen05 is future work); the CUDA
+  // programming guide's figures for compute capabilities 10.x and 12.x.
+  const Profile& dc = profile_for_arch(100);
+  CHECK(&profile_for_arch(103) == &dc);
+  CHECK(dc.matrix_unit.shape == MatrixUnit::m16n8k16);
+  CHECK(dc.matrix_unit.operand_dtypes == std::vector<DType>{DType::f16, DType::bf16});
+  CHECK(dc.wgmma_flash.empty());
+  CHECK(dc.smem_per_block == 232448);
+  CHECK(dc.smem_per_sm == 233472);
+  CHECK(dc.registers_per_sm == 65536);
+  CHECK(dc.max_threads_per_sm == 2048);
+  const Profile& consumer = profile_for_arch(120);
+  CHECK(&profile_for_arch(121) == &consumer);
+  CHECK(consumer.matrix_unit.shape == MatrixUnit::m16n8k16);
+  CHECK(consumer.matrix_unit.operand_dtypes == std::vector<DType>{DType::f16, DType::bf16});
+  CHECK(consumer.wgmma_flash.empty());
+  CHECK(consumer.smem_per_block == 101376);
+  CHECK(consumer.smem_per_sm == 102400);
+  CHECK(consumer.registers_per_sm == 65536);
+  CHECK(consumer.max_threads_per_sm == 1536);
 }
 
 // `text` with its first `from` replaced by `to`.
