@@ -923,3 +923,36 @@ TEST_CASE("cli configuration: FLASHGEN_NVRTC_LIBRARY that is not a usable NVRTC 
     CHECK(test::list_dir(cache).empty());
   }
 }
+
+TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in closed form, not row by row") {
+  // Small problems: the closed form equals the row-by-row count of visible keys.
+  for (const MaskKind mask : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right}) {
+    for (const int64_t sq : {0, 1, 5, 17, 64, 100}) {
+      for (const int64_t sk : {0, 1, 5, 17, 64, 100}) {
+        CAPTURE(to_string(mask));
+        CAPTURE(sq);
+        CAPTURE(sk);
+        const int64_t off = mask == MaskKind::causal_bottom_right ? sk - sq : 0;
+        double pairs = 0;
+        for (int64_t i = 0; i < sq; ++i)
+          pairs += static_cast<double>(mask == MaskKind::none ? sk : std::clamp<int64_t>(i + 1 + off, 0, sk));
+        cli::ProblemDesc d;
+        d.batch = 2, d.heads_q = d.heads_kv = 3, d.seqlen_q = sq, d.seqlen_k = sk, d.head_dim = 64, d.head_dim_v = 32;
+        d.mask = mask;
+        CHECK(cli::problem_flops(d) == 2.0 * 2 * 3 * pairs * (64 + 32));
+      }
+    }
+  }
+  // seqlen 2^40 (the parser's bound) with a causal mask: explain and the tile model answer at once.
+  const std::string huge = "dtype=f16,seqlen=1099511627776,heads=1,head_dim=64,mask=causaltl";
+  const cli::ProblemDesc d = cli::parse_problem_text(huge);
+  const double n = 1099511627776.0;
+  CHECK(cli::problem_flops(d) == doctest::Approx(2.0 * n * (n + 1) / 2 * 128).epsilon(1e-12));
+  const cli::TileModel m = cli::model_tile(plan(cli::to_problem(d), 80), d, profile_for_arch(80), cli::DeviceShape{});
+  CHECK(m.blocks == 1099511627776 / 128);
+  CHECK(m.padding_efficiency > 0.99);  // a causal block pads at most one diagonal block of keys
+  TempDir work("flashgen-cli-huge");
+  const Run r = run_cli({"explain", "--problem", huge, "--arch", "80", "--no-compile"}, base_env(work.path() + "/c"));
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "8589934592 blocks"));
+}
