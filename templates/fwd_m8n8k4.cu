@@ -49,8 +49,6 @@ constexpr int OT = (HEAD_DIM_V + 15) / 16;  // n16 tiles of O per slice (an 8-wi
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 64;
 constexpr int QF_STEPS = Q_IN_REGS ? HEAD_DIM / 4 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
-constexpr float LOG2E = 1.4426950408889634f;
-constexpr float LN2 = 0.6931471805599453f;
 constexpr u32 FULL = 0xffffffffu;
 
 struct __align__(8) U2 { u32 x, y; };
@@ -341,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 @@Q_REGS@@
 
   float o[M_SLICES][OT][8];
-  float row_max[M_SLICES][2], row_sum[M_SLICES][2];
+  float row_max[M_SLICES][2], row_res[M_SLICES][2], row_sum[M_SLICES][2];
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
 #pragma unroll
@@ -349,6 +347,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[ms][i][e] = 0.f;
     row_max[ms][0] = row_max[ms][1] = fg_neg_inf();
+    row_res[ms][0] = row_res[ms][1] = 0.f;
     row_sum[ms][0] = row_sum[ms][1] = 0.f;
   }
 
@@ -439,49 +438,62 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         }
     }
 
-    // ---- online softmax (exp2 domain); a row spans lanes ^2 and ^8 ----
+    // ---- online softmax (exp2 domain, the offsets: fwd_block.cuh); a row spans lanes ^2 and ^8 ----
+    float mx[M_SLICES][2];
+    bool ffma = true;
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int v1 = 0; v1 < 2; ++v1) {
-        float mx = row_max[ms][v1];
+        float m = row_max[ms][v1];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
           for (int v2 = 0; v2 < 2; ++v2)
-            mx = fmaxf(mx, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 2));
-        mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, 8));
-        // A row with no visible key so far keeps max -inf; use 0 as the offset so
-        // exp2(-inf - offset) = 0 and no NaN appears.
-        const float m_use = mx == fg_neg_inf() ? 0.f : mx;
-        const float neg_m = -m_use * LOG2E;
-        const float corr = fg_exp2(row_max[ms][v1] * LOG2E + neg_m);
-        row_max[ms][v1] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int v2 = 0; v2 < 2; ++v2)
-#pragma unroll
-            for (int v0 = 0; v0 < 2; ++v0) {
-              float& x = s[ms][nt][v0 + 2 * v1 + 4 * v2];
-              x = fg_exp2(fmaf(x, LOG2E, neg_m));
-              sum += x;
-            }
-        row_sum[ms][v1] = row_sum[ms][v1] * corr + sum;
-        // corr is exactly 1 when the row max did not move; skip the rescale
-        // when that holds for every row of the warp.
-        if (__any_sync(FULL, corr != 1.f)) {
-#pragma unroll
-          for (int i = 0; i < OT; ++i)
-#pragma unroll
-            for (int v2 = 0; v2 < 2; ++v2) {
-              o[ms][i][2 * v1 + 4 * v2] *= corr;
-              o[ms][i][2 * v1 + 4 * v2 + 1] *= corr;
-            }
-        }
+            m = fmaxf(m, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
+        m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
+        m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
+        mx[ms][v1] = m;
+        ffma = ffma && fg_ffma_exact(m);
       }
+    // One form of the exp2 argument for the whole warp (a uniform branch).
+    auto weights = [&](auto ffma_form) {
+      constexpr bool FFMA = decltype(ffma_form)::value;
+#pragma unroll
+      for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+        for (int v1 = 0; v1 < 2; ++v1) {
+          const FgOffset off = fg_offset<FFMA>(mx[ms][v1]);
+          const float corr = fg_corr(row_max[ms][v1], row_res[ms][v1], off);
+          row_max[ms][v1] = mx[ms][v1];
+          row_res[ms][v1] = off.res;
+          float sum = 0.f;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int v2 = 0; v2 < 2; ++v2)
+#pragma unroll
+              for (int v0 = 0; v0 < 2; ++v0) {
+                float& x = s[ms][nt][v0 + 2 * v1 + 4 * v2];
+                x = fg_weight<FFMA>(x, off);
+                sum += x;
+              }
+          row_sum[ms][v1] = row_sum[ms][v1] * corr + sum;
+          // corr is exactly 1 when the row max did not move; skip the rescale
+          // when that holds for every row of the warp.
+          if (__any_sync(FULL, corr != 1.f)) {
+#pragma unroll
+            for (int i = 0; i < OT; ++i)
+#pragma unroll
+              for (int v2 = 0; v2 < 2; ++v2) {
+                o[ms][i][2 * v1 + 4 * v2] *= corr;
+                o[ms][i][2 * v1 + 4 * v2 + 1] *= corr;
+              }
+          }
+        }
+    };
+    if (__all_sync(FULL, ffma)) weights(FgBool<true>());
+    else weights(FgBool<false>());
 
     // ---- O += P . V ----
     u32 pf[M_SLICES][PK][2];
@@ -502,7 +514,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       if (HAS_LSE && a1 == 0 && qn == 0) {
         const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
         if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = l > 0.f ? row_max[ms][v1] + fg_log2(l) * LN2 : fg_neg_inf();
+          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse(row_max[ms][v1], row_res[ms][v1], l);
       }
     }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)

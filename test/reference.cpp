@@ -140,6 +140,14 @@ void check_shape(const AttentionProblem& p) {
   }
 }
 
+/// One unit in the last place of a float32 value (of the largest finite float for inf).
+double ulp32(float f) {
+  const float a = std::fabs(f);
+  if (!std::isfinite(a)) return std::ldexp(1.0, 104);
+  const float next = std::nextafter(a, std::numeric_limits<float>::infinity());
+  return std::isfinite(next) ? static_cast<double>(next) - static_cast<double>(a) : std::ldexp(1.0, 104);
+}
+
 /// Computes one row into o (head_dim_v doubles) and *lse. `qs`, `s` are scratch.
 class RowKernel {
  public:
@@ -149,16 +157,32 @@ class RowKernel {
         scale_(p.scale()),
         group_(p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1),
         qs_(static_cast<size_t>(p.head_dim)),
-        s_(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 0))) {}
+        s_(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 0))),
+        eps_j_(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 0))) {}
 
-  void run(const RowId& r, double* o, double* lse) {
+  // Computes row r into o[head_dim_v], *lse; with `b` (non-null) also its
+  // bounds: b->o_err (head_dim_v), b->lse_err, b->row_max, b->affected.
+  struct Bounds {
+    double* o_err;
+    double* lse_err;
+    double* row_max;
+    char* affected;
+  };
+  void run(const RowId& r, double* o, double* lse, const Bounds* b) {
     const int64_t D = p_.head_dim, Dv = p_.head_dim_v;
     std::fill(o, o + Dv, 0.0);
     *lse = kNegInf;
+    if (b) {
+      std::fill(b->o_err, b->o_err + Dv, 0.0);
+      *b->lse_err = 0.0;
+      *b->row_max = kNegInf;
+      *b->affected = 0;
+    }
 
     const int64_t limit = visible_keys(p_, r.i);
     if (limit == 0) return;
     const int64_t hk = r.h / group_;
+    bool affected = false;
 
     // Qs = round_to_dtype(float(q) * float(scale)), the product in float32.
     const uint16_t* q = static_cast<const uint16_t*>(p_.q.data) + r.b * p_.q.stride_batch +
@@ -166,6 +190,7 @@ class RowKernel {
     for (int64_t d = 0; d < D; ++d) {
       const float prod = table_[q[d]] * scale_;  // float32 product, as in the kernel
       qs_[static_cast<size_t>(d)] = static_cast<double>(table_[to_dtype(p_.dtype, prod)]);
+      affected = affected || !std::isfinite(qs_[static_cast<size_t>(d)]);
     }
 
     const uint16_t* kbase = static_cast<const uint16_t*>(p_.k.data) + r.b * p_.k.stride_batch +
@@ -173,22 +198,54 @@ class RowKernel {
     const bool has_bias = p_.bias.kind != BiasKind::none;
     const int64_t bias_row = r.b * p_.bias.stride_batch + r.h * p_.bias.stride_head + r.i * p_.bias.stride_q;
 
-    // S = Qs . K + bias; -inf (from the bias) masks.
-    double m = kNegInf;
+    // S = f32(f32(Qs . K) + bias); -inf (from the bias) masks.
+    double m = kNegInf, eps_max = 0.0;
     for (int64_t j = 0; j < limit; ++j) {
       const uint16_t* k = kbase + j * p_.k.stride_seq;
-      double acc = 0.0;
-      for (int64_t d = 0; d < D; ++d) acc += qs_[static_cast<size_t>(d)] * static_cast<double>(table_[k[d]]);
+      double acc = 0.0, mag = 0.0;
+      for (int64_t d = 0; d < D; ++d) {
+        const double t = qs_[static_cast<size_t>(d)] * static_cast<double>(table_[k[d]]);
+        acc += t;
+        mag += std::fabs(t);
+      }
+      float sf = static_cast<float>(acc);
+      double bias = 0.0;
       if (has_bias) {
         const int64_t off = bias_row + j * p_.bias.stride_k;
-        if (p_.bias.kind == BiasKind::f32) {
-          acc += static_cast<double>(static_cast<const float*>(p_.bias.data)[off]);
-        } else {
-          acc += static_cast<double>(table_[static_cast<const uint16_t*>(p_.bias.data)[off]]);
-        }
+        bias = p_.bias.kind == BiasKind::f32
+                   ? static_cast<double>(static_cast<const float*>(p_.bias.data)[off])
+                   : static_cast<double>(table_[static_cast<const uint16_t*>(p_.bias.data)[off]]);
+        sf = sf + static_cast<float>(bias);  // float32 add, as in the kernel
       }
-      s_[static_cast<size_t>(j)] = acc;
-      if (acc > m) m = acc;
+      double sj = static_cast<double>(sf);
+      if (bias == kNegInf) {
+        // Masked by the bias. The bias is arithmetic: a NaN or infinite K or V
+        // at this key may still make the row NaN (NaN + -inf, 0 * NaN), so the
+        // row counts as reading them (V: in the next loop).
+        if (!std::isfinite(mag)) affected = true;
+        sj = kNegInf;
+        s_[static_cast<size_t>(j)] = sj;
+        if (!v_finite(j, hk, r.b)) affected = true;
+        continue;
+      }
+      s_[static_cast<size_t>(j)] = sj;
+      if (!std::isfinite(sj) || !std::isfinite(mag)) {
+        affected = true;
+        continue;
+      }
+      const double eps = (static_cast<double>(D) / 4 + 4) * 0x1p-23 * mag + 2 * ulp32(sf);
+      eps_j_[static_cast<size_t>(j)] = eps;
+      eps_max = std::max(eps_max, eps);
+      if (sj > m) m = sj;
+    }
+    if (affected) {
+      // The row reads NaN or inf: its result is not bounded (it may be NaN).
+      if (b) {
+        *b->affected = 1;
+        std::fill(b->o_err, b->o_err + Dv, std::numeric_limits<double>::infinity());
+        *b->lse_err = std::numeric_limits<double>::infinity();
+      }
+      return;
     }
     if (m == kNegInf) return;  // every visible key masked by the bias: the row sees no key
 
@@ -202,26 +259,67 @@ class RowKernel {
       const double pj = std::exp(sj - m);
       sum += pj;
       const uint16_t* v = vbase + j * p_.v.stride_seq;
-      for (int64_t d = 0; d < Dv; ++d) o[d] += pj * static_cast<double>(table_[v[d]]);
+      for (int64_t d = 0; d < Dv; ++d) {
+        const double vd = static_cast<double>(table_[v[d]]);
+        if (!std::isfinite(vd)) affected = true;
+        o[d] += pj * vd;
+      }
     }
     const double inv = 1.0 / sum;
     for (int64_t d = 0; d < Dv; ++d) o[d] *= inv;
     *lse = m + std::log(sum);
+    if (!b) return;
+    *b->row_max = m;
+    if (affected) {
+      *b->affected = 1;
+      std::fill(b->o_err, b->o_err + Dv, std::numeric_limits<double>::infinity());
+      *b->lse_err = std::numeric_limits<double>::infinity();
+      return;
+    }
+    // Logits off by at most eps_j move weight P_j within [lo_j, hi_j],
+    // lo_j = P_j exp(-eps_j - E), hi_j = min(1, P_j exp(eps_j + E)) (the
+    // normaliser moves by at most exp(+-E)), so |dO_d| <= sum_j d_j |V_jd - O_d|,
+    // d_j = max(hi_j - P_j, P_j - lo_j) (RowBounds); valid for any eps, also
+    // where logits closer than eps may trade places.
+    const double log_sum = std::log(sum);
+    for (int64_t j = 0; j < limit; ++j) {
+      const double sj = s_[static_cast<size_t>(j)];
+      if (sj == kNegInf) continue;
+      const double e = eps_j_[static_cast<size_t>(j)] + eps_max;
+      const double pj = std::exp(sj - m - log_sum);
+      const double hi = std::exp(std::min(0.0, sj - m - log_sum + e));
+      const double lo = std::exp(sj - m - log_sum - e);
+      const double w = std::max(hi - pj, pj - lo);
+      if (w == 0.0) continue;
+      const uint16_t* v = vbase + j * p_.v.stride_seq;
+      for (int64_t d = 0; d < Dv; ++d) b->o_err[d] += w * std::fabs(static_cast<double>(table_[v[d]]) - o[d]);
+    }
+    *b->lse_err = eps_max + 0x1p-21 * std::fabs(m);
   }
 
  private:
+  // Whether V row j of (batch b, KV head hk) is all finite.
+  bool v_finite(int64_t j, int64_t hk, int64_t b) const {
+    const uint16_t* v = static_cast<const uint16_t*>(p_.v.data) + b * p_.v.stride_batch + hk * p_.v.stride_head +
+                        j * p_.v.stride_seq;
+    for (int64_t d = 0; d < p_.head_dim_v; ++d)
+      if (!std::isfinite(table_[v[d]])) return false;
+    return true;
+  }
+
   const AttentionProblem& p_;
   const float* table_;
   float scale_;
   int64_t group_;
   std::vector<double> qs_;
   std::vector<double> s_;
+  std::vector<double> eps_j_;
 };
 
 }  // namespace
 
 void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows, double* o_out,
-                  double* lse_out, int threads) {
+                  double* lse_out, int threads, RowBounds* bounds) {
   check_shape(host_problem);
   const AttentionProblem& p = host_problem;
   if (rows.empty()) return;
@@ -232,6 +330,12 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
     }
   }
   (void)decode_table();  // build the table before the threads start
+  if (bounds) {
+    bounds->o_err.assign(rows.size() * static_cast<size_t>(std::max<int64_t>(p.head_dim_v, 0)), 0.0);
+    bounds->lse_err.assign(rows.size(), 0.0);
+    bounds->row_max.assign(rows.size(), kNegInf);
+    bounds->affected.assign(rows.size(), 0);
+  }
 
   const int64_t n = static_cast<int64_t>(rows.size());
   int64_t nthreads = threads > 0 ? threads : static_cast<int64_t>(std::thread::hardware_concurrency());
@@ -247,7 +351,13 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
       if (begin >= n) break;
       const int64_t end = std::min(n, begin + chunk);
       for (int64_t r = begin; r < end; ++r) {
-        kernel.run(rows[static_cast<size_t>(r)], o_out + r * p.head_dim_v, lse_out + r);
+        if (bounds) {
+          const RowKernel::Bounds rb{bounds->o_err.data() + r * p.head_dim_v, bounds->lse_err.data() + r,
+                                     bounds->row_max.data() + r, bounds->affected.data() + r};
+          kernel.run(rows[static_cast<size_t>(r)], o_out + r * p.head_dim_v, lse_out + r, &rb);
+        } else {
+          kernel.run(rows[static_cast<size_t>(r)], o_out + r * p.head_dim_v, lse_out + r, nullptr);
+        }
       }
     }
   };

@@ -22,16 +22,36 @@ struct RowId {
   int64_t b, i, h;
 };
 
+/// How far a correct kernel's result may be from the reference, beyond the
+/// rounding of P and O to the dtype (the tests' fixed tolerances), because its
+/// logits are fp32 sums in another order: per row, a bound on |O - O_ref| for
+/// each of the head_dim_v elements and on |LSE - LSE_ref|, derived from
+/// eps_j = (head_dim/4 + 4) * 2^-23 * sum_d |Qs_d K_jd| + 2 ulp_f32(S_j) (an
+/// error bound of the fp32 sum and of the bias add) through the softmax:
+/// |dO_d| <= sum_j P_j (exp(eps_j + E) - 1) |V_jd - O_d|, |dLSE| <= E + 2^-21 |max S|,
+/// E = max_j eps_j. `row_max` is max_j S_j (-inf for a row that sees no key).
+/// A row that reads a NaN or infinite input at a key it sees (or in its Q row)
+/// is `affected`: its result may be NaN and is not bounded (bounds +inf).
+struct RowBounds {
+  std::vector<double> o_err;     // rows * head_dim_v
+  std::vector<double> lse_err;   // rows
+  std::vector<double> row_max;   // rows
+  std::vector<char> affected;    // rows
+};
+
 /// Reference for the rows in `rows` of a problem whose data pointers (q, k, v,
 /// bias) point to HOST memory in the problem's dtypes and strides.
 /// Writes o_out[r * head_dim_v + d] and lse_out[r] for each r-th row id
 /// (lse = -inf and o = 0 for rows that see no key). Uses `threads` host
 /// threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale) with the
-/// product in float32 (as the kernel does); everything after that in float64:
-/// S = Qs.K + bias (+ mask), P = softmax(S), O = P V, LSE = log(sum exp S).
+/// product in float32 (as the kernel does); the logits are rounded to float32
+/// as the kernel forms them, S = f32(f32(Qs.K) + bias) (+ mask; Qs.K summed in
+/// float64 before its rounding); everything after that in float64:
+/// P = softmax(S), O = P V, LSE = log(sum exp S), at any finite magnitude of S.
 /// (The kernel also rounds P to the dtype before P V; that is inside the tests' tolerance.)
+/// `bounds` (optional) receives the error bounds described at RowBounds.
 void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows,
-                  double* o_out, double* lse_out, int threads = 0);
+                  double* o_out, double* lse_out, int threads = 0, RowBounds* bounds = nullptr);
 
 /// All rows in (b, i, h) order: o_out has batch*seqlen_q*heads_q*head_dim_v
 /// entries ([b, i, h, d] contiguous), lse_out batch*heads_q*seqlen_q ([b, h, i]).

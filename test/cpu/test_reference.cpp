@@ -417,6 +417,118 @@ TEST_CASE("bias -inf on every key a causal row may see: the row sees no key") {
   CHECK(out.O(h.p, 0, 1, 0, 0) == 1.0);
 }
 
+// ---- finite logits of any magnitude (DESIGN.md "Numerics") ----
+// The reference's softmax is shift-invariant from the fp32 lowest value to the
+// largest: rows whose logits are all equal give the mean of V and LSE = S +
+// ln(n); one logit far above the others gives its V row and LSE = that logit.
+TEST_CASE("logits at every fp32 magnitude: all-equal rows and one dominant logit") {
+  const float lowest = std::numeric_limits<float>::lowest();
+  const float largest = std::numeric_limits<float>::max();
+  for (float mag : {1e2f, 1e4f, 1e6f, 1e10f, 1e20f, 1e30f, 1e38f, largest}) {
+    for (float sign : {-1.0f, 1.0f}) {
+      const float m = sign * mag;
+      CAPTURE(m);
+      // Row 0: every key's logit is m. Row 1: key 2 has m, the others m - |m|/2
+      // (or lowest/2 away): exp(-|m|/2) = 0 in float64.
+      Host h(DType::bf16, 1, 2, 4, 1, 1, 16, 16, MaskKind::none, BiasKind::f32);
+      for (int64_t j = 0; j < 4; ++j) {
+        h.set_v(0, j, 0, 0, static_cast<float>(j) / 4);
+        h.set_v(0, j, 0, 1, 1.0f);
+        h.set_bias(0, 0, 0, j, m);
+        h.set_bias(0, 0, 1, j, j == 2 ? m : m - mag / 2);
+      }
+      ref::RowBounds bounds;
+      std::vector<ref::RowId> rows{{0, 0, 0}, {0, 1, 0}};
+      std::vector<double> o(2 * 16), lse(2);
+      ref::forward_rows(h.p, rows, o.data(), lse.data(), 1, &bounds);
+      CHECK(o[0] == doctest::Approx((0.0 + 0.25 + 0.5 + 0.75) / 4).epsilon(1e-14));
+      CHECK(o[1] == doctest::Approx(1.0).epsilon(1e-14));
+      CHECK(lse[0] == doctest::Approx(static_cast<double>(m) + std::log(4.0)).epsilon(1e-14));
+      CHECK(o[16] == 0.5);
+      CHECK(o[17] == 1.0);
+      CHECK(lse[1] == static_cast<double>(m));
+      CHECK(std::isfinite(bounds.lse_err[0]));
+      CHECK(bounds.row_max[0] == static_cast<double>(m));
+      CHECK_FALSE(bounds.affected[0]);
+      CHECK_FALSE(bounds.affected[1]);
+    }
+  }
+  // The fp32 lowest value on every key: all equal, not masked.
+  Host h(DType::f16, 1, 1, 3, 1, 1, 16, 16, MaskKind::none, BiasKind::f32);
+  for (int64_t j = 0; j < 3; ++j) {
+    h.set_bias(0, 0, 0, j, lowest);
+    h.set_v(0, j, 0, 0, static_cast<float>(j));
+  }
+  const Out out = run_all(h.p);
+  CHECK(out.O(h.p, 0, 0, 0, 0) == doctest::Approx(1.0).epsilon(1e-14));
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(static_cast<double>(lowest)).epsilon(1e-14));
+}
+
+TEST_CASE("logits are rounded to float32 as the kernel forms them: f32(f32(Qs.K) + bias)") {
+  // Qs.K = 1 on key 0 and 0 on key 1; bias 1e8 on both: in float32 1e8 + 1 =
+  // 1e8 (its ulp is 8), so the two logits are equal and P = (1/2, 1/2).
+  Host h(DType::f16, 1, 1, 2, 1, 1, 16, 16, MaskKind::none, BiasKind::f32);
+  h.set_q(0, 0, 0, 0, 1.0f);
+  h.set_k(0, 0, 0, 0, 1.0f);
+  h.set_v(0, 0, 0, 0, 1.0f);
+  for (int64_t j = 0; j < 2; ++j) h.set_bias(0, 0, 0, j, 1e8f);
+  const Out out = run_all(h.p);
+  CHECK(out.O(h.p, 0, 0, 0, 0) == 0.5);
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(1e8 + std::log(2.0)).epsilon(1e-15));
+}
+
+TEST_CASE("bounds: tight for small logits, growing with the logits' fp32 spacing") {
+  std::mt19937_64 rng(7);
+  auto o_err_of = [&](float bias) {
+    Host h(DType::f16, 1, 4, 64, 1, 1, 64, 64, MaskKind::none, BiasKind::f32);
+    h.fill_random(rng);
+    for (auto& x : h.bias32) x = bias;
+    ref::RowBounds b;
+    std::vector<ref::RowId> rows{{0, 0, 0}, {0, 3, 0}};
+    std::vector<double> o(2 * 64), lse(2);
+    ref::forward_rows(h.p, rows, o.data(), lse.data(), 1, &b);
+    double worst = 0;
+    for (double e : b.o_err) worst = std::max(worst, e);
+    return worst;
+  };
+  const double small = o_err_of(0.0f), big = o_err_of(1e4f);  // ulp(1e4) = 2^-10
+  CHECK(small < 1e-4);  // far below the f16 tolerance: the tests stay sharp
+  CHECK(big > 1e-3);
+  CHECK(big < 1e-2);
+}
+
+TEST_CASE("NaN and inf inputs: only the rows that read them are affected") {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float bad : {nan, inf}) {
+    // Top-left causal, 4 rows over 4 keys, 2 heads (one KV head each).
+    Host h(DType::f16, 1, 4, 4, 2, 2, 16, 16, MaskKind::causal_top_left, BiasKind::f32);
+    std::mt19937_64 rng(3);
+    h.fill_random(rng);
+    h.set_v(0, 2, 0, 5, bad);       // head 0, key 2: rows 2, 3 of head 0 see it
+    h.set_q(0, 0, 1, 3, bad);       // head 1, row 0
+    h.set_bias(0, 1, 2, 1, bad);    // head 1, row 2, key 1
+    h.set_v(0, 3, 1, 2, bad);       // head 1, key 3: only row 3 sees it (causal)
+    std::vector<ref::RowId> rows;
+    for (int64_t hh = 0; hh < 2; ++hh)
+      for (int64_t i = 0; i < 4; ++i) rows.push_back({0, i, hh});
+    ref::RowBounds b;
+    std::vector<double> o(rows.size() * 16), lse(rows.size());
+    ref::forward_rows(h.p, rows, o.data(), lse.data(), 1, &b);
+    const std::vector<char> want{0, 0, 1, 1, 1, 0, 1, 1};
+    for (size_t r = 0; r < rows.size(); ++r) {
+      CAPTURE(r);
+      CHECK(b.affected[r] == want[r]);
+      if (!want[r]) {
+        CHECK(std::isfinite(lse[r]));
+        CHECK(std::isfinite(b.lse_err[r]));
+      } else {
+        CHECK(b.lse_err[r] == kInf);
+      }
+    }
+  }
+}
+
 TEST_CASE("bias broadcast through stride 0") {
   Host h(DType::f16, 2, 1, 2, 3, 3, 16, 16, MaskKind::none, BiasKind::f32);
   h.p.bias.stride_batch = 0;
@@ -565,13 +677,13 @@ TEST_CASE("random rows against a direct (naive) softmax formula") {
           double sum = 0.0;
           std::vector<double> o(static_cast<size_t>(Dv), 0.0);
           for (int64_t j = 0; j <= std::min(i, Sk - 1); ++j) {
-            double s = 0.0;
+            double s = 0.0;  // f32(f32(Qs.K) + bias), as the kernel forms it
             for (int64_t d = 0; d < D; ++d) {
               const float qf = ref::from_dtype(dt, h.q[static_cast<size_t>(((b * Sq + i) * Hq + hh) * D + d)]);
               const double qs = ref::from_dtype(dt, ref::to_dtype(dt, qf * 0.2f));
               s += qs * ref::from_dtype(dt, h.k[static_cast<size_t>(((b * Sk + j) * Hkv + kh) * D + d)]);
             }
-            s += ref::from_dtype(dt, h.bias16[static_cast<size_t>(((b * Hq + hh) * Sq + i) * Sk + j)]);
+            s = static_cast<float>(static_cast<float>(s) + ref::from_dtype(dt, h.bias16[static_cast<size_t>(((b * Hq + hh) * Sq + i) * Sk + j)]));
             const double p = std::exp(s);  // |s| is small: no max subtraction needed
             sum += p;
             for (int64_t d = 0; d < Dv; ++d)

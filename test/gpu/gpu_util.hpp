@@ -183,6 +183,40 @@ inline const char* layout_name(Layout l) {
   return "?";
 }
 
+/// How the logits of a case are built (the magnitude family of the numerics tests).
+enum class Logits {
+  plain,       ///< Q, K, V uniform in [-1, 1]; bias (if any) uniform in [-2, 2]
+  qk,          ///< Q and K scaled so that |S| is around `magnitude`
+  bias_shift,  ///< bias = magnitude + uniform [-2, 2] (-inf entries stay)
+  all_equal,   ///< bias = magnitude on every key, Q = 0: every visible logit equal
+  one_huge,    ///< bias = magnitude on one key per row, uniform [-2, 2] elsewhere
+  lowest_rows, ///< some bias rows at the fp32 lowest value on every key, the others plain
+};
+inline const char* logits_name(Logits l) {
+  switch (l) {
+    case Logits::plain: return "plain";
+    case Logits::qk: return "qk";
+    case Logits::bias_shift: return "bias-shift";
+    case Logits::all_equal: return "all-equal";
+    case Logits::one_huge: return "one-huge";
+    case Logits::lowest_rows: return "lowest-rows";
+  }
+  return "?";
+}
+
+/// Where a case writes one non-finite input value.
+enum class Poison { none, q, k, v, bias };
+inline const char* poison_name(Poison p) {
+  switch (p) {
+    case Poison::none: return "none";
+    case Poison::q: return "q";
+    case Poison::k: return "k";
+    case Poison::v: return "v";
+    case Poison::bias: return "bias";
+  }
+  return "?";
+}
+
 struct Case {
   std::string group;
   DType dtype = DType::f16;
@@ -193,6 +227,12 @@ struct Case {
   bool bias_neg_inf = false;       ///< -inf at ~10 % of the bias entries
   bool bias_neg_inf_rows = false;  ///< some whole bias rows -inf, some rows with a -inf prefix
   bool bias_broadcast = false;     ///< bias stride_batch = stride_head = 0
+  /// Logit magnitude family (issue 11): how the logits reach `magnitude`.
+  Logits logits = Logits::plain;
+  double magnitude = 0.0;
+  /// A NaN or +inf written into one input (`poison_value`; 0 = none).
+  Poison poison = Poison::none;
+  float poison_value = 0.0f;
   bool lse = true;
   Layout layout = Layout::bshd;
   int64_t sample_rows = -1;        ///< -1: 256 rows when a seqlen >= 4096, else all; 0: all; n: n rows
@@ -212,10 +252,13 @@ struct Case {
       if (bias_neg_inf_rows) bias_text += ",-inf-rows";
       if (bias_broadcast) bias_text += ",bcast";
     }
-    return fmt::format("[{}] {} d{}/v{} b{} hq{} hkv{} sq{} sk{} {} bias={} lse={} {}", group,
+    std::string extra;
+    if (logits != Logits::plain) extra += fmt::format(" logits={}:{:.3g}", logits_name(logits), magnitude);
+    if (poison != Poison::none) extra += fmt::format(" poison={}:{}", poison_name(poison), poison_value);
+    return fmt::format("[{}] {} d{}/v{} b{} hq{} hkv{} sq{} sk{} {} bias={} lse={} {}{}", group,
                        flashgen::to_string(dtype), head_dim, head_dim_v, batch, heads_q, heads_kv,
                        seqlen_q, seqlen_k, flashgen::to_string(mask), bias_text, lse ? 1 : 0,
-                       layout_name(layout));
+                       layout_name(layout), extra);
   }
 };
 
@@ -452,11 +495,11 @@ struct HostCase {
   }
 };
 
-/// Writes uniform [-1, 1] values (rounded to the dtype) into every element of a view.
+/// Writes uniform [-amp, amp] values (rounded to the dtype) into every element of a view.
 /// A broadcast dim (stride 0) is written once.
 inline void fill_view(std::vector<uint16_t>& buf, const View& v, int64_t B, int64_t S, int64_t H, int64_t d,
-                      DType dt, std::mt19937_64& rng) {
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+                      DType dt, std::mt19937_64& rng, float amp = 1.0f) {
+  std::uniform_real_distribution<float> u(-amp, amp);
   const int64_t nb = v.sb == 0 ? std::min<int64_t>(B, 1) : B;
   const int64_t ns = v.ss == 0 ? std::min<int64_t>(S, 1) : S;
   const int64_t nh = v.sh == 0 ? std::min<int64_t>(H, 1) : H;
@@ -466,6 +509,38 @@ inline void fill_view(std::vector<uint16_t>& buf, const View& v, int64_t B, int6
         uint16_t* row = buf.data() + v.at(b, s, h);
         for (int64_t e = 0; e < d; ++e) row[e] = ref::to_dtype(dt, u(rng));
       }
+}
+
+/// Writes c.poison_value into one element of the input c.poison names: Q row
+/// (last batch, middle row, head 0); K or V at the middle key of (batch 0, KV
+/// head 0); the bias at (batch 0, head 0, rows 2 seqlen_q / 3 and 10, key seqlen_k / 2).
+/// Under a causal mask the key is visible to some rows and not to others.
+inline void poison_input(HostCase& hc) {
+  const Case& c = hc.c;
+  const Geometry& g = hc.g;
+  const uint16_t bad16 = ref::to_dtype(c.dtype, c.poison_value);
+  const int64_t j = c.seqlen_k / 2;
+  switch (c.poison) {
+    case Poison::none: break;
+    case Poison::q:
+      hc.q[static_cast<size_t>(g.q.at(c.batch - 1, c.seqlen_q / 2, 0) + 3)] = bad16;
+      break;
+    case Poison::k:
+      (g.packed ? hc.q : hc.k)[static_cast<size_t>(g.k.at(0, j, 0) + 1)] = bad16;
+      break;
+    case Poison::v:
+      (g.packed ? hc.q : hc.v)[static_cast<size_t>(g.v.at(0, j, 0) + 5)] = bad16;
+      break;
+    case Poison::bias: {
+      // Row 2 sq/3 sees key sk/2 under every mask here; row 10 does not under a causal one.
+      for (int64_t i : {2 * c.seqlen_q / 3, std::min<int64_t>(10, c.seqlen_q - 1)}) {
+        const auto off = static_cast<size_t>(i * g.bias_sq + j * g.bias_sk);
+        if (!hc.bias32.empty()) hc.bias32[off] = c.poison_value;
+        else hc.bias16[off] = bad16;
+      }
+      break;
+    }
+  }
 }
 
 inline HostCase make_host_case(const Case& c) {
@@ -481,11 +556,19 @@ inline HostCase make_host_case(const Case& c) {
   hc.q.assign(static_cast<size_t>(g.q_elems), nan16);
   hc.k.assign(static_cast<size_t>(g.k_elems), nan16);
   hc.v.assign(static_cast<size_t>(g.v_elems), nan16);
-  if (c.batch > 0 && c.seqlen_q > 0) fill_view(hc.q, g.q, c.batch, c.seqlen_q, c.heads_q, c.head_dim, dt, rng);
+  // Logits::qk: Q and K uniform in [-a, a] with a^2 * scale * sqrt(head_dim) / 3 = magnitude
+  // (the spread of Qs.K); Logits::all_equal: Q = 0.
+  float qk_amp = 1.0f;
+  if (c.logits == Logits::qk) {
+    const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+    qk_amp = static_cast<float>(std::sqrt(3.0 * c.magnitude / (scale * std::sqrt(static_cast<double>(c.head_dim)))));
+  }
+  const float q_amp = c.logits == Logits::all_equal ? 0.0f : qk_amp;
+  if (c.batch > 0 && c.seqlen_q > 0) fill_view(hc.q, g.q, c.batch, c.seqlen_q, c.heads_q, c.head_dim, dt, rng, q_amp);
   if (c.batch > 0 && c.seqlen_k > 0) {
     std::vector<uint16_t>& kbuf = g.packed ? hc.q : hc.k;
     std::vector<uint16_t>& vbuf = g.packed ? hc.q : hc.v;
-    fill_view(kbuf, g.k, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, dt, rng);
+    fill_view(kbuf, g.k, c.batch, c.seqlen_k, c.heads_kv, c.head_dim, dt, rng, qk_amp);
     fill_view(vbuf, g.v, c.batch, c.seqlen_k, c.heads_kv, c.head_dim_v, dt, rng);
   }
 
@@ -509,8 +592,18 @@ inline HostCase make_host_case(const Case& c) {
             if (b == 0 && h == 0 && i == c.seqlen_q / 2) inf_prefix = c.seqlen_k;  // at least one whole row
           }
           const int64_t row = b * g.bias_sb + h * g.bias_sh + i * g.bias_sq;
+          const int64_t huge_key = (i * 7919 + b * 131 + h * 17 + 13) % c.seqlen_k;  // Logits::one_huge
+          const bool lowest_row = c.logits == Logits::lowest_rows && kind(rng) < 3;
+          const float mag = static_cast<float>(c.magnitude);
           for (int64_t j = 0; j < c.seqlen_k; ++j) {
             float x = u(rng);
+            switch (c.logits) {
+              case Logits::bias_shift: x = mag + x; break;
+              case Logits::all_equal: x = mag; break;
+              case Logits::one_huge: x = j == huge_key ? mag : x; break;
+              case Logits::lowest_rows: x = lowest_row ? std::numeric_limits<float>::lowest() : x; break;
+              default: break;
+            }
             if (c.bias_neg_inf && sparse_inf(rng)) x = ninf;
             if (j < inf_prefix) x = ninf;
             const auto off = static_cast<size_t>(row + j * g.bias_sk);
@@ -519,6 +612,7 @@ inline HostCase make_host_case(const Case& c) {
           }
         }
   }
+  if (c.poison != Poison::none) poison_input(hc);
   return hc;
 }
 
@@ -527,7 +621,13 @@ struct RefRows {
   std::vector<ref::RowId> rows;
   std::vector<double> o;    // rows.size() * head_dim_v
   std::vector<double> lse;  // rows.size()
+  ref::RowBounds bounds;    // error bounds from the logits' magnitude; rows that read NaN/inf
   bool all = false;
+  /// Whether row (b, i, h) reads a NaN or inf input (all rows checked: every row is in `rows`).
+  bool affected(int64_t b, int64_t i, int64_t h, const Case& c) const {
+    if (!all) return false;
+    return bounds.affected[static_cast<size_t>((b * c.seqlen_q + i) * c.heads_q + h)] != 0;
+  }
 };
 
 inline RefRows reference(const HostCase& hc) {
@@ -542,13 +642,9 @@ inline RefRows reference(const HostCase& hc) {
     for (int64_t b = 0; b < c.batch; ++b)
       for (int64_t i = 0; i < c.seqlen_q; ++i)
         for (int64_t h = 0; h < c.heads_q; ++h) r.rows.push_back({b, i, h});
-    std::vector<double> lse_bhi;
-    ref::forward_all(hp, r.o, lse_bhi);  // o: [b, i, h, d] = rows order; lse: [b, h, i]
-    r.lse.resize(r.rows.size());
-    for (size_t n = 0; n < r.rows.size(); ++n) {
-      const ref::RowId& id = r.rows[n];
-      r.lse[n] = lse_bhi[static_cast<size_t>((id.b * c.heads_q + id.h) * c.seqlen_q + id.i)];
-    }
+    r.o.assign(r.rows.size() * static_cast<size_t>(c.head_dim_v), 0.0);
+    r.lse.assign(r.rows.size(), 0.0);
+    ref::forward_rows(hp, r.rows, r.o.data(), r.lse.data(), 0, &r.bounds);
     return r;
   }
   // A random sample, always with the first and the last row.
@@ -561,7 +657,7 @@ inline RefRows reference(const HostCase& hc) {
   for (const auto& [b, i, h] : picked) r.rows.push_back({b, i, h});
   r.o.assign(r.rows.size() * static_cast<size_t>(c.head_dim_v), 0.0);
   r.lse.assign(r.rows.size(), 0.0);
-  ref::forward_rows(hp, r.rows, r.o.data(), r.lse.data());
+  ref::forward_rows(hp, r.rows, r.o.data(), r.lse.data(), 0, &r.bounds);
   return r;
 }
 
@@ -726,6 +822,7 @@ struct CaseResult {
   std::vector<std::string> errors;  ///< what failed (first offenders, counts)
   double max_err_o = 0.0, max_err_lse = 0.0;
   int64_t rows_checked = 0, rows_no_key = 0;
+  int64_t rows_affected = 0;        ///< rows that read a NaN/inf input (not compared)
   bool launched = false;
   double ref_seconds = 0.0;
   uint64_t seed = 0;
@@ -738,7 +835,7 @@ struct CaseResult {
 
 /// Checks O: every element of the view written (not the poison, not NaN), every
 /// other element of the allocation still the poison.
-inline void check_o_poison(const HostCase& hc, const std::vector<uint16_t>& o_dev, CaseResult& res) {
+inline void check_o_poison(const HostCase& hc, const RefRows& rr, const std::vector<uint16_t>& o_dev, CaseResult& res) {
   const Case& c = hc.c;
   const Geometry& g = hc.g;
   std::vector<uint8_t> covered(o_dev.size(), 0);
@@ -754,7 +851,7 @@ inline void check_o_poison(const HostCase& hc, const std::vector<uint16_t>& o_de
           const uint16_t bits = o_dev[e];
           if (bits == kPoison16) {
             if (unwritten++ == 0) first_unwritten = fmt::format("O[b={},i={},h={},d={}]", b, i, h, d);
-          } else if (is_nan16(c.dtype, bits)) {
+          } else if (is_nan16(c.dtype, bits) && !rr.affected(b, i, h, c)) {
             if (nans++ == 0) first_nan = fmt::format("O[b={},i={},h={},d={}] = 0x{:04x}", b, i, h, d, bits);
           }
         }
@@ -776,7 +873,7 @@ inline void check_o_poison(const HostCase& hc, const std::vector<uint16_t>& o_de
 }
 
 /// Same for LSE ([b, h, i] view inside guard bands / padding).
-inline void check_lse_poison(const HostCase& hc, const std::vector<float>& lse_dev, CaseResult& res) {
+inline void check_lse_poison(const HostCase& hc, const RefRows& rr, const std::vector<float>& lse_dev, CaseResult& res) {
   const Case& c = hc.c;
   const Geometry& g = hc.g;
   auto bits_of = [](float f) {
@@ -794,7 +891,7 @@ inline void check_lse_poison(const HostCase& hc, const std::vector<float>& lse_d
         covered[e] = 1;
         if (bits_of(lse_dev[e]) == kPoison32) {
           if (unwritten++ == 0) first_unwritten = fmt::format("LSE[b={},h={},i={}]", b, h, i);
-        } else if (std::isnan(lse_dev[e])) {
+        } else if (std::isnan(lse_dev[e]) && !rr.affected(b, i, h, c)) {
           if (nans++ == 0) first_nan = fmt::format("LSE[b={},h={},i={}]", b, h, i);
         }
       }
@@ -820,6 +917,10 @@ inline void check_values(const HostCase& hc, const RefRows& rr, const std::vecto
   std::string first_o, first_lse;
   for (size_t r = 0; r < rr.rows.size(); ++r) {
     const ref::RowId& id = rr.rows[r];
+    if (rr.bounds.affected[r]) {  // reads NaN/inf: may be anything, NaN included
+      ++res.rows_affected;
+      continue;
+    }
     const bool no_key = rr.lse[r] == ninf;
     res.rows_no_key += no_key ? 1 : 0;
     const int64_t base = g.o.at(id.b, id.i, id.h);
@@ -831,12 +932,14 @@ inline void check_values(const HostCase& hc, const RefRows& rr, const std::vecto
       if (no_key) {
         bad = !(got == 0.0);
       } else {
-        bad = !(err <= atol);
+        bad = !(err <= atol + rr.bounds.o_err[r * static_cast<size_t>(c.head_dim_v) + static_cast<size_t>(d)]);
       }
       if (std::isfinite(err)) res.max_err_o = std::max(res.max_err_o, err);
       if (bad && bad_o++ == 0) {
-        first_o = fmt::format("O[b={},i={},h={},d={}] = {:.6g}, expected {:.6g} (|err| {:.3g}, atol {:.1g}{})", id.b,
-                              id.i, id.h, d, got, want, err, atol, no_key ? "; the row sees no key: must be 0" : "");
+        first_o = fmt::format("O[b={},i={},h={},d={}] = {:.6g}, expected {:.6g} (|err| {:.3g}, atol {:.1g} + bound {:.2g}{})",
+                              id.b, id.i, id.h, d, got, want, err, atol,
+                              rr.bounds.o_err[r * static_cast<size_t>(c.head_dim_v) + static_cast<size_t>(d)],
+                              no_key ? "; the row sees no key: must be 0" : "");
       }
     }
     if (c.lse) {
@@ -846,13 +949,15 @@ inline void check_values(const HostCase& hc, const RefRows& rr, const std::vecto
       if (no_key) {
         bad = !(got == ninf);
       } else {
+        // ln(sum) to rtol, the row max to its fp32 spacing and the logits' bound (RowBounds).
         const double err = std::fabs(got - want);
-        bad = !(std::isfinite(got) && err <= rtol * std::max(1.0, std::fabs(want)));
+        const double tol = rtol * std::max(1.0, std::fabs(want - rr.bounds.row_max[r])) + rr.bounds.lse_err[r];
+        bad = !(std::isfinite(got) && err <= tol);
         if (std::isfinite(err)) res.max_err_lse = std::max(res.max_err_lse, err);
-      }
-      if (bad && bad_lse++ == 0) {
-        first_lse = fmt::format("LSE[b={},h={},i={}] = {:.8g}, expected {:.8g} (tol {:.1g} * max(1, |ref|))", id.b,
-                                id.h, id.i, got, want, rtol);
+        if (bad && bad_lse++ == 0) {
+          first_lse = fmt::format("LSE[b={},h={},i={}] = {:.9g}, expected {:.9g} (|err| {:.3g}, tol {:.3g})", id.b,
+                                  id.h, id.i, got, want, err, tol);
+        }
       }
     }
   }
@@ -875,7 +980,9 @@ inline void check_unchanged(const char* name, const std::vector<T>& host, const 
 
 inline std::string summary_line(const Case& c, const CaseResult& r, const std::string& kernel) {
   return fmt::format("{:<86} | {:<13} | rows {}/{}{} | max|dO| {:.2e} max|dLSE| {:.2e} | {}", c.str(), kernel,
-                     r.rows_checked, c.total_rows(), r.rows_no_key > 0 ? fmt::format(" ({} no-key)", r.rows_no_key) : "",
+                     r.rows_checked, c.total_rows(),
+                     (r.rows_no_key > 0 ? fmt::format(" ({} no-key)", r.rows_no_key) : "") +
+                         (r.rows_affected > 0 ? fmt::format(" ({} read NaN/inf)", r.rows_affected) : ""),
                      r.max_err_o, r.max_err_lse, r.ok ? "ok" : fmt::format("FAIL (seed {})", r.seed));
 }
 
@@ -923,20 +1030,27 @@ inline CaseResult run_case(const Case& c) {
 
         const std::vector<uint16_t> o_dev = dc.o.download<uint16_t>();
         const std::vector<float> lse_dev = dc.lse.download<float>();
-        check_o_poison(hc, o_dev, res);
-        if (c.lse) check_lse_poison(hc, lse_dev, res);
+        if (!rr) {
+          const auto t0 = std::chrono::steady_clock::now();
+          rr = reference(hc);
+          all.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        check_o_poison(hc, *rr, o_dev, res);
+        if (c.lse) check_lse_poison(hc, *rr, lse_dev, res);
         check_unchanged(hc.g.packed ? "QKV" : "Q", hc.q, dc.q, res);
         check_unchanged("K", hc.k, dc.k, res);
         check_unchanged("V", hc.v, dc.v, res);
         check_unchanged("bias", hc.bias16, dc.bias, res);
         check_unchanged("bias", hc.bias32, dc.bias, res);
 
-        if (!rr) {
-          const auto t0 = std::chrono::steady_clock::now();
-          rr = reference(hc);
-          all.ref_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        }
         check_values(hc, *rr, o_dev, lse_dev, res);
+        if (c.poison != Poison::none) {
+          // Not vacuous: some rows read the bad value and some rows do not.
+          if (!rr->all) res.fail("a poison case must check every row (sample_rows 0)");
+          if (res.rows_affected == 0 || res.rows_affected == res.rows_checked)
+            res.fail(fmt::format("{} of {} rows read the poisoned input; the case needs both kinds",
+                                 res.rows_affected, res.rows_checked));
+        }
       } catch (const std::exception& e) {
         res.fail(std::string("exception: ") + e.what());
       }

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "test/gpu/gpu_util.hpp"
+#include "test/gpu/gpu_run.hpp"
 
 namespace {
 
@@ -25,45 +25,6 @@ using namespace fgtest;
 constexpr MaskKind kMasks[3] = {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right};
 constexpr DType kDtypes[2] = {DType::f16, DType::bf16};
 constexpr int64_t kSeqlens[11] = {1, 2, 17, 63, 64, 65, 127, 128, 129, 1000, 4097};
-
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const std::string& e : v) s += (s.empty() ? "" : "; ") + e;
-  return s;
-}
-
-/// Runs every case, one line each; one doctest check per case.
-void run_group(const char* title, const std::vector<Case>& cases) {
-  double cost = 0.0;
-  for (const Case& c : cases) cost += reference_cost(c);
-  std::printf("== %s: %zu cases (reference ~%.2f G multiply-adds)\n", title, cases.size(), cost * 1e-9);
-  std::fflush(stdout);
-  const auto t0 = std::chrono::steady_clock::now();
-  precompile(cases);
-  int failed = 0;
-  double ref_seconds = 0.0, max_o = 0.0, max_lse = 0.0;
-  for (const Case& c : cases) {
-    const CaseResult r = run_case(c);
-    std::printf("  %s\n", r.line.c_str());
-    for (const std::string& e : r.errors) std::printf("      %s\n", e.c_str());
-    std::fflush(stdout);
-    failed += r.ok ? 0 : 1;
-    ref_seconds += r.ref_seconds;
-    max_o = std::max(max_o, r.max_err_o);
-    max_lse = std::max(max_lse, r.max_err_lse);
-    CHECK_MESSAGE(r.ok, c.str() << ": " << join(r.errors));
-  }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("== %s: %zu cases, %d failed, max|dO| %.2e, max|dLSE| %.2e, %.1f s (reference %.1f s)\n", title,
-              cases.size(), failed, max_o, max_lse, secs, ref_seconds);
-  std::fflush(stdout);
-}
-
-Case base(const char* group) {
-  Case c;
-  c.group = group;
-  return c;
-}
 
 // Every multiple of 8 from 16 to 256, both dtypes; masks and LSE rotate.
 std::vector<Case> head_dim_cases() {
@@ -628,13 +589,6 @@ std::vector<Case> quick_cases() {
 
 }  // namespace
 
-// The full grid; skipped under FLASHGEN_TEST_QUICK=1.
-#define FLASHGEN_GPU_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present() || fgtest::quick_mode()))
-// Only under FLASHGEN_TEST_QUICK=1.
-#define FLASHGEN_GPU_QUICK_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present() || !fgtest::quick_mode()))
-// Always (where a GPU is present).
-#define FLASHGEN_GPU_ALWAYS_TEST(name) TEST_CASE(name * doctest::skip(!fgtest::gpu_present()))
-
 TEST_SUITE("gpu") {
 
 FLASHGEN_GPU_TEST("forward: every head_dim 16..256 (step 8), f16 and bf16") {
@@ -708,8 +662,8 @@ FLASHGEN_GPU_ALWAYS_TEST("forward: bad input is refused before launch and output
     none.seqlen_q = 0;  // no element of O / LSE may have been written
     HostCase view = hc;
     view.c = none;
-    check_o_poison(view, dc.o.download<uint16_t>(), r);
-    check_lse_poison(view, dc.lse.download<float>(), r);
+    check_o_poison(view, RefRows{}, dc.o.download<uint16_t>(), r);
+    check_lse_poison(view, RefRows{}, dc.lse.download<float>(), r);
     CHECK_MESSAGE(r.ok, what << ": " << join(r.errors));
   };
 
@@ -761,8 +715,8 @@ FLASHGEN_GPU_ALWAYS_TEST("forward: bad input is refused before launch and output
     CaseResult r;
     HostCase view = hc;
     view.c.seqlen_q = 0;
-    check_o_poison(view, dc.o.download<uint16_t>(), r);
-    check_lse_poison(view, dc.lse.download<float>(), r);
+    check_o_poison(view, RefRows{}, dc.o.download<uint16_t>(), r);
+    check_lse_poison(view, RefRows{}, dc.lse.download<float>(), r);
     CHECK_MESSAGE(r.ok, what << ": " << join(r.errors));
   };
   {
@@ -786,9 +740,10 @@ FLASHGEN_GPU_ALWAYS_TEST("forward: bad input is refused before launch and output
   CaseResult r;
   const std::vector<uint16_t> o_dev = dc.o.download<uint16_t>();
   const std::vector<float> lse_dev = dc.lse.download<float>();
-  check_o_poison(hc, o_dev, r);
-  check_lse_poison(hc, lse_dev, r);
-  check_values(hc, reference(hc), o_dev, lse_dev, r);
+  const RefRows rr = reference(hc);
+  check_o_poison(hc, rr, o_dev, r);
+  check_lse_poison(hc, rr, lse_dev, r);
+  check_values(hc, rr, o_dev, lse_dev, r);
   std::printf("  %s\n", summary_line(c, r, info.from_cache ? "disk cache" : "NVRTC").c_str());
   CHECK_MESSAGE(r.ok, join(r.errors));
 }
