@@ -10,6 +10,11 @@ finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
                 [--runs 30] [--warmup 5] [--sets 3] [--shapes all|quick]
+                [--baseline OTHER/libflashgen.so]
+
+--baseline times a second build of libflashgen (e.g. the commit before a
+kernel change) in the same loop, on the same inputs, right after ours: the
+table gains its TFLOP/s ("base") and ours/base.
 """
 import argparse
 import ctypes
@@ -97,6 +102,7 @@ def main():
                     help="all, quick (D128 and D64), or comma-separated indices into the shape list (0-7)")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--masks", default="none,causal")
+    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside --lib")
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
                          "(flashgen_launch_spec); printed per shape, not in the table")
@@ -104,6 +110,7 @@ def main():
     lib_tiles = [t for t in args.tiles.split(",") if t]
 
     lib = load_lib(args.lib)
+    base = load_lib(args.baseline) if args.baseline else None
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
           f"{args.sets} rotated input sets")
@@ -142,6 +149,9 @@ def main():
                 def ours(i):
                     check(lib, lib.flashgen_forward(ctypes.byref(problems[i]), stream), "forward")
 
+                def baseline(i):
+                    check(base, base.flashgen_forward(ctypes.byref(problems[i]), stream), "baseline forward")
+
                 idx = list(range(len(sets)))
                 # Correctness against the flash backend on the first set (poisoned output first).
                 q, k, v, o = sets[0]
@@ -157,6 +167,15 @@ def main():
 
                 t_ours = median_ms(ours, idx, args.warmup, args.runs)
                 res = {}
+                if base is not None:
+                    o.fill_(float("nan"))
+                    baseline(0)
+                    torch.cuda.synchronize()
+                    e_base = (o.float() - ref.float()).abs().max().item()
+                    if not (e_base == e_base and e_base < (2e-2 if dtype == torch.bfloat16 else 4e-3)):
+                        failures += 1
+                        print(f"  baseline MISMATCH {e_base:.2e}", flush=True)
+                    res["base"] = flops / (median_ms(baseline, idx, args.warmup, args.runs) * 1e-3) / 1e12
                 for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                                       ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
                     def sdpa(i, backend=backend):
@@ -207,7 +226,7 @@ def main():
 
     print()
     print(f"{'shape (B, Hq/Hkv, S, D)':26} {'dtype':5} {'mask':6} {'ours':>7} {'flash':>7} {'cudnn':>7} "
-          f"{'effic.':>7} {'ours/flash':>10} {'% mma':>6}")
+          f"{'effic.':>7} {'ours/flash':>10} {'% mma':>6}" + (f" {'base':>7} {'ours/base':>9}" if base else ""))
     below = []
     for (shape, dt, mask, ours_tf, res, ceiling, err, ok, spec) in rows:
         B, Hq, Hkv, S, D = shape
@@ -217,7 +236,8 @@ def main():
             below.append(shape)
         print(f"({B}, {Hq}/{Hkv}, {S}, {D})".ljust(26) + f" {dt:5} {mask:6} {fmt(ours_tf)} {fmt(res.get('flash'))} "
               f"{fmt(res.get('cudnn'))} {fmt(res.get('efficient'))} "
-              f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {(f'{pct:5.1f}%' if pct else '   n/a')}")
+              f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {(f'{pct:5.1f}%' if pct else '   n/a')}" +
+              (f" {fmt(res.get('base'))} {ours_tf / res['base']:9.3f}" if base else ""))
     print(f"\nmma.sync m16n8k16 ceiling measured in this run: f16 {args.ceiling_f16:.1f}, bf16 {args.ceiling_bf16:.1f} "
           f"TFLOP/s; TFLOP/s = 4*B*Hq*Sq*Sk*D (/2 causal) / median time")
     print(f"rows below 1.2x the flash backend: {len(below)} of {len(rows)}; output mismatches: {failures}")

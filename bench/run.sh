@@ -3,6 +3,9 @@
 # (tools/mma_probe, f16 and bf16), then time our forward and PyTorch SDPA
 # (flash, cuDNN, efficient) on the same inputs (bench/bench.py). Logs under $OUT.
 #   usage: bench/run.sh [bench.py args...]
+# BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
+# `git archive` of the commit before a kernel change; it uses this tree's
+# .deps) and time it beside ours in the same loop (bench.py --baseline).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
@@ -12,12 +15,18 @@ export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build/kernel-cache}"
 if [[ ! -x build/tools/mma_probe || ! -f build/libflashgen.so ]]; then
   ./dev.sh test -N >/dev/null || { echo "bench/run.sh: build failed" >&2; exit 1; }
 fi
+baseline=()
+if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
+  [[ -e "$BENCH_BASELINE_SRC/.deps" || ! -d .deps ]] || ln -s "$PWD/.deps" "$BENCH_BASELINE_SRC/.deps"
+  "$BENCH_BASELINE_SRC/dev.sh" test -N >/dev/null || { echo "bench/run.sh: baseline build failed" >&2; exit 1; }
+  baseline=(--baseline "$BENCH_BASELINE_SRC/build/libflashgen.so")
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/bench-gpu.txt"
 for dt in f16 bf16; do
   build/tools/mma_probe --dtype "$dt" | tee "$OUT/probe-$dt.txt"
 done
 c16=$(awk '/^achieved/ {print $2}' "$OUT/probe-f16.txt")
 c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
-PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "$@" \
+PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${baseline[@]}" "$@" \
   2>&1 | tee "$OUT/bench.log"
 exit "${PIPESTATUS[0]}"

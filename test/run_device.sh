@@ -3,7 +3,10 @@
 # the README's two commands (all tests, then the main example), writing full
 # logs under $OUT. The machine is offline: carry .deps (Debian packages unpacked
 # with dpkg -x, see README "Offline machines"); dev.sh picks it up.
-#   usage: test/run_device.sh [test|example|all|tune] [extra scratch command...]
+#   usage: test/run_device.sh [test|example|all|tune|gpu] [doctest args...]
+# gpu (not part of all): builds only the library and the GPU tier and runs the
+# GPU tier with the doctest arguments given (e.g. -tc='numerics*'); log:
+# $OUT/gpu.log.
 # tune (not part of all): flashgen tune for the example's two shapes writes
 # $OUT/tune.yml, then the example runs with FLASHGEN_TUNE_FILE set to it and
 # flashgen explain shows where each tile came from (log: $OUT/tune.log).
@@ -25,6 +28,14 @@ if [[ "$what" == all || "$what" == test ]]; then
 fi
 if [[ "$what" == all || "$what" == example ]]; then
   ./dev.sh example 2>&1 | tee "$OUT/example.log"; rc=$((rc | ${PIPESTATUS[0]}))
+fi
+if [[ "$what" == gpu ]]; then
+  shift
+  {
+    ./dev.sh example --help >/dev/null &&
+      PATH="$PWD/.deps/usr/bin:$PATH" cmake --build build -j "$(nproc)" --target flashgen_tests_gpu &&
+      build/test/flashgen_tests_gpu "$@"
+  } 2>&1 | tee "$OUT/gpu.log" | grep -E "^== |^\[doctest\]|FAIL|error:|ERROR"; rc=$((rc | ${PIPESTATUS[0]}))
 fi
 if [[ "$what" == tune ]]; then
   {
