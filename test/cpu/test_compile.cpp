@@ -1,8 +1,12 @@
 // The NVRTC compile grid (CPU tier; NVRTC needs no GPU): kernels of the real
 // emitters and the builtin profiles for sm_70 (volta, m8n8k4), sm_75 (turing,
-// m16n8k8), sm_80, sm_86 (ampere), sm_89 (ada) and sm_90 (hopper), checked to
-// be non-empty ELF cubins whose ptxas report shows no spill stores (and, for
-// the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at all).
+// m16n8k8), sm_80, sm_86 (ampere), sm_89 (ada), sm_90 (hopper), sm_100, sm_103
+// (blackwell) and sm_120, sm_121 (blackwell_consumer; both through m16n8k16),
+// checked to be non-empty ELF cubins whose ptxas report shows no spill stores
+// (and, for the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at
+// all). The one exception, sm_120/121 kernels with head_dim > 128, may spill up
+// to 64 bytes (spills_reported_only); every kernel with spills is listed in the
+// summary.
 //
 // Coverage (not a full cross product; every value of every factor at every arch):
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
@@ -11,7 +15,9 @@
 //      combinations, dtype alternating over the profile's dtypes.
 // sm_70 compiles with an NVRTC of CUDA 12 (CUDA 13's refuses sm_70; see
 // runtime/nvrtc.hpp); without one on the machine its part is skipped with a
-// message saying so.
+// message saying so. The Blackwell archs need NVRTC 12.9 or later (12.8 has
+// sm_100 and sm_120 only); an older NVRTC skips those it lacks with a message,
+// NVRTC 13 must compile them all.
 //
 // Compiles run on a pool of hardware_concurrency threads into a fresh cache
 // directory (every kernel really goes through NVRTC); the per-kernel NVRTC time
@@ -52,6 +58,16 @@ std::vector<Combo> all_combos() {
       for (bool l : {false, true}) v.push_back({m, b, l});
   return v;
 }
+
+// Spills reported and bounded instead of failed: NVRTC 13.0's ptxas for
+// sm_120/121 does not fit the head_dim > 128 kernels (16 query rows of O and Q
+// fragments per warp at head_dim 256) in 255 registers, as it does for the same
+// source on sm_86/89 (12..36 bytes in this grid); no m16n8k16 tile has fewer
+// rows per warp (profiles/blackwell_consumer.yml).
+bool spills_reported_only(const KernelSpec& s) {
+  return (s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128;
+}
+constexpr int64_t kReportedSpillLimitBytes = 64;
 
 struct PtxasReport {
   int entries = 0;          // "Function properties for" blocks
@@ -109,6 +125,16 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
   } else {
     MESSAGE("sm_70 (volta, m8n8k4) kernels skipped: no NVRTC on this machine targets sm_70 (CUDA 13's does "
             "not); install one with `pip install nvidia-cuda-nvrtc-cu12` or set FLASHGEN_NVRTC_LIBRARY");
+  }
+  for (int arch : {100, 103, 120, 121}) {
+    if (rt::nvrtc_available_for(arch)) {
+      archs.push_back(arch);
+      continue;
+    }
+    INFO("NVRTC ", rt::nvrtc_version().str(), " does not target sm_", arch);
+    REQUIRE(rt::nvrtc_version().major < 13);  // NVRTC 13 targets every Blackwell arch
+    MESSAGE("sm_" << arch << " kernels skipped: NVRTC " << rt::nvrtc_version().str()
+                  << " does not target it (NVRTC 12.9 or later does)");
   }
   const std::vector<int> head_dims = {16, 32, 64, 72, 80, 96, 128, 160, 192, 256};
   const std::vector<int> full_combo_dims = {96, 256};
@@ -214,8 +240,13 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
     const PtxasReport rep = parse_ptxas(r.kernel.compile_log);
     CHECK(rep.ok);
     CHECK(rep.entries >= 1);
-    CHECK(rep.spill_stores == 0);
-    CHECK(rep.spill_loads == 0);
+    if (spills_reported_only(j.spec)) {
+      CHECK(rep.spill_stores <= kReportedSpillLimitBytes);
+      CHECK(rep.spill_loads <= kReportedSpillLimitBytes);
+    } else {
+      CHECK(rep.spill_stores == 0);
+      CHECK(rep.spill_loads == 0);
+    }
     if (j.spec.unit != MatrixUnit::m16n8k16) CHECK(rep.stack_frame == 0);
     if (rep.spill_stores != 0 || rep.spill_loads != 0)
       spilled += "\n  " + j.spec.kernel_name() + ": " + std::to_string(rep.spill_stores) + " B spill stores, " +
