@@ -17,8 +17,12 @@ if [[ ! -x build/tools/mma_probe || ! -f build/libflashgen.so ]]; then
 fi
 baseline=()
 if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
-  [[ -e "$BENCH_BASELINE_SRC/.deps" || ! -d .deps ]] || ln -s "$PWD/.deps" "$BENCH_BASELINE_SRC/.deps"
-  "$BENCH_BASELINE_SRC/dev.sh" test -N >/dev/null || { echo "bench/run.sh: baseline build failed" >&2; exit 1; }
+  deps_args=()
+  [[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
+  { cmake -S "$BENCH_BASELINE_SRC" -B "$BENCH_BASELINE_SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
+      cmake --build "$BENCH_BASELINE_SRC/build" -j "$(nproc)" --target flashgen >/dev/null; } ||
+    { echo "bench/run.sh: baseline build failed" >&2; exit 1; }
   baseline=(--baseline "$BENCH_BASELINE_SRC/build/libflashgen.so")
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/bench-gpu.txt"

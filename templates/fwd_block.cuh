@@ -44,21 +44,21 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // A key tile's P is exp2 of each logit's distance from the row's running max m
 // in log2 units, P = 2^((s - m) * log2 e), accumulated as O and the row sum l
 // (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). Two ways to
-// form the exp2 argument, both exact at every finite fp32 logit:
-//  - FFMA (one instruction): fma(s, LOG2E, -m2) with m2 = round(m * LOG2E).
-//    The weights are then 2^((s - m) * LOG2E + res), res = m * LOG2E - m2
-//    (exact in fp32: the rounding error of a product, PTX ISA fma.rn), a
-//    common factor that the factor between tiles and the LSE carry and that
-//    the normalisation divides out. Used while |m| <= FG_FFMA_MAX_LOGIT, where
-//    |res| <= 2^-7; beyond that m2 overflows or res reaches the exponent's range
-//    (logits around 1e11 gave exp2(+-4096) = inf or 0).
-//  - SUB (two instructions): (s - m) * LOG2E, for the rows of a warp where
-//    some row's max exceeds that bound (e.g. a bias near the fp32 lowest value).
+// form the exp2 argument:
+//  - FFMA (one instruction per logit): fma(s, LOG2E, -m2), m2 = round(m * LOG2E).
+//    Every weight then carries the factor 2^res, res = m * LOG2E - m2, which
+//    the normalisation divides out within a tile but not between tiles with
+//    different m; |res| <= ulp(m2) / 2 <= 2^-15 while |m| <= FG_FFMA_MAX_LOGIT
+//    (a relative error below 3e-5, under the fp16 output's 2^-11). Beyond, m2
+//    and res grow with |m|: logits near 1e11 gave exp2(+-4096) = inf or 0 and
+//    a max near the fp32 lowest value made m2 overflow (inf - inf = NaN).
+//  - SUB (two instructions): (s - m) * LOG2E, exact at every finite logit,
+//    for a warp where some row's max is beyond that bound.
 // -inf is the only value that masks: a row whose keys so far are all -inf uses
 // the offset m = 0, so exp2(-inf) = 0 and no inf - inf appears.
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-constexpr float FG_FFMA_MAX_LOGIT = 65536.f;
+constexpr float FG_FFMA_MAX_LOGIT = 512.f;
 
 template <bool B>
 struct FgBool {
@@ -68,24 +68,20 @@ struct FgBool {
 struct FgOffset {
   float m;       // the row max (natural units); 0 while the row has seen no key
   float neg_m2;  // FFMA: -round(m * LOG2E)
-  float res;     // FFMA: m * LOG2E - round(m * LOG2E) (exact); SUB: 0
 };
 
-// Whether a row with running max `mx` may use the FFMA form.
-FG_DEVICE bool fg_ffma_exact(float mx) { return mx == fg_neg_inf() || fabsf(mx) <= FG_FFMA_MAX_LOGIT; }
+// Whether a row may use the FFMA form, from one lane's maximum `mx` over its
+// own columns (and the running max): when every lane's is within
+// +-FG_FFMA_MAX_LOGIT, so is the row's (their maximum). Conservative: a lane
+// below -FG_FFMA_MAX_LOGIT (or at -inf: nothing visible yet) sends its warp to
+// the SUB form, which handles such rows exactly; one FSETP per row.
+FG_DEVICE bool fg_ffma_exact(float mx) { return fabsf(mx) <= FG_FFMA_MAX_LOGIT; }
 
 template <bool FFMA>
 FG_DEVICE FgOffset fg_offset(float mx) {
   FgOffset o;
   o.m = mx == fg_neg_inf() ? 0.f : mx;
-  if (FFMA) {
-    const float m2 = o.m * LOG2E;
-    o.neg_m2 = -m2;
-    o.res = fmaf(o.m, LOG2E, -m2);
-  } else {
-    o.neg_m2 = 0.f;
-    o.res = 0.f;
-  }
+  o.neg_m2 = FFMA ? -o.m * LOG2E : 0.f;
   return o;
 }
 
@@ -95,18 +91,17 @@ FG_DEVICE float fg_weight(float s, const FgOffset& o) {
   return FFMA ? fg_exp2(fmaf(s, LOG2E, o.neg_m2)) : fg_exp2((s - o.m) * LOG2E);
 }
 
-// Factor that takes weights accumulated against (row max m_old, residual
-// res_old) to the offset `o`: 2^((m_old - m) * LOG2E + res - res_old); 0 while
-// the row had seen no key (m_old = -inf), exactly 1 when nothing moved.
-FG_DEVICE float fg_corr(float m_old, float res_old, const FgOffset& o) {
-  return fg_exp2(fmaf(m_old - o.m, LOG2E, o.res - res_old));
+// Factor that takes weights accumulated against the previous row max m_old
+// to the offset `o`: 2^((m_old - m) * LOG2E); 0 while the row had seen no key
+// (m_old = -inf), exactly 1 when the max did not move.
+template <bool FFMA>
+FG_DEVICE float fg_corr(float m_old, const FgOffset& o) {
+  return FFMA ? fg_exp2(fmaf(m_old, LOG2E, o.neg_m2)) : fg_exp2((m_old - o.m) * LOG2E);
 }
 
-// LSE = ln(sum of exp(s - m)) + m from the accumulated sum l of weights that
-// carry the residual res; -inf for a row that saw no key (l = 0).
-FG_DEVICE float fg_lse(float m, float res, float l) {
-  return l > 0.f ? m + (fg_log2(l) - res) * LN2 : fg_neg_inf();
-}
+// LSE = m + ln(l) from the row max m and the sum l of its weights; -inf for a
+// row that saw no key (l = 0).
+FG_DEVICE float fg_lse(float m, float l) { return l > 0.f ? m + fg_log2(l) * LN2 : fg_neg_inf(); }
 
 // Copy the staged O rows [0, valid_rows) of a block of ROWS rows (columns
 // [OFF, OFF+W) of the head dim, a swizzled sub-tile, fg_swz<W> of common.cuh)

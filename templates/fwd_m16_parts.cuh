@@ -143,21 +143,24 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
 }
 
 
-// Online-softmax step of this warp's rows for one key tile, the rows' new
-// maxima `mx` known: `s` becomes P (unnormalised), row_max/row_res/row_sum
-// move to the new offsets, corr is the factor for the O rows.
+// Online-softmax step of this warp's rows for one key tile, each lane's row
+// maxima over its own columns `mx` known: the rows' maxima across the quad,
+// `s` becomes P (unnormalised), row_max/row_sum move to the new offsets, corr
+// is the factor for the O rows.
 template <bool FFMA>
 FG_DEVICE void fg_weights(float (&s)[M_SLICES][NT][4], const float (&mx)[M_SLICES][2],
-                          float (&row_max)[M_SLICES][2], float (&row_res)[M_SLICES][2],
-                          float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+                          float (&row_max)[M_SLICES][2], float (&row_sum)[M_SLICES][2],
+                          float (&corr)[M_SLICES][2]) {
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const FgOffset off = fg_offset<FFMA>(mx[ms][r]);
-      corr[ms][r] = fg_corr(row_max[ms][r], row_res[ms][r], off);
-      row_max[ms][r] = mx[ms][r];
-      row_res[ms][r] = off.res;
+      float m = mx[ms][r];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const FgOffset off = fg_offset<FFMA>(m);
+      corr[ms][r] = fg_corr<FFMA>(row_max[ms][r], off);
+      row_max[ms][r] = m;
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) {
@@ -172,14 +175,13 @@ FG_DEVICE void fg_weights(float (&s)[M_SLICES][NT][4], const float (&mx)[M_SLICE
 }
 
 // Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
-// S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max,
-// row_res (the offsets' residual, fg_offset) and row_sum are updated; corr is
-// the factor the O rows must be scaled by (exactly 1 when the row max did not move). Rows of slice ms: block row
+// S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
+// row_sum are updated; corr is the factor the O rows must be scaled by
+// (exactly 1 when the row max did not move). Rows of slice ms: block row
 // (warp * M_SLICES + ms) * 16 + g (+ 8).
 FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
                           float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
-                          float (&row_res)[M_SLICES][2], float (&row_sum)[M_SLICES][2],
-                          float (&corr)[M_SLICES][2]) {
+                          float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
   const int n_start = j * BLOCK_N;
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
   // ---- bias and masks ----
@@ -236,6 +238,9 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
   }
 
   // ---- online softmax (exp2 domain; the offsets: fwd_block.cuh) ----
+  // Each lane's maxima of its own columns decide the form for the whole warp
+  // (a uniform branch; the row max across the quad lies within the lanes'
+  // range), so the vote does not wait for the quad shuffles.
   float mx[M_SLICES][2];
   bool ffma = true;
 #pragma unroll
@@ -245,15 +250,11 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       float m = row_max[ms][r];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       mx[ms][r] = m;
-      ffma = ffma && fg_ffma_exact(m);
+      ffma = ffma & fg_ffma_exact(m);
     }
-  // One form for the whole warp (a uniform branch); the FFMA one unless a row
-  // of the warp has a max beyond FG_FFMA_MAX_LOGIT.
-  if (__all_sync(0xffffffffu, ffma)) fg_weights<true>(s, mx, row_max, row_res, row_sum, corr);
-  else fg_weights<false>(s, mx, row_max, row_res, row_sum, corr);
+  if (__all_sync(0xffffffffu, ffma)) fg_weights<true>(s, mx, row_max, row_sum, corr);
+  else fg_weights<false>(s, mx, row_max, row_sum, corr);
 }
 
 // O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
@@ -275,8 +276,8 @@ FG_DEVICE void fg_rescale_o(float (&o)[M_SLICES][OT][4], const float (&corr)[M_S
 // Row sums across the quad, 1 / sum for the normalisation (0 for a row that
 // saw no key: O = 0) and, with HAS_LSE, LSE = max + ln(sum) (-inf for such a row).
 FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, int g, int t,
-                              const float (&row_max)[M_SLICES][2], const float (&row_res)[M_SLICES][2],
-                              const float (&row_sum)[M_SLICES][2], float (&inv)[M_SLICES][2]) {
+                              const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
+                              float (&inv)[M_SLICES][2]) {
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -288,7 +289,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse(row_max[ms][r], row_res[ms][r], l);
+          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse(row_max[ms][r], l);
       }
     }
 }

@@ -228,13 +228,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   u32 qf8[M_SLICES][2];
 
   float o[M_SLICES][OT][4];
-  float row_max[M_SLICES][2], row_res[M_SLICES][2], row_sum[M_SLICES][2];
+  float row_max[M_SLICES][2], row_sum[M_SLICES][2];
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
 #pragma unroll
     for (int i = 0; i < OT; ++i) o[ms][i][0] = o[ms][i][1] = o[ms][i][2] = o[ms][i][3] = 0.f;
     row_max[ms][0] = row_max[ms][1] = fg_neg_inf();
-    row_res[ms][0] = row_res[ms][1] = 0.f;
     row_sum[ms][0] = row_sum[ms][1] = 0.f;
   }
 
@@ -249,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   // Bias, masks and the online softmax of tile j; `s` becomes P (unnormalised).
   auto softmax = [&](int j, float (&s)[M_SLICES][NT][4]) {
     float corr[M_SLICES][2];
-    fg_softmax(p, blk, j, warp, g, t, s, row_max, row_res, row_sum, corr);
+    fg_softmax(p, blk, j, warp, g, t, s, row_max, row_sum, corr);
     fg_rescale_o(o, corr);
   };
   // O += P . V for the V tile in `sVc`.
@@ -304,7 +303,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
-  fg_finish_rows(p, blk, warp, g, t, row_max, row_res, row_sum, inv);
+  fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
   u16* const sO = sQ;
 @@STAGE_O@@

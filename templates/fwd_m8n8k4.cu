@@ -339,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 @@Q_REGS@@
 
   float o[M_SLICES][OT][8];
-  float row_max[M_SLICES][2], row_res[M_SLICES][2], row_sum[M_SLICES][2];
+  float row_max[M_SLICES][2], row_sum[M_SLICES][2];
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
 #pragma unroll
@@ -347,7 +347,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 #pragma unroll
       for (int e = 0; e < 8; ++e) o[ms][i][e] = 0.f;
     row_max[ms][0] = row_max[ms][1] = fg_neg_inf();
-    row_res[ms][0] = row_res[ms][1] = 0.f;
     row_sum[ms][0] = row_sum[ms][1] = 0.f;
   }
 
@@ -451,22 +450,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 #pragma unroll
           for (int v2 = 0; v2 < 2; ++v2)
             m = fmaxf(m, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
-        m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
-        m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
         mx[ms][v1] = m;
-        ffma = ffma && fg_ffma_exact(m);
+        ffma = ffma & fg_ffma_exact(m);
       }
-    // One form of the exp2 argument for the whole warp (a uniform branch).
+    // One form of the exp2 argument for the whole warp (a uniform branch),
+    // decided on each lane's maxima over its own columns (the row max lies
+    // within their range), so the vote does not wait for the shuffles.
     auto weights = [&](auto ffma_form) {
       constexpr bool FFMA = decltype(ffma_form)::value;
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
         for (int v1 = 0; v1 < 2; ++v1) {
-          const FgOffset off = fg_offset<FFMA>(mx[ms][v1]);
-          const float corr = fg_corr(row_max[ms][v1], row_res[ms][v1], off);
-          row_max[ms][v1] = mx[ms][v1];
-          row_res[ms][v1] = off.res;
+          float m = mx[ms][v1];
+          m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
+          m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
+          const FgOffset off = fg_offset<FFMA>(m);
+          const float corr = fg_corr<FFMA>(row_max[ms][v1], off);
+          row_max[ms][v1] = m;
           float sum = 0.f;
 #pragma unroll
           for (int nt = 0; nt < NT; ++nt)
@@ -514,7 +515,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       if (HAS_LSE && a1 == 0 && qn == 0) {
         const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
         if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse(row_max[ms][v1], row_res[ms][v1], l);
+          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse(row_max[ms][v1], l);
       }
     }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)

@@ -272,11 +272,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     fg_consumer_sync();
 
     float o[1][OT][4];
-    float row_max[1][2], row_res[1][2], row_sum[1][2], corr[1][2];
+    float row_max[1][2], row_sum[1][2], corr[1][2];
 #pragma unroll
     for (int i = 0; i < OT; ++i) o[0][i][0] = o[0][i][1] = o[0][i][2] = o[0][i][3] = 0.f;
     row_max[0][0] = row_max[0][1] = fg_neg_inf();
-    row_res[0][0] = row_res[0][1] = 0.f;
     row_sum[0][0] = row_sum[0][1] = 0.f;
 
     float s[1][NT][4];        // S of one tile (wgmma accumulators), then P in f32
@@ -305,7 +304,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_wgmma_wait<0>();
       fg_reg_fence(s);
       release(empty_k(c % STAGES));
-      fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_res, row_sum, corr);
+      fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
       to_p();
     }
     // Iteration j: entering, P of tile j is in `pa` and corr holds the factor
@@ -328,7 +327,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_reg_fence(s);
       if (next) {
         release(empty_k(ck % STAGES));
-        fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_res, row_sum, corr);
+        fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_sum, corr);
       }
       fg_wgmma_wait<0>();  // P.V of tile j complete
       fg_reg_fence(o);
@@ -340,7 +339,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 
     // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
     float inv[1][2];
-    fg_finish_rows(p, blk, warp, g, t, row_max, row_res, row_sum, inv);
+    fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
     fg_consumer_sync();  // every warpgroup is done reading sQ
     u16* const sO = sQ;
 @@STAGE_O@@

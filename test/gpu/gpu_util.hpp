@@ -513,7 +513,7 @@ inline void fill_view(std::vector<uint16_t>& buf, const View& v, int64_t B, int6
 
 /// Writes c.poison_value into one element of the input c.poison names: Q row
 /// (last batch, middle row, head 0); K or V at the middle key of (batch 0, KV
-/// head 0); the bias at (batch 0, head 0, rows 2 seqlen_q / 3 and 10, key seqlen_k / 2).
+/// head 0; V under a causal mask: key 0); the bias at (batch 0, head 0, rows 2 seqlen_q / 3 and 10, key seqlen_k / 2).
 /// Under a causal mask the key is visible to some rows and not to others.
 inline void poison_input(HostCase& hc) {
   const Case& c = hc.c;
@@ -528,9 +528,14 @@ inline void poison_input(HostCase& hc) {
     case Poison::k:
       (g.packed ? hc.q : hc.k)[static_cast<size_t>(g.k.at(0, j, 0) + 1)] = bad16;
       break;
-    case Poison::v:
-      (g.packed ? hc.q : hc.v)[static_cast<size_t>(g.v.at(0, j, 0) + 5)] = bad16;
+    case Poison::v: {
+      // Under a causal mask at key 0, which every row sees: a NaN or inf in V at a
+      // key hidden from some rows of a query block reaches those rows too (P.V
+      // multiplies their weight 0 by it; docs/design.md "Numerics").
+      const int64_t jv = c.mask == MaskKind::none ? j : 0;
+      (g.packed ? hc.q : hc.v)[static_cast<size_t>(g.v.at(0, jv, 0) + 5)] = bad16;
       break;
+    }
     case Poison::bias: {
       // Row 2 sq/3 sees key sk/2 under every mask here; row 10 does not under a causal one.
       for (int64_t i : {2 * c.seqlen_q / 3, std::min<int64_t>(10, c.seqlen_q - 1)}) {
