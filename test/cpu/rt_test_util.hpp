@@ -22,6 +22,8 @@
 namespace flashgen::test {
 
 /// Whether `s` ends with `suffix`.
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
 inline bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }

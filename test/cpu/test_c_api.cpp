@@ -31,7 +31,7 @@ flashgen_problem good_problem(int64_t d = 64, flashgen_mask mask = FLASHGEN_MASK
 
 std::string last() { return flashgen_last_error(); }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 }  // namespace
 

@@ -43,7 +43,7 @@ using flashgen::test::TempDir;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 size_t lock_files(const std::string& dir) {
   size_t n = 0;

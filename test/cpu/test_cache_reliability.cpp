@@ -56,7 +56,7 @@ using flashgen::test::TempDir;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 const char* child_mode() { return std::getenv("FLASHGEN_TEST_CACHE_CHILD"); }
 

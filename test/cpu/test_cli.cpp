@@ -38,7 +38,7 @@ using flashgen::test::TempDir;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 std::string read_text(const std::string& path) {
   const std::vector<char> b = test::read_bytes(path);

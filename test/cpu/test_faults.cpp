@@ -53,7 +53,7 @@ using flashgen::test::TempDir;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 bool in_fault_child() { return std::getenv("FLASHGEN_TEST_FAULT_CHILD") != nullptr; }
 

@@ -29,7 +29,7 @@ using flashgen::test::TempDir;
 
 namespace {
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+using flashgen::test::contains;
 
 const Profile& hopper() { return profile_for_arch(90); }
 
