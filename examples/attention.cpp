@@ -400,8 +400,9 @@ int main(int argc, char** argv) {
     row("device", dev ? fmt::format("{} (sm_{}, {} SMs, {} KiB shared memory per block)", dev->name, dev->arch,
                                     dev->sm_count, dev->smem_per_block_optin / 1024)
                       : std::string("none"));
-    row("target", fmt::format("sm_{}: profile {} ({}), matrix unit {}", arch, profile.name, profile.source,
-                              flashgen::to_string(profile.matrix_unit.shape)));
+    row("target", fmt::format("sm_{}: profile {} ({}), matrix unit {}{}", arch, profile.name, profile.source,
+                              flashgen::to_string(profile.matrix_unit.shape),
+                              profile.wgmma_flash.empty() ? "" : "; wgmma (sm_90a) for head dims that are multiples of 16"));
     row("dtype", std::string(flashgen::to_string(dtype)));
     if (!dev) {
       row("note", arch_opt != 0

@@ -109,8 +109,8 @@ std::string spec_comment(const KernelSpec& spec) {
       wgmma ? std::string("wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)")
                                      : "mma.sync.aligned." + std::string(to_string(spec.unit)),
       to_string(spec.dtype),
-      spec.head_dim, join(wgmma ? wgmma_chunks(spec.head_dim) : spec.qk_chunks()), spec.head_dim_v,
-      join(wgmma ? wgmma_chunks(spec.head_dim_v) : spec.v_chunks()), spec.block_m, spec.block_n,
+      spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v,
+      join(spec.v_chunks()), spec.block_m, spec.block_n,
       spec.warps, wgmma ? " (+ 4 producer)" : "", spec.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
       wgmma ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
                         "FgTmaMaps by value",

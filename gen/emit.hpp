@@ -22,11 +22,6 @@ namespace flashgen::gen {
 /// item. Dispatches on spec.unit. Does not validate; callers validate first.
 std::string emit_forward(const KernelSpec& spec);
 
-/// The shared-memory sub-tiles of the wgmma kernel: split_head_dim(head_dim, 16)
-/// with chunks wider than 64 cut into 64s (a swizzle row is at most 128 bytes),
-/// e.g. 96 -> {64, 32}, 128 -> {64, 64}, 80 -> {64, 16}.
-std::vector<int> wgmma_chunks(int head_dim);
-
 /// Which of the three tensor maps of a tensor (FwdTmaMaps, gen/params.hpp) the
 /// wgmma kernel reads a chunk of this width through: 64 -> 0, 32 -> 1, 16 -> 2.
 int tma_map_index(int chunk_width);

@@ -39,14 +39,6 @@ std::string wgmma_kv_refusal(const AttentionProblem& p) {
   return "";
 }
 
-std::vector<int> wgmma_chunks(int head_dim) {
-  std::vector<int> out;
-  for (int w : split_head_dim(head_dim, 16)) {
-    for (int left = w; left > 0; left -= 64) out.push_back(left > 64 ? 64 : left);
-  }
-  return out;
-}
-
 namespace {
 
 // "{%first, ..., %first+count-1}"
@@ -109,8 +101,8 @@ std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) 
 }  // namespace
 
 std::string emit_wgmma(const KernelSpec& spec) {
-  const auto qk = wgmma_chunks(spec.head_dim);
-  const auto vc = wgmma_chunks(spec.head_dim_v);
+  const auto qk = spec.qk_chunks();
+  const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
   slots["CONSTANTS"] = spec_constants(spec) + fmt::format(
       "\nconstexpr bool IS_BF16 = {};",

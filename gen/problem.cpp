@@ -71,14 +71,23 @@ void check_no_self_overlap(const char* name, std::vector<OutDim> dims, int64_t i
   int64_t span = inner;  // elements covered by the dimensions nested so far
   std::string formula = inner_name;
   std::string values = fmt::format("{}", inner);
+  std::string inner_field;  // the strided dimension nested directly inside, if any
+  int64_t prev_stride = 0;
   for (const OutDim& d : dims) {
     if (d.stride < span) {
+      // With a nested dimension of the same or a larger stride, either stride may be the wrong one.
+      const std::string which = inner_field.empty() || prev_stride < d.stride
+                                    ? fmt::format("{}.{} ({})", name, d.field, d.stride)
+                                    : fmt::format("{}.{} ({}) or {}.{} ({})", name, d.field, d.stride, name,
+                                                  inner_field, prev_stride);
       fail(fmt::format("{}.{} ({}) is smaller than the {} elements it must step over ({} = {}): "
-                       "elements of {} would overlap; output strides must nest without overlap "
-                       "(contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
+                       "elements of {} would overlap (change {}); output strides must nest without "
+                       "overlap (contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
                        "stride_head, stride_batch >= seqlen_q * stride_seq)",
-                       name, d.field, d.stride, span, formula, values, name));
+                       name, d.field, d.stride, span, formula, values, name, which));
     }
+    inner_field = d.field;
+    prev_stride = d.stride;
     // Cannot overflow: max_byte_offset bounded the sum of all such terms.
     span = d.stride * (d.extent - 1) + span;
     formula = fmt::format("({}-1)*{}.{} + {}", d.extent_name, name, d.field, formula);

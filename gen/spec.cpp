@@ -130,6 +130,15 @@ std::vector<int> split_head_dim(int head_dim, int min_chunk) {
   return chunks;
 }
 
+std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit) {
+  if (unit != MatrixUnit::wgmma) return split_head_dim(head_dim);
+  std::vector<int> out;
+  for (int w : split_head_dim(head_dim, 16)) {
+    for (int left = w; left > 0; left -= 64) out.push_back(left > 64 ? 64 : left);
+  }
+  return out;
+}
+
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
   // and one V tile; 2-byte elements.

@@ -138,7 +138,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   } else {
     coords |= int64_t{1} << (bit + 1);
   }
-  const auto chunks = gen::wgmma_chunks(dim);
+  const auto chunks = head_dim_chunks(dim, MatrixUnit::wgmma);
   for (int w : std::set<int>(chunks.begin(), chunks.end())) {
     const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.block_n), 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};

@@ -722,8 +722,8 @@ int run_explain(const ExplainOptions& o) {
   if (wgmma)
     row("unit", fmt::format("wgmma.mma_async m64nNk16, compiled for sm_{}a (its cubin runs on sm_{} only)", spec.arch,
                             spec.arch));
-  const auto qk_chunks = wgmma ? gen::wgmma_chunks(spec.head_dim) : spec.qk_chunks();
-  const auto v_chunks = wgmma ? gen::wgmma_chunks(spec.head_dim_v) : spec.v_chunks();
+  const auto qk_chunks = spec.qk_chunks();
+  const auto v_chunks = spec.v_chunks();
   row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} ({}, never padded)", spec.head_dim,
                                join_ints(qk_chunks, " + "), spec.head_dim_v, join_ints(v_chunks, " + "),
                                wgmma ? "shared-memory chunks of at most 64 columns" : "power-of-two chunks"));

@@ -17,6 +17,13 @@ namespace flashgen {
 /// least `min_chunk` (96 -> {64, 32}, 72 -> {64, 8}); never padded.
 std::vector<int> split_head_dim(int head_dim, int min_chunk = 8);
 
+/// The head-dim chunks of a kernel's shared-memory sub-tiles for a matrix unit:
+/// split_head_dim(head_dim) for the mma.sync units; for wgmma
+/// split_head_dim(head_dim, 16) with every part cut into 64-column pieces (one
+/// 128-byte swizzle row each: 128 = 64 + 64, 96 = 64 + 32, 80 = 64 + 16).
+/// Throws InvalidArgument for a head dim the unit cannot split.
+std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
+
 /// The specialization of one generated forward kernel (a plain value type).
 struct KernelSpec {
   int arch = 80;                          ///< target compute capability, 10*major+minor
@@ -33,9 +40,9 @@ struct KernelSpec {
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
 
-  /// Head-dim splits (derived, never stored): split_head_dim(head_dim).
-  std::vector<int> qk_chunks() const { return split_head_dim(head_dim); }
-  std::vector<int> v_chunks() const { return split_head_dim(head_dim_v); }
+  /// Head-dim chunks of the generated sub-tiles (derived, never stored): head_dim_chunks(head_dim, unit).
+  std::vector<int> qk_chunks() const { return head_dim_chunks(head_dim, unit); }
+  std::vector<int> v_chunks() const { return head_dim_chunks(head_dim_v, unit); }
   /// Threads per block: 32 * warps, + 128 for the wgmma unit (its producer
   /// warpgroup, which issues the TMA copies); saturated to the int range:
   /// defined for every parsed spec (KernelSpec::parse accepts any int;

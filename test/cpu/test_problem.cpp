@@ -377,9 +377,12 @@ TEST_CASE("check_problem: outputs that overlap themselves") {
     p.o.stride_batch = 99 * 8 * 64;
     CHECK_REJECTED(p, "o.stride_batch (50688) is smaller than the 51200 elements");
   }
-  SUBCASE("two dimensions with the same stride") {
+  SUBCASE("two dimensions with the same stride: both are named") {
     p.o.stride_head = 8 * 64;  // == stride_seq
-    CHECK_REJECTED(p, "is smaller than the");
+    CHECK_REJECTED(p, "(change o.stride_head (512) or o.stride_seq (512))");
+    p.o.stride_head = 64;
+    p.o.stride_seq = 64;  // == stride_head: the user may have meant either
+    CHECK_REJECTED(p, "(change o.stride_head (64) or o.stride_seq (64))");
   }
   SUBCASE("a permuted layout (BHSD) and padded strides are fine") {
     p.o.stride_seq = 64;

@@ -219,11 +219,11 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
 TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers per width") {
   CHECK(rt::nvrtc_options(90, true).front() == "--gpu-architecture=sm_90a");
   CHECK(rt::nvrtc_options(90).front() == "--gpu-architecture=sm_90");
-  CHECK(gen::wgmma_chunks(96) == std::vector<int>{64, 32});
-  CHECK(gen::wgmma_chunks(128) == std::vector<int>{64, 64});
-  CHECK(gen::wgmma_chunks(80) == std::vector<int>{64, 16});
-  CHECK(gen::wgmma_chunks(256) == std::vector<int>{64, 64, 64, 64});
-  CHECK(gen::wgmma_chunks(112) == std::vector<int>{64, 32, 16});
+  CHECK(head_dim_chunks(96, MatrixUnit::wgmma) == std::vector<int>{64, 32});
+  CHECK(head_dim_chunks(128, MatrixUnit::wgmma) == std::vector<int>{64, 64});
+  CHECK(head_dim_chunks(80, MatrixUnit::wgmma) == std::vector<int>{64, 16});
+  CHECK(head_dim_chunks(256, MatrixUnit::wgmma) == std::vector<int>{64, 64, 64, 64});
+  CHECK(head_dim_chunks(112, MatrixUnit::wgmma) == std::vector<int>{64, 32, 16});
 
   KernelSpec s = wgmma_spec();
   s.head_dim = s.head_dim_v = 96;
