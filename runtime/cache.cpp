@@ -698,8 +698,9 @@ std::string untrusted_dir_reason(const std::string& dir, bool bundle) {
         static_cast<long>(st.st_uid), static_cast<long>(::geteuid()));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return fmt::format("is writable by other users (mode {}; {} are code: fix with chmod go-w {})",
-                       mode_text(st.st_mode), bundle ? "bundled kernels" : "cached kernels", dir);
+    return fmt::format("is writable by {} (mode {}; {} are code: fix with chmod go-w {})",
+                       (st.st_mode & S_IWOTH) != 0 ? "other users" : "its group", mode_text(st.st_mode),
+                       bundle ? "bundled kernels" : "cached kernels", dir);
   }
   if (bundle) return "";
   // Directories above: nobody else may be able to rename or replace the cache.

@@ -104,12 +104,14 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
 }
 
 // Defaults that depend on other keys, and the required keys.
-void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where) {
-  if (!seen["head_dim"]) throw InvalidArgument(fmt::format("{} key 'head_dim' is missing", where));
+void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where_in) {
+  // "<where> key '...' is missing": --problem's `where` already ends in "key".
+  const std::string where = where_in.ends_with(" key") ? where_in : where_in + " key";
+  if (!seen["head_dim"]) throw InvalidArgument(fmt::format("{} 'head_dim' is missing", where));
   if (!seen["seqlen"] && !seen["seqlen_q"])
-    throw InvalidArgument(fmt::format("{} key 'seqlen_q' (or 'seqlen') is missing", where));
+    throw InvalidArgument(fmt::format("{} 'seqlen_q' (or 'seqlen') is missing", where));
   if (!seen["heads"] && !seen["heads_q"])
-    throw InvalidArgument(fmt::format("{} key 'heads_q' (or 'heads') is missing", where));
+    throw InvalidArgument(fmt::format("{} 'heads_q' (or 'heads') is missing", where));
   if (!seen["head_dim_v"]) d.head_dim_v = d.head_dim;
   if (!seen["seqlen"] && !seen["seqlen_k"]) d.seqlen_k = d.seqlen_q;
   if (!seen["heads"] && !seen["heads_kv"]) d.heads_kv = d.heads_q;

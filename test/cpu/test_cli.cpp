@@ -956,3 +956,19 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   CHECK(r.rc == 0);
   CHECK(contains(r.out, "8589934592 blocks"));
 }
+
+TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML") {
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("dtype=f16,seqlen=8,heads=1"),
+                       "--problem 'dtype=f16,seqlen=8,heads=1': key 'head_dim' is missing", InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems: [{dtype: f16, head_dim: 64, heads: 2}]", "p.yml"),
+                       doctest::Contains("key 'seqlen_q' (or 'seqlen') is missing"), InvalidArgument);
+  std::string msg;
+  try {
+    cli::parse_problem_text("");
+  } catch (const InvalidArgument& e) {
+    msg = e.what();
+  }
+  CHECK_FALSE(msg.empty());
+  CHECK(msg.find("key key") == std::string::npos);
+}
+
