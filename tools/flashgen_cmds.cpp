@@ -839,9 +839,12 @@ CLI::App* add_show(CLI::App& app, ShowOptions& o) {
   auto* p = c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)");
   auto* s = c->add_option("--spec", o.spec, "a canonical spec string (flashgen.fwd.v1:...)");
   p->excludes(s);
+  // A spec names its arch and tile: --arch and --tile go with --problem only.
   c->add_option("--arch", o.arch, "target compute capability for --problem (default: the GPU's, else 90)")
-      ->check(arch_number());
-  c->add_option("--tile", o.tile, "tile BLOCK_MxBLOCK_NxWARPSxSTAGES for --problem instead of the planned one");
+      ->check(arch_number())
+      ->excludes(s);
+  c->add_option("--tile", o.tile, "tile BLOCK_MxBLOCK_NxWARPSxSTAGES for --problem instead of the planned one")
+      ->excludes(s);
   return c;
 }
 
@@ -991,7 +994,12 @@ int run_cache(const CacheOptions& o) {
   }
 
   // prune / clear: the user cache (or --dir) only; bundles are read-only.
-  if (user_dir.empty()) throw IoError("there is no usable user cache directory to " + o.action);
+  if (user_dir.empty()) {
+    // Like ls/verify on a cache that cannot be used: a failure (exit 1), not a usage error.
+    std::fprintf(stderr, "flashgen cache %s: error: there is no usable user cache directory to %s (see above)\n",
+                 o.action.c_str(), o.action.c_str());
+    return 1;
+  }
   rt::PruneOptions po;
   po.all = o.action == "clear";
   po.dry_run = o.dry_run;

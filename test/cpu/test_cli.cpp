@@ -321,6 +321,28 @@ TEST_CASE("cli: show prints the generated source") {
   CHECK(bad.rc == 2);
   CHECK(bad.out.empty());
   CHECK(contains(bad.err, "flashgen show: error: kernel spec"));
+  // A spec names its arch and tile: --arch / --tile beside it are refused, not ignored.
+  for (const char* opt : {"--arch", "--tile"}) {
+    CAPTURE(opt);
+    const Run both = run_cli({"show", "--spec", spec.canonical(), opt, std::string(opt) == "--arch" ? "90" : "64x64x4x2"}, env);
+    CHECK(both.rc == 2);
+    CHECK(both.out.empty());
+    CHECK(contains(both.err, "excludes"));
+  }
+}
+
+TEST_CASE("cli: cache prune and clear without a usable user cache fail (exit 1) like ls and verify") {
+  TempDir work("flashgen-cli-prune-unusable");
+  const std::string dir = work.path() + "/cache";
+  REQUIRE(::mkdir(dir.c_str(), 0777) == 0);
+  REQUIRE(::chmod(dir.c_str(), 0777) == 0);  // writable by others: not used
+  const auto env = base_env(dir);
+  for (const char* action : {"ls", "verify", "prune", "clear"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, env);
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, std::string("flashgen cache ") + action + ": error:"));
+  }
 }
 
 TEST_CASE("cli: cache ls, verify, prune and clear; info") {
