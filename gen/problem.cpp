@@ -1,7 +1,7 @@
 // AttentionProblem: default scale, contiguous BSHD construction, argument checks.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
