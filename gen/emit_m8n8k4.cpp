@@ -34,7 +34,7 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   slots["Q_REGS"] = per_chunk(qk, "  ", "fg_q_regs<{w}, {off}>(sQ + BLOCK_M * {off}, qf, warp, arow);");
   slots["QK"] =
       per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, s, warp, arow, bcol);");
-  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, pf, o, bcol);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, pf, o, bcol, pm);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, rbase, cbase);");
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");

@@ -143,37 +143,6 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
 }
 
 
-// Online-softmax step of this warp's rows for one key tile, each lane's row
-// maxima over its own columns `mx` known: the rows' maxima across the quad,
-// `s` becomes P (unnormalised), row_max/row_sum move to the new offsets, corr
-// is the factor for the O rows.
-template <bool FFMA>
-FG_DEVICE void fg_weights(float (&s)[M_SLICES][NT][4], const float (&mx)[M_SLICES][2],
-                          float (&row_max)[M_SLICES][2], float (&row_sum)[M_SLICES][2],
-                          float (&corr)[M_SLICES][2]) {
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = mx[ms][r];
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset<FFMA>(m);
-      corr[ms][r] = fg_corr<FFMA>(row_max[ms][r], off);
-      row_max[ms][r] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = fg_weight<FFMA>(s[ms][nt][2 * r], off);
-        const float p1 = fg_weight<FFMA>(s[ms][nt][2 * r + 1], off);
-        s[ms][nt][2 * r] = p0;
-        s[ms][nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
-    }
-}
-
 // Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
 // S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
 // row_sum are updated; corr is the factor the O rows must be scaled by
@@ -238,11 +207,6 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
   }
 
   // ---- online softmax (exp2 domain; the offsets: fwd_block.cuh) ----
-  // Each lane's maxima of its own columns decide the form for the whole warp
-  // (a uniform branch; the row max across the quad lies within the lanes'
-  // range), so the vote does not wait for the quad shuffles.
-  float mx[M_SLICES][2];
-  bool ffma = true;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -250,11 +214,38 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       float m = row_max[ms][r];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-      mx[ms][r] = m;
-      ffma = ffma & fg_ffma_exact(m);
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const FgOffset off = fg_offset(m);
+      corr[ms][r] = fg_corr(row_max[ms][r], off);
+      row_max[ms][r] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = fg_weight(s[ms][nt][2 * r], off);
+        const float p1 = fg_weight(s[ms][nt][2 * r + 1], off);
+        s[ms][nt][2 * r] = p0;
+        s[ms][nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
     }
-  if (__all_sync(0xffffffffu, ffma)) fg_weights<true>(s, mx, row_max, row_sum, corr);
-  else fg_weights<false>(s, mx, row_max, row_sum, corr);
+}
+
+// After a cut tile's P.V: the rows of this warp's slices (block rows
+// row0 + ms * 16 + g (+ 8)) that see the lowest non-finite key any lane found
+// get row_sum = NaN (fwd_block.cuh, "causal masks and P.V").
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+                            float (&row_sum)[M_SLICES][2]) {
+  const int k = fg_pv_bad_key<BLOCK_N>(m);
+  if (k < BLOCK_N) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (blk.m_start + row0 + ms * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + k)
+          row_sum[ms][r] = __int_as_float(0x7fffffff);
+  }
 }
 
 // O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
@@ -285,7 +276,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       float l = row_sum[ms][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[ms][r] = l > 0.f ? 1.f / l : 0.f;
+      inv[ms][r] = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)

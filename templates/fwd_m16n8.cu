@@ -132,14 +132,25 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
 // O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]; P comes from the S accumulators,
 // converted in registers (the m16n8k16 C fragment of two adjacent n8 tiles is
 // the A fragment of one k16 step).
-template <int W, int OFF>
-FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane) {
+// PM: FgPvPlain, or FgPvMask on a tile the causal mask cuts (fwd_block.cuh):
+// steps no row sees are skipped, the V fragments of steps some rows see are
+// cleaned of non-finite values (B fragment: b0, b2 hold keys 2t, 2t+1 of the
+// step, b1, b3 keys 2t+8, 2t+9).
+template <int W, int OFF, class PM>
+FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane,
+                     PM& pm) {
   const u32 base = fg_smem_addr(sv);
   const int mi = lane >> 3;
   // V matrices (transposed): (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi)
   const FgLdsmOffsets<W> vo((lane & 7) + ((mi & 1) << 3), W >= 16 ? mi >> 1 : 0);
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    bool check = false;
+    if constexpr (PM::checked) {
+      if (kk * 16 >= pm.skip_from) break;
+      check = kk * 16 + 16 > pm.band_from;
+    }
+    u32 bad_lo = 0, bad_hi = 0;
     u32 a[M_SLICES][4];
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms) {
@@ -153,6 +164,12 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
       for (int dp = 0; dp < W / 16; ++dp) {
         u32 b0, b1, b2, b3;
         fg_ldsm_x4_trans(base + 2 * vo.at(kk * 16, dp), b0, b1, b2, b3);
+        if (PM::checked && check) {
+          fg_pv_clean<IS_BF16>(b0, bad_lo);
+          fg_pv_clean<IS_BF16>(b2, bad_lo);
+          fg_pv_clean<IS_BF16>(b1, bad_hi);
+          fg_pv_clean<IS_BF16>(b3, bad_hi);
+        }
 #pragma unroll
         for (int ms = 0; ms < M_SLICES; ++ms) {
           fg_mma16816(o[ms][OFF / 8 + 2 * dp], a[ms], b0, b1);
@@ -162,8 +179,19 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
     } else {
       u32 b0, b1;
       fg_ldsm_x2_trans(base + 2 * vo.at(kk * 16, 0), b0, b1);
+      if (PM::checked && check) {
+        fg_pv_clean<IS_BF16>(b0, bad_lo);
+        fg_pv_clean<IS_BF16>(b1, bad_hi);
+      }
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms) fg_mma16816(o[ms][OFF / 8], a[ms], b0, b1);
+    }
+    if constexpr (PM::checked) {
+      if (check && (bad_lo | bad_hi)) {
+        const int k0 = kk * 16 + 2 * (lane & 3);
+        const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
+        pm.bad_key = min(pm.bad_key, key);
+      }
     }
   }
 }
@@ -251,9 +279,22 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     fg_softmax(p, blk, j, warp, g, t, s, row_max, row_sum, corr);
     fg_rescale_o(o, corr);
   };
-  // O += P . V for the V tile in `sVc`.
-  auto pv = [&](const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
+  // O += P . V for V tile j in `sVc` (a tile the causal mask cuts: fwd_block.cuh,
+  // "causal masks and P.V").
+  auto pv = [&](int j, const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
+    auto all_chunks = [&](auto& pm) {
 @@PV@@
+    };
+    if (MASK != 0) {
+      FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
+      if (fg_pv_cut(pm)) {
+        all_chunks(pm);
+        fg_pv_poison(pm, blk, j, warp * M_SLICES * 16, g, row_sum);
+        return;
+      }
+    }
+    FgPvPlain plain;
+    all_chunks(plain);
   };
   // One iteration: tile j's softmax and P.V, and (QK_AHEAD) tile j+1's Q.K^T into `sn`.
   auto step = [&](int j, float (&sc)[M_SLICES][NT][4], float (&sn)[M_SLICES][NT][4]) {
@@ -277,7 +318,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       qk(sK + (j % STAGES) * BLOCK_N * HEAD_DIM, sc);
     }
     softmax(j, sc);
-    pv(sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
+    pv(j, sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
   };
 
   float s0[M_SLICES][NT][4], s1[M_SLICES][NT][4];

@@ -258,19 +258,40 @@ FG_DEVICE void fg_make_p(const float (&s)[M_SLICES][NT][8], u32 (&pf)[M_SLICES][
 // 16*dt + bcol) per n16 tile of the chunk, shared by every slice. An 8-wide
 // chunk fills half an n16 tile: both quadpair columns read columns 0..7, and
 // the qn = 1 half (columns past the chunk) is never stored.
-template <int W, int OFF>
-FG_DEVICE void fg_pv(const u16* sv, const u32 (&pf)[M_SLICES][PK][2], float (&o)[M_SLICES][OT][8], int bcol) {
+// PM: FgPvPlain, or FgPvMask on a tile the causal mask cuts (fwd_block.cuh,
+// "causal masks and P.V"): k4 steps no row of the warp sees are skipped, the
+// V values of steps some rows see are cleaned of non-finite values (a B
+// fragment holds keys 4kk, 4kk+1 in b[0] and 4kk+2, 4kk+3 in b[1]).
+template <int W, int OFF, class PM>
+FG_DEVICE void fg_pv(const u16* sv, const u32 (&pf)[M_SLICES][PK][2], float (&o)[M_SLICES][OT][8], int bcol, PM& pm) {
   constexpr int DT = W >= 16 ? W / 16 : 1;
   const int col = W >= 16 ? bcol : (bcol & 7);
 #pragma unroll
-  for (int kk = 0; kk < PK; ++kk)
+  for (int kk = 0; kk < PK; ++kk) {
+    bool check = false;
+    if constexpr (PM::checked) {
+      if (kk * 4 >= pm.skip_from) break;
+      check = kk * 4 + 4 > pm.band_from;
+    }
+    u32 bad_lo = 0, bad_hi = 0;
 #pragma unroll
     for (int dt = 0; dt < DT; ++dt) {
       const U2 x = fg_ld_slot<W>(sv, kk, dt * 16 + col);
-      const u32 b[2] = {x.x, x.y};
+      u32 b[2] = {x.x, x.y};
+      if (PM::checked && check) {
+        fg_pv_clean<false>(b[0], bad_lo);
+        fg_pv_clean<false>(b[1], bad_hi);
+      }
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms) fg_mma884(o[ms][OFF / 16 + dt], pf[ms][kk], b);
     }
+    if constexpr (PM::checked) {
+      if (check && (bad_lo | bad_hi)) {
+        const int key = (bad_lo & 0xffffu) ? 4 * kk : bad_lo ? 4 * kk + 1 : (bad_hi & 0xffffu) ? 4 * kk + 2 : 4 * kk + 3;
+        pm.bad_key = min(pm.bad_key, key);
+      }
+    }
+  }
 }
 
 // Stage this warp's normalised O (columns [OFF, OFF+W)) in shared memory as
@@ -438,8 +459,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     }
 
     // ---- online softmax (exp2 domain, the offsets: fwd_block.cuh); a row spans lanes ^2 and ^8 ----
-    float mx[M_SLICES][2];
-    bool ffma = true;
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -450,56 +469,64 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 #pragma unroll
           for (int v2 = 0; v2 < 2; ++v2)
             m = fmaxf(m, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
-        mx[ms][v1] = m;
-        ffma = ffma & fg_ffma_exact(m);
-      }
-    // One form of the exp2 argument for the whole warp (a uniform branch),
-    // decided on each lane's maxima over its own columns (the row max lies
-    // within their range), so the vote does not wait for the shuffles.
-    auto weights = [&](auto ffma_form) {
-      constexpr bool FFMA = decltype(ffma_form)::value;
+        m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
+        m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
+        const FgOffset off = fg_offset(m);
+        const float corr = fg_corr(row_max[ms][v1], off);
+        row_max[ms][v1] = m;
+        float sum = 0.f;
 #pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms)
+        for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int v1 = 0; v1 < 2; ++v1) {
-          float m = mx[ms][v1];
-          m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
-          m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
-          const FgOffset off = fg_offset<FFMA>(m);
-          const float corr = fg_corr<FFMA>(row_max[ms][v1], off);
-          row_max[ms][v1] = m;
-          float sum = 0.f;
+          for (int v2 = 0; v2 < 2; ++v2)
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
+            for (int v0 = 0; v0 < 2; ++v0) {
+              float& x = s[ms][nt][v0 + 2 * v1 + 4 * v2];
+              x = fg_weight(x, off);
+              sum += x;
+            }
+        row_sum[ms][v1] = row_sum[ms][v1] * corr + sum;
+        // corr is exactly 1 when the row max did not move; skip the rescale
+        // when that holds for every row of the warp.
+        if (__any_sync(FULL, corr != 1.f)) {
 #pragma unroll
-            for (int v2 = 0; v2 < 2; ++v2)
+          for (int i = 0; i < OT; ++i)
 #pragma unroll
-              for (int v0 = 0; v0 < 2; ++v0) {
-                float& x = s[ms][nt][v0 + 2 * v1 + 4 * v2];
-                x = fg_weight<FFMA>(x, off);
-                sum += x;
-              }
-          row_sum[ms][v1] = row_sum[ms][v1] * corr + sum;
-          // corr is exactly 1 when the row max did not move; skip the rescale
-          // when that holds for every row of the warp.
-          if (__any_sync(FULL, corr != 1.f)) {
-#pragma unroll
-            for (int i = 0; i < OT; ++i)
-#pragma unroll
-              for (int v2 = 0; v2 < 2; ++v2) {
-                o[ms][i][2 * v1 + 4 * v2] *= corr;
-                o[ms][i][2 * v1 + 4 * v2 + 1] *= corr;
-              }
-          }
+            for (int v2 = 0; v2 < 2; ++v2) {
+              o[ms][i][2 * v1 + 4 * v2] *= corr;
+              o[ms][i][2 * v1 + 4 * v2 + 1] *= corr;
+            }
         }
-    };
-    if (__all_sync(FULL, ffma)) weights(FgBool<true>());
-    else weights(FgBool<false>());
+      }
 
     // ---- O += P . V ----
     u32 pf[M_SLICES][PK][2];
     fg_make_p(s, pf, a1, qn);
+    auto all_chunks = [&](auto& pm) {
 @@PV@@
+    };
+    bool plain = true;
+    if (MASK != 0) {
+      FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
+      if (fg_pv_cut(pm)) {
+        plain = false;
+        all_chunks(pm);
+        // The rows that see the lowest non-finite key found get row_sum = NaN.
+        const int kb = fg_pv_bad_key<BLOCK_N>(pm);
+        if (kb < BLOCK_N) {
+#pragma unroll
+          for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+            for (int v1 = 0; v1 < 2; ++v1)
+              if (m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1 + diag >= n_start + kb)
+                row_sum[ms][v1] = __int_as_float(0x7fffffff);
+        }
+      }
+    }
+    if (plain) {
+      FgPvPlain none;
+      all_chunks(none);
+    }
   }
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
@@ -511,7 +538,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       float l = row_sum[ms][v1];
       l += __shfl_xor_sync(FULL, l, 2);
       l += __shfl_xor_sync(FULL, l, 8);
-      inv[ms][v1] = l > 0.f ? 1.f / l : 0.f;  // a row that saw no key: O = 0
+      inv[ms][v1] = l == 0.f ? 0.f : 1.f / l;  // a row that saw no key: O = 0; NaN stays NaN
       if (HAS_LSE && a1 == 0 && qn == 0) {
         const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
         if (qi < seqlen_q)

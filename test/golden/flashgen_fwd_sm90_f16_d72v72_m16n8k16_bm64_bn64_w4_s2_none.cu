@@ -232,65 +232,128 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // ---- the online softmax's offsets (exp2 domain) ----------------------------
 // A key tile's P is exp2 of each logit's distance from the row's running max m
 // in log2 units, P = 2^((s - m) * log2 e), accumulated as O and the row sum l
-// (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). Two ways to
-// form the exp2 argument:
-//  - FFMA (one instruction per logit): fma(s, LOG2E, -m2), m2 = round(m * LOG2E).
-//    Every weight then carries the factor 2^res, res = m * LOG2E - m2, which
-//    the normalisation divides out within a tile but not between tiles with
-//    different m; |res| <= ulp(m2) / 2 <= 2^-15 while |m| <= FG_FFMA_MAX_LOGIT
-//    (a relative error below 3e-5, under the fp16 output's 2^-11). Beyond, m2
-//    and res grow with |m|: logits near 1e11 gave exp2(+-4096) = inf or 0 and
-//    a max near the fp32 lowest value made m2 overflow (inf - inf = NaN).
-//  - SUB (two instructions): (s - m) * LOG2E, exact at every finite logit,
-//    for a warp where some row's max is beyond that bound.
-// -inf is the only value that masks: a row whose keys so far are all -inf uses
-// the offset m = 0, so exp2(-inf) = 0 and no inf - inf appears.
+// (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). The argument
+// is one FFMA per logit, fma(s, a, -K), with a per-row offset (a, K) that is a
+// function of m alone (fg_offset), in one of two frames:
+//  - |m| <= FG_LOG2E_FRAME_MAX: a = LOG2E, K = m * LOG2E rounded up. Every
+//    weight carries the same factor 2^c, c = m * LOG2E - K in (-ulp(K), 0],
+//    so no weight exceeds 1 and the max's is at least 2^-32; it cancels in
+//    O / l because the rescale between tiles is 2^(K_old - K_new) (the same
+//    K's, exact differences) and LSE adds -c back (fg_lse).
+//  - beyond (and at m = -inf): a = 1, K = m, i.e. P = 2^(s - m). Logits
+//    there are fp32 values at least 16 apart unless equal (spacing 16 from
+//    2^28 down to 2^27 and wider above), so every logit below the max has a
+//    weight under e^-16 = 1.1e-7 of the max's in the exact softmax; P then
+//    gives the ties weight 1 and the others under 2^-16 of it, and the result
+//    is the exact one within 1.1e-7 relative, at every finite magnitude (a max
+//    near the fp32 lowest value included).
+// The frame is chosen per row without a branch; -inf is the only value that
+// masks: a row that saw only -inf keys has P = 0 (the offset K = FLT_MAX in
+// frame a = 1 keeps -inf - K = -inf and K - K = 0, never inf - inf).
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-constexpr float FG_FFMA_MAX_LOGIT = 512.f;
-
-template <bool B>
-struct FgBool {
-  static constexpr bool value = B;
-};
+constexpr float FG_LOG2E_FRAME_MAX = 268435456.f;  // 2^28
+constexpr float FG_F32_MAX = 3.40282347e+38f;
 
 struct FgOffset {
-  float m;       // the row max (natural units); 0 while the row has seen no key
-  float neg_m2;  // FFMA: -round(m * LOG2E)
+  float a;      // LOG2E, or 1 in the wide frame
+  float neg_k;  // -K
 };
 
-// Whether a row may use the FFMA form, from one lane's maximum `mx` over its
-// own columns (and the running max): when every lane's is within
-// +-FG_FFMA_MAX_LOGIT, so is the row's (their maximum). Conservative: a lane
-// below -FG_FFMA_MAX_LOGIT (or at -inf: nothing visible yet) sends its warp to
-// the SUB form, which handles such rows exactly; one FSETP per row.
-FG_DEVICE bool fg_ffma_exact(float mx) { return fabsf(mx) <= FG_FFMA_MAX_LOGIT; }
-
-template <bool FFMA>
-FG_DEVICE FgOffset fg_offset(float mx) {
+// The offset of a row whose max is m (-inf: no visible key yet). NaN (a NaN
+// input the row sees) gives a NaN row, as allowed.
+FG_DEVICE FgOffset fg_offset(float m) {
+  const bool wide = !(fabsf(m) <= FG_LOG2E_FRAME_MAX);
   FgOffset o;
-  o.m = mx == fg_neg_inf() ? 0.f : mx;
-  o.neg_m2 = FFMA ? -o.m * LOG2E : 0.f;
+  o.a = wide ? 1.f : LOG2E;
+  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : -__fmul_ru(m, LOG2E);
   return o;
 }
 
 // Unnormalised weight of logit s against the offset.
-template <bool FFMA>
-FG_DEVICE float fg_weight(float s, const FgOffset& o) {
-  return FFMA ? fg_exp2(fmaf(s, LOG2E, o.neg_m2)) : fg_exp2((s - o.m) * LOG2E);
-}
+FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o.a, o.neg_k)); }
 
-// Factor that takes weights accumulated against the previous row max m_old
-// to the offset `o`: 2^((m_old - m) * LOG2E); 0 while the row had seen no key
-// (m_old = -inf), exactly 1 when the max did not move.
-template <bool FFMA>
+// Factor that takes weights accumulated against the offset of the previous
+// row max m_old to `o`: 2^(K_old - K) within a frame (exactly 1 when the max
+// did not move); across frames the old max's weight in the new frame, which
+// is below 2^-16 (the frames meet at |m| = 2^28, where a max that moved did so
+// by at least 16). While the row had seen no key (m_old = -inf) O and l are 0
+// and the factor is finite (at most 1).
 FG_DEVICE float fg_corr(float m_old, const FgOffset& o) {
-  return FFMA ? fg_exp2(fmaf(m_old, LOG2E, o.neg_m2)) : fg_exp2((m_old - o.m) * LOG2E);
+  const FgOffset p = fg_offset(m_old);
+  return fg_exp2(p.a == o.a ? o.neg_k - p.neg_k : fmaf(m_old, o.a, o.neg_k));
 }
 
-// LSE = m + ln(l) from the row max m and the sum l of its weights; -inf for a
-// row that saw no key (l = 0).
-FG_DEVICE float fg_lse(float m, float l) { return l > 0.f ? m + fg_log2(l) * LN2 : fg_neg_inf(); }
+// LSE = m + ln(l) + (K - m * a) ln 2 from the row max m and the sum l of its
+// weights (the offset's factor added back); -inf for a row that saw no key
+// (l = 0), NaN for a row whose l is NaN.
+FG_DEVICE float fg_lse(float m, float l) {
+  const FgOffset o = fg_offset(m);
+  return l == 0.f ? fg_neg_inf() : m + (fg_log2(l) - fmaf(m, o.a, o.neg_k)) * LN2;
+}
+
+// ---- causal masks and P.V: where a non-finite V value may go --------------
+// The mask sets a hidden key's weight to 0, but P.V still multiplies it by the
+// key's V row, and 0 * NaN = 0 * inf = NaN: a NaN or inf in V at a key hidden
+// from some rows of a tile would reach them. On the tiles the mask cuts, the
+// kernels zero such V values where P.V reads them and give the rows that do
+// see the key NaN (their row sum l becomes NaN): with causal masks a row that
+// sees a key sees every lower one, so the lowest such key of a tile decides.
+// Uncut tiles (every row sees every key, or none) are read as they are.
+
+// 0xffff in each 16-bit half of `x` (two f16 or bf16 values) that is NaN or
+// +-inf (exponent all ones), 0 in the others.
+template <bool BF16>
+FG_DEVICE u32 fg_nonfinite_halves(u32 x) {
+  const u32 top = ((x & 0x7fff7fffu) + (BF16 ? 0x00800080u : 0x04000400u)) & 0x80008000u;
+  return (top >> 15) * 0xffffu;
+}
+
+// Which steps of P.V for key tile j the causal mask cuts for a warp whose rows
+// are block rows [row_lo, row_hi]; keys are tile-relative.
+struct FgPvMask {
+  static constexpr bool checked = true;
+  int skip_from;  // steps starting here or later: no row of the warp sees them (skipped)
+  int band_from;  // steps reaching past this key: some rows see them, some not (V checked)
+  int bad_key;    // this lane's lowest key with a non-finite V value in a checked step (BN: none)
+};
+// The plain P.V of an uncut tile.
+struct FgPvPlain {
+  static constexpr bool checked = false;
+};
+
+template <int BN>
+FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi) {
+  const int first = blk.m_start + blk.diag + 1 - j * BN;  // + row: the first key that row does not see
+  FgPvMask m;
+  m.band_from = max(0, min(BN, first + row_lo));
+  m.skip_from = max(0, min(BN, first + row_hi));
+  m.bad_key = BN;
+  return m;
+}
+// Whether the mask cuts the tile for these rows (warp-uniform).
+FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < m.skip_from; }
+
+// Zero the non-finite values of a V fragment register of a checked step;
+// `bad` collects their halves.
+template <bool BF16>
+FG_DEVICE void fg_pv_clean(u32& b, u32& bad) {
+  const u32 m = fg_nonfinite_halves<BF16>(b);
+  b &= ~m;
+  bad |= m;
+}
+
+// The lowest key with a non-finite V value any lane of the warp found in a
+// cut tile (BN: none); one vote when there is none.
+template <int BN>
+FG_DEVICE int fg_pv_bad_key(const FgPvMask& m) {
+  int k = m.bad_key;
+  if (__any_sync(0xffffffffu, k < BN)) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) k = min(k, __shfl_xor_sync(0xffffffffu, k, d));
+  }
+  return k;
+}
 
 // Copy the staged O rows [0, valid_rows) of a block of ROWS rows (columns
 // [OFF, OFF+W) of the head dim, a swizzled sub-tile, fg_swz<W> of common.cuh)
@@ -494,37 +557,6 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
 }
 
 
-// Online-softmax step of this warp's rows for one key tile, each lane's row
-// maxima over its own columns `mx` known: the rows' maxima across the quad,
-// `s` becomes P (unnormalised), row_max/row_sum move to the new offsets, corr
-// is the factor for the O rows.
-template <bool FFMA>
-FG_DEVICE void fg_weights(float (&s)[M_SLICES][NT][4], const float (&mx)[M_SLICES][2],
-                          float (&row_max)[M_SLICES][2], float (&row_sum)[M_SLICES][2],
-                          float (&corr)[M_SLICES][2]) {
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = mx[ms][r];
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset<FFMA>(m);
-      corr[ms][r] = fg_corr<FFMA>(row_max[ms][r], off);
-      row_max[ms][r] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = fg_weight<FFMA>(s[ms][nt][2 * r], off);
-        const float p1 = fg_weight<FFMA>(s[ms][nt][2 * r + 1], off);
-        s[ms][nt][2 * r] = p0;
-        s[ms][nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
-    }
-}
-
 // Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
 // S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
 // row_sum are updated; corr is the factor the O rows must be scaled by
@@ -589,11 +621,6 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
   }
 
   // ---- online softmax (exp2 domain; the offsets: fwd_block.cuh) ----
-  // Each lane's maxima of its own columns decide the form for the whole warp
-  // (a uniform branch; the row max across the quad lies within the lanes'
-  // range), so the vote does not wait for the quad shuffles.
-  float mx[M_SLICES][2];
-  bool ffma = true;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -601,11 +628,38 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       float m = row_max[ms][r];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-      mx[ms][r] = m;
-      ffma = ffma & fg_ffma_exact(m);
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const FgOffset off = fg_offset(m);
+      corr[ms][r] = fg_corr(row_max[ms][r], off);
+      row_max[ms][r] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = fg_weight(s[ms][nt][2 * r], off);
+        const float p1 = fg_weight(s[ms][nt][2 * r + 1], off);
+        s[ms][nt][2 * r] = p0;
+        s[ms][nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
     }
-  if (__all_sync(0xffffffffu, ffma)) fg_weights<true>(s, mx, row_max, row_sum, corr);
-  else fg_weights<false>(s, mx, row_max, row_sum, corr);
+}
+
+// After a cut tile's P.V: the rows of this warp's slices (block rows
+// row0 + ms * 16 + g (+ 8)) that see the lowest non-finite key any lane found
+// get row_sum = NaN (fwd_block.cuh, "causal masks and P.V").
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+                            float (&row_sum)[M_SLICES][2]) {
+  const int k = fg_pv_bad_key<BLOCK_N>(m);
+  if (k < BLOCK_N) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (blk.m_start + row0 + ms * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + k)
+          row_sum[ms][r] = __int_as_float(0x7fffffff);
+  }
 }
 
 // O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
@@ -636,7 +690,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       float l = row_sum[ms][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[ms][r] = l > 0.f ? 1.f / l : 0.f;
+      inv[ms][r] = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)
@@ -753,14 +807,25 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
 // O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]; P comes from the S accumulators,
 // converted in registers (the m16n8k16 C fragment of two adjacent n8 tiles is
 // the A fragment of one k16 step).
-template <int W, int OFF>
-FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane) {
+// PM: FgPvPlain, or FgPvMask on a tile the causal mask cuts (fwd_block.cuh):
+// steps no row sees are skipped, the V fragments of steps some rows see are
+// cleaned of non-finite values (B fragment: b0, b2 hold keys 2t, 2t+1 of the
+// step, b1, b3 keys 2t+8, 2t+9).
+template <int W, int OFF, class PM>
+FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane,
+                     PM& pm) {
   const u32 base = fg_smem_addr(sv);
   const int mi = lane >> 3;
   // V matrices (transposed): (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi)
   const FgLdsmOffsets<W> vo((lane & 7) + ((mi & 1) << 3), W >= 16 ? mi >> 1 : 0);
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    bool check = false;
+    if constexpr (PM::checked) {
+      if (kk * 16 >= pm.skip_from) break;
+      check = kk * 16 + 16 > pm.band_from;
+    }
+    u32 bad_lo = 0, bad_hi = 0;
     u32 a[M_SLICES][4];
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms) {
@@ -774,6 +839,12 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
       for (int dp = 0; dp < W / 16; ++dp) {
         u32 b0, b1, b2, b3;
         fg_ldsm_x4_trans(base + 2 * vo.at(kk * 16, dp), b0, b1, b2, b3);
+        if (PM::checked && check) {
+          fg_pv_clean<IS_BF16>(b0, bad_lo);
+          fg_pv_clean<IS_BF16>(b2, bad_lo);
+          fg_pv_clean<IS_BF16>(b1, bad_hi);
+          fg_pv_clean<IS_BF16>(b3, bad_hi);
+        }
 #pragma unroll
         for (int ms = 0; ms < M_SLICES; ++ms) {
           fg_mma16816(o[ms][OFF / 8 + 2 * dp], a[ms], b0, b1);
@@ -783,8 +854,19 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
     } else {
       u32 b0, b1;
       fg_ldsm_x2_trans(base + 2 * vo.at(kk * 16, 0), b0, b1);
+      if (PM::checked && check) {
+        fg_pv_clean<IS_BF16>(b0, bad_lo);
+        fg_pv_clean<IS_BF16>(b1, bad_hi);
+      }
 #pragma unroll
       for (int ms = 0; ms < M_SLICES; ++ms) fg_mma16816(o[ms][OFF / 8], a[ms], b0, b1);
+    }
+    if constexpr (PM::checked) {
+      if (check && (bad_lo | bad_hi)) {
+        const int k0 = kk * 16 + 2 * (lane & 3);
+        const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
+        pm.bad_key = min(pm.bad_key, key);
+      }
     }
   }
 }
@@ -880,10 +962,23 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm90_f16_d
     fg_softmax(p, blk, j, warp, g, t, s, row_max, row_sum, corr);
     fg_rescale_o(o, corr);
   };
-  // O += P . V for the V tile in `sVc`.
-  auto pv = [&](const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
-    fg_pv<64, 0>(sVc + BLOCK_N * 0, s, o, lane);
-    fg_pv<8, 64>(sVc + BLOCK_N * 64, s, o, lane);
+  // O += P . V for V tile j in `sVc` (a tile the causal mask cuts: fwd_block.cuh,
+  // "causal masks and P.V").
+  auto pv = [&](int j, const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
+    auto all_chunks = [&](auto& pm) {
+    fg_pv<64, 0>(sVc + BLOCK_N * 0, s, o, lane, pm);
+    fg_pv<8, 64>(sVc + BLOCK_N * 64, s, o, lane, pm);
+    };
+    if (MASK != 0) {
+      FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
+      if (fg_pv_cut(pm)) {
+        all_chunks(pm);
+        fg_pv_poison(pm, blk, j, warp * M_SLICES * 16, g, row_sum);
+        return;
+      }
+    }
+    FgPvPlain plain;
+    all_chunks(plain);
   };
   // One iteration: tile j's softmax and P.V, and (QK_AHEAD) tile j+1's Q.K^T into `sn`.
   auto step = [&](int j, float (&sc)[M_SLICES][NT][4], float (&sn)[M_SLICES][NT][4]) {
@@ -907,7 +1002,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm90_f16_d
       qk(sK + (j % STAGES) * BLOCK_N * HEAD_DIM, sc);
     }
     softmax(j, sc);
-    pv(sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
+    pv(j, sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
   };
 
   float s0[M_SLICES][NT][4], s1[M_SLICES][NT][4];

@@ -232,65 +232,128 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // ---- the online softmax's offsets (exp2 domain) ----------------------------
 // A key tile's P is exp2 of each logit's distance from the row's running max m
 // in log2 units, P = 2^((s - m) * log2 e), accumulated as O and the row sum l
-// (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). Two ways to
-// form the exp2 argument:
-//  - FFMA (one instruction per logit): fma(s, LOG2E, -m2), m2 = round(m * LOG2E).
-//    Every weight then carries the factor 2^res, res = m * LOG2E - m2, which
-//    the normalisation divides out within a tile but not between tiles with
-//    different m; |res| <= ulp(m2) / 2 <= 2^-15 while |m| <= FG_FFMA_MAX_LOGIT
-//    (a relative error below 3e-5, under the fp16 output's 2^-11). Beyond, m2
-//    and res grow with |m|: logits near 1e11 gave exp2(+-4096) = inf or 0 and
-//    a max near the fp32 lowest value made m2 overflow (inf - inf = NaN).
-//  - SUB (two instructions): (s - m) * LOG2E, exact at every finite logit,
-//    for a warp where some row's max is beyond that bound.
-// -inf is the only value that masks: a row whose keys so far are all -inf uses
-// the offset m = 0, so exp2(-inf) = 0 and no inf - inf appears.
+// (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). The argument
+// is one FFMA per logit, fma(s, a, -K), with a per-row offset (a, K) that is a
+// function of m alone (fg_offset), in one of two frames:
+//  - |m| <= FG_LOG2E_FRAME_MAX: a = LOG2E, K = m * LOG2E rounded up. Every
+//    weight carries the same factor 2^c, c = m * LOG2E - K in (-ulp(K), 0],
+//    so no weight exceeds 1 and the max's is at least 2^-32; it cancels in
+//    O / l because the rescale between tiles is 2^(K_old - K_new) (the same
+//    K's, exact differences) and LSE adds -c back (fg_lse).
+//  - beyond (and at m = -inf): a = 1, K = m, i.e. P = 2^(s - m). Logits
+//    there are fp32 values at least 16 apart unless equal (spacing 16 from
+//    2^28 down to 2^27 and wider above), so every logit below the max has a
+//    weight under e^-16 = 1.1e-7 of the max's in the exact softmax; P then
+//    gives the ties weight 1 and the others under 2^-16 of it, and the result
+//    is the exact one within 1.1e-7 relative, at every finite magnitude (a max
+//    near the fp32 lowest value included).
+// The frame is chosen per row without a branch; -inf is the only value that
+// masks: a row that saw only -inf keys has P = 0 (the offset K = FLT_MAX in
+// frame a = 1 keeps -inf - K = -inf and K - K = 0, never inf - inf).
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-constexpr float FG_FFMA_MAX_LOGIT = 512.f;
-
-template <bool B>
-struct FgBool {
-  static constexpr bool value = B;
-};
+constexpr float FG_LOG2E_FRAME_MAX = 268435456.f;  // 2^28
+constexpr float FG_F32_MAX = 3.40282347e+38f;
 
 struct FgOffset {
-  float m;       // the row max (natural units); 0 while the row has seen no key
-  float neg_m2;  // FFMA: -round(m * LOG2E)
+  float a;      // LOG2E, or 1 in the wide frame
+  float neg_k;  // -K
 };
 
-// Whether a row may use the FFMA form, from one lane's maximum `mx` over its
-// own columns (and the running max): when every lane's is within
-// +-FG_FFMA_MAX_LOGIT, so is the row's (their maximum). Conservative: a lane
-// below -FG_FFMA_MAX_LOGIT (or at -inf: nothing visible yet) sends its warp to
-// the SUB form, which handles such rows exactly; one FSETP per row.
-FG_DEVICE bool fg_ffma_exact(float mx) { return fabsf(mx) <= FG_FFMA_MAX_LOGIT; }
-
-template <bool FFMA>
-FG_DEVICE FgOffset fg_offset(float mx) {
+// The offset of a row whose max is m (-inf: no visible key yet). NaN (a NaN
+// input the row sees) gives a NaN row, as allowed.
+FG_DEVICE FgOffset fg_offset(float m) {
+  const bool wide = !(fabsf(m) <= FG_LOG2E_FRAME_MAX);
   FgOffset o;
-  o.m = mx == fg_neg_inf() ? 0.f : mx;
-  o.neg_m2 = FFMA ? -o.m * LOG2E : 0.f;
+  o.a = wide ? 1.f : LOG2E;
+  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : -__fmul_ru(m, LOG2E);
   return o;
 }
 
 // Unnormalised weight of logit s against the offset.
-template <bool FFMA>
-FG_DEVICE float fg_weight(float s, const FgOffset& o) {
-  return FFMA ? fg_exp2(fmaf(s, LOG2E, o.neg_m2)) : fg_exp2((s - o.m) * LOG2E);
-}
+FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o.a, o.neg_k)); }
 
-// Factor that takes weights accumulated against the previous row max m_old
-// to the offset `o`: 2^((m_old - m) * LOG2E); 0 while the row had seen no key
-// (m_old = -inf), exactly 1 when the max did not move.
-template <bool FFMA>
+// Factor that takes weights accumulated against the offset of the previous
+// row max m_old to `o`: 2^(K_old - K) within a frame (exactly 1 when the max
+// did not move); across frames the old max's weight in the new frame, which
+// is below 2^-16 (the frames meet at |m| = 2^28, where a max that moved did so
+// by at least 16). While the row had seen no key (m_old = -inf) O and l are 0
+// and the factor is finite (at most 1).
 FG_DEVICE float fg_corr(float m_old, const FgOffset& o) {
-  return FFMA ? fg_exp2(fmaf(m_old, LOG2E, o.neg_m2)) : fg_exp2((m_old - o.m) * LOG2E);
+  const FgOffset p = fg_offset(m_old);
+  return fg_exp2(p.a == o.a ? o.neg_k - p.neg_k : fmaf(m_old, o.a, o.neg_k));
 }
 
-// LSE = m + ln(l) from the row max m and the sum l of its weights; -inf for a
-// row that saw no key (l = 0).
-FG_DEVICE float fg_lse(float m, float l) { return l > 0.f ? m + fg_log2(l) * LN2 : fg_neg_inf(); }
+// LSE = m + ln(l) + (K - m * a) ln 2 from the row max m and the sum l of its
+// weights (the offset's factor added back); -inf for a row that saw no key
+// (l = 0), NaN for a row whose l is NaN.
+FG_DEVICE float fg_lse(float m, float l) {
+  const FgOffset o = fg_offset(m);
+  return l == 0.f ? fg_neg_inf() : m + (fg_log2(l) - fmaf(m, o.a, o.neg_k)) * LN2;
+}
+
+// ---- causal masks and P.V: where a non-finite V value may go --------------
+// The mask sets a hidden key's weight to 0, but P.V still multiplies it by the
+// key's V row, and 0 * NaN = 0 * inf = NaN: a NaN or inf in V at a key hidden
+// from some rows of a tile would reach them. On the tiles the mask cuts, the
+// kernels zero such V values where P.V reads them and give the rows that do
+// see the key NaN (their row sum l becomes NaN): with causal masks a row that
+// sees a key sees every lower one, so the lowest such key of a tile decides.
+// Uncut tiles (every row sees every key, or none) are read as they are.
+
+// 0xffff in each 16-bit half of `x` (two f16 or bf16 values) that is NaN or
+// +-inf (exponent all ones), 0 in the others.
+template <bool BF16>
+FG_DEVICE u32 fg_nonfinite_halves(u32 x) {
+  const u32 top = ((x & 0x7fff7fffu) + (BF16 ? 0x00800080u : 0x04000400u)) & 0x80008000u;
+  return (top >> 15) * 0xffffu;
+}
+
+// Which steps of P.V for key tile j the causal mask cuts for a warp whose rows
+// are block rows [row_lo, row_hi]; keys are tile-relative.
+struct FgPvMask {
+  static constexpr bool checked = true;
+  int skip_from;  // steps starting here or later: no row of the warp sees them (skipped)
+  int band_from;  // steps reaching past this key: some rows see them, some not (V checked)
+  int bad_key;    // this lane's lowest key with a non-finite V value in a checked step (BN: none)
+};
+// The plain P.V of an uncut tile.
+struct FgPvPlain {
+  static constexpr bool checked = false;
+};
+
+template <int BN>
+FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi) {
+  const int first = blk.m_start + blk.diag + 1 - j * BN;  // + row: the first key that row does not see
+  FgPvMask m;
+  m.band_from = max(0, min(BN, first + row_lo));
+  m.skip_from = max(0, min(BN, first + row_hi));
+  m.bad_key = BN;
+  return m;
+}
+// Whether the mask cuts the tile for these rows (warp-uniform).
+FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < m.skip_from; }
+
+// Zero the non-finite values of a V fragment register of a checked step;
+// `bad` collects their halves.
+template <bool BF16>
+FG_DEVICE void fg_pv_clean(u32& b, u32& bad) {
+  const u32 m = fg_nonfinite_halves<BF16>(b);
+  b &= ~m;
+  bad |= m;
+}
+
+// The lowest key with a non-finite V value any lane of the warp found in a
+// cut tile (BN: none); one vote when there is none.
+template <int BN>
+FG_DEVICE int fg_pv_bad_key(const FgPvMask& m) {
+  int k = m.bad_key;
+  if (__any_sync(0xffffffffu, k < BN)) {
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) k = min(k, __shfl_xor_sync(0xffffffffu, k, d));
+  }
+  return k;
+}
 
 // Copy the staged O rows [0, valid_rows) of a block of ROWS rows (columns
 // [OFF, OFF+W) of the head dim, a swizzled sub-tile, fg_swz<W> of common.cuh)
@@ -360,7 +423,7 @@ constexpr int CTA_THREADS = THREADS + PRODUCER_THREADS;
 // file is 64K 32-bit registers per SM on every sm_90 part).
 constexpr int MIN_BLOCKS = WARPS == 4 ? 2 : 1;
 constexpr int LAUNCH_REGS = 65536 / (CTA_THREADS * MIN_BLOCKS) / 8 * 8;  // what ptxas allots at launch
-constexpr int PRODUCER_REGS = 24;
+constexpr int PRODUCER_REGS = MASK != 0 ? 40 : 24;
 constexpr int CONSUMER_REGS_ALL = (LAUNCH_REGS + (LAUNCH_REGS - PRODUCER_REGS) * PRODUCER_THREADS / THREADS) / 8 * 8;
 constexpr int CONSUMER_REGS = CONSUMER_REGS_ALL > 240 ? 240 : CONSUMER_REGS_ALL;
 constexpr int M_SLICES = 1;              // one 16-row slice per warp
@@ -375,7 +438,11 @@ constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
-constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
+// The full/empty mbarriers of the K and V stages, each V stage's "checked"
+// mbarrier, and the scan warps' lowest non-finite key per V stage (SCAN_WARPS ints).
+constexpr int SCAN_WARPS = 3;  // producer warps 1-3 (causal masks): fwd_block.cuh, "causal masks and P.V"
+constexpr int SCAN_THREADS = 32 * SCAN_WARPS;
+constexpr int BAR_BYTES = (8 * 5 * STAGES + 4 * SCAN_WARPS * STAGES + 7) / 8 * 8;
 typedef unsigned long long u64;
 
 struct __align__(64) FgTmaMap {
@@ -532,37 +599,6 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
 }
 
 
-// Online-softmax step of this warp's rows for one key tile, each lane's row
-// maxima over its own columns `mx` known: the rows' maxima across the quad,
-// `s` becomes P (unnormalised), row_max/row_sum move to the new offsets, corr
-// is the factor for the O rows.
-template <bool FFMA>
-FG_DEVICE void fg_weights(float (&s)[M_SLICES][NT][4], const float (&mx)[M_SLICES][2],
-                          float (&row_max)[M_SLICES][2], float (&row_sum)[M_SLICES][2],
-                          float (&corr)[M_SLICES][2]) {
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = mx[ms][r];
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset<FFMA>(m);
-      corr[ms][r] = fg_corr<FFMA>(row_max[ms][r], off);
-      row_max[ms][r] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = fg_weight<FFMA>(s[ms][nt][2 * r], off);
-        const float p1 = fg_weight<FFMA>(s[ms][nt][2 * r + 1], off);
-        s[ms][nt][2 * r] = p0;
-        s[ms][nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
-    }
-}
-
 // Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
 // S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
 // row_sum are updated; corr is the factor the O rows must be scaled by
@@ -627,11 +663,6 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
   }
 
   // ---- online softmax (exp2 domain; the offsets: fwd_block.cuh) ----
-  // Each lane's maxima of its own columns decide the form for the whole warp
-  // (a uniform branch; the row max across the quad lies within the lanes'
-  // range), so the vote does not wait for the quad shuffles.
-  float mx[M_SLICES][2];
-  bool ffma = true;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -639,11 +670,38 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       float m = row_max[ms][r];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-      mx[ms][r] = m;
-      ffma = ffma & fg_ffma_exact(m);
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const FgOffset off = fg_offset(m);
+      corr[ms][r] = fg_corr(row_max[ms][r], off);
+      row_max[ms][r] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        const float p0 = fg_weight(s[ms][nt][2 * r], off);
+        const float p1 = fg_weight(s[ms][nt][2 * r + 1], off);
+        s[ms][nt][2 * r] = p0;
+        s[ms][nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
     }
-  if (__all_sync(0xffffffffu, ffma)) fg_weights<true>(s, mx, row_max, row_sum, corr);
-  else fg_weights<false>(s, mx, row_max, row_sum, corr);
+}
+
+// After a cut tile's P.V: the rows of this warp's slices (block rows
+// row0 + ms * 16 + g (+ 8)) that see the lowest non-finite key any lane found
+// get row_sum = NaN (fwd_block.cuh, "causal masks and P.V").
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+                            float (&row_sum)[M_SLICES][2]) {
+  const int k = fg_pv_bad_key<BLOCK_N>(m);
+  if (k < BLOCK_N) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (blk.m_start + row0 + ms * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + k)
+          row_sum[ms][r] = __int_as_float(0x7fffffff);
+  }
 }
 
 // O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
@@ -674,7 +732,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       float l = row_sum[ms][r];
       l += __shfl_xor_sync(0xffffffffu, l, 1);
       l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[ms][r] = l > 0.f ? 1.f / l : 0.f;
+      inv[ms][r] = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)
@@ -799,6 +857,50 @@ FG_DEVICE void fg_qk(u32 q_addr, u32 k_addr, float (&s)[1][NT][4]) {
     fg_wgmma_qk(s, fg_desc<W>(q_addr + 32 * ks), fg_desc<W>(k_addr + 32 * ks), OFF == 0 && ks == 0 ? 0 : 1);
 }
 
+// Causal masks (fwd_block.cuh, "causal masks and P.V"): the scan warps read
+// V tile rows [key0, BLOCK_N) of one head-dim chunk (a row is W * 2 bytes,
+// its 16-byte units permuted by the swizzle within it), zero every NaN / inf
+// they find and lower `bad` to its row (key).
+// (Shared addresses, u32: the scan warps run with PRODUCER_REGS registers.)
+FG_DEVICE U4 fg_lds128(u32 addr) {
+  U4 x;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(addr));
+  return x;
+}
+FG_DEVICE void fg_sts128(u32 addr, const U4& x) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w) : "memory");
+}
+FG_DEVICE int fg_lds32(u32 addr) {
+  int x;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x) : "r"(addr) : "memory");
+  return x;
+}
+FG_DEVICE void fg_sts32(u32 addr, int x) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(x) : "memory"); }
+
+template <int W, int OFF>
+FG_DEVICE void fg_scan_v(u32 sv, int key0, int sid, int& bad) {
+  constexpr int UPR = W / 8;  // 16-byte units per row
+  for (int u = key0 * UPR + sid; u < BLOCK_N * UPR; u += SCAN_THREADS) {
+    U4 x = fg_lds128(sv + 16 * u);
+    const u32 m0 = fg_nonfinite_halves<IS_BF16>(x.x), m1 = fg_nonfinite_halves<IS_BF16>(x.y);
+    const u32 m2 = fg_nonfinite_halves<IS_BF16>(x.z), m3 = fg_nonfinite_halves<IS_BF16>(x.w);
+    if (m0 | m1 | m2 | m3) {
+      x.x &= ~m0;
+      x.y &= ~m1;
+      x.z &= ~m2;
+      x.w &= ~m3;
+      fg_sts128(sv + 16 * u, x);
+      bad = min(bad, u / UPR);
+    }
+  }
+}
+
+// The first key of V tile j that some row of the block does not see (causal
+// masks; BLOCK_N: every row sees the whole tile, as without a mask).
+FG_DEVICE int fg_v_cut_from(const FgBlock& blk, int j) {
+  return MASK == 0 ? BLOCK_N : max(0, min(BLOCK_N, blk.m_start + blk.diag + 1 - j * BLOCK_N));
+}
+
 // O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row groups).
 template <int W, int OFF>
 FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
@@ -832,6 +934,9 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
+  auto checked_v = [&](u32 s) { return bars + 8 * (4 * STAGES + s); };  // the scan warps are done with the stage
+  // The scan warp w's lowest non-finite key of V stage s.
+  auto bad_key_at = [&](u32 s, int w) { return bars + 8 * 5 * STAGES + 4 * (s * SCAN_WARPS + w); };
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -840,6 +945,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_init(empty_k(s), WARPS);   // one arrive per consumer warp
       fg_mbar_init(full_v(s), 1);
       fg_mbar_init(empty_v(s), WARPS);
+      fg_mbar_init(checked_v(s), SCAN_THREADS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -894,6 +1000,35 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           if (t >= 1) load_v(c + t - 1, (t - 1) * BLOCK_N);
         }
         c += n;
+      }
+    } else if (MASK != 0 && threadIdx.x >= THREADS + 32) {
+      // ---- scan warps: every V tile the mask cuts, once it has landed ----
+      // (arriving on `checked` for every tile keeps its phases those of `full`;
+      // waiting for `full` first keeps them from running a phase ahead of the
+      // consumers, whose release of the stage the next tile's copy waits for)
+      const int sid = threadIdx.x - THREADS - 32;
+      u32 c = 0;
+      for (i64 r = 0;; ++r) {
+        const i64 item = fg_work_item(r);
+        if (item >= n_items) break;
+        const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+        for (int j = 0; j < blk.n_tiles; ++j) {
+          const u32 cv = c + j, s = cv % STAGES;
+          fg_mbar_wait(full_v(s), (cv / STAGES) & 1);
+          const int key0 = fg_v_cut_from(blk, j);
+          if (key0 < BLOCK_N) {
+            const u32 sVs = fg_smem_addr(sV) + 2 * s * V_STAGE;
+            int bad = BLOCK_N;
+            fg_scan_v<64, 0>(sVs + 2 * BLOCK_N * 0, key0, sid, bad);
+            fg_scan_v<32, 64>(sVs + 2 * BLOCK_N * 64, key0, sid, bad);
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, d));
+            if ((threadIdx.x & 31) == 0) fg_sts32(bad_key_at(s, sid >> 5), bad);
+            fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
+          }
+          fg_mbar_arrive(checked_v(s));
+        }
+        c += blk.n_tiles;
       }
     }
     return;
@@ -986,6 +1121,20 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       const bool next = j + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
+      if (MASK != 0 && fg_v_cut_from(blk, j) < BLOCK_N) {
+        // A tile the mask cuts: V cleaned by the scan warps; the rows that see
+        // its lowest non-finite key become NaN.
+        fg_mbar_wait(checked_v(cv % STAGES), (cv / STAGES) & 1);
+        int bad = BLOCK_N;
+#pragma unroll
+        for (int w = 0; w < SCAN_WARPS; ++w) bad = min(bad, fg_lds32(bad_key_at(cv % STAGES, w)));
+        if (bad < BLOCK_N) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if (blk.m_start + wg_row0 + (warp & 3) * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + bad)
+              row_sum[0][r] = __int_as_float(0x7fffffff);
+        }
+      }
       qk(ck);
       fg_rescale_o(o, corr);
       fg_wgmma_fence();

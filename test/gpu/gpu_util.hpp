@@ -205,13 +205,14 @@ inline const char* logits_name(Logits l) {
 }
 
 /// Where a case writes one non-finite input value.
-enum class Poison { none, q, k, v, bias };
+enum class Poison { none, q, k, v, v_many, bias };
 inline const char* poison_name(Poison p) {
   switch (p) {
     case Poison::none: return "none";
     case Poison::q: return "q";
     case Poison::k: return "k";
     case Poison::v: return "v";
+    case Poison::v_many: return "v-many";
     case Poison::bias: return "bias";
   }
   return "?";
@@ -513,8 +514,12 @@ inline void fill_view(std::vector<uint16_t>& buf, const View& v, int64_t B, int6
 
 /// Writes c.poison_value into one element of the input c.poison names: Q row
 /// (last batch, middle row, head 0); K or V at the middle key of (batch 0, KV
-/// head 0; V under a causal mask: key 0); the bias at (batch 0, head 0, rows 2 seqlen_q / 3 and 10, key seqlen_k / 2).
-/// Under a causal mask the key is visible to some rows and not to others.
+/// head 0); v_many: V at keys seqlen_k / 2, seqlen_k / 2 + 5 and seqlen_k - 1
+/// of (batch 0, KV head 0) and key 1 of (last batch, last KV head), columns
+/// 5, 9, 0 and head_dim_v - 1; the bias at (batch 0, head 0, rows 2 seqlen_q / 3
+/// and 10, key seqlen_k / 2). Under a causal mask each key is visible to some
+/// rows and hidden from others of the same query block (a hidden key's weight
+/// 0 must not meet the bad value in P.V).
 inline void poison_input(HostCase& hc) {
   const Case& c = hc.c;
   const Geometry& g = hc.g;
@@ -528,12 +533,16 @@ inline void poison_input(HostCase& hc) {
     case Poison::k:
       (g.packed ? hc.q : hc.k)[static_cast<size_t>(g.k.at(0, j, 0) + 1)] = bad16;
       break;
-    case Poison::v: {
-      // Under a causal mask at key 0, which every row sees: a NaN or inf in V at a
-      // key hidden from some rows of a query block reaches those rows too (P.V
-      // multiplies their weight 0 by it; docs/design.md "Numerics").
-      const int64_t jv = c.mask == MaskKind::none ? j : 0;
-      (g.packed ? hc.q : hc.v)[static_cast<size_t>(g.v.at(0, jv, 0) + 5)] = bad16;
+    case Poison::v:
+      (g.packed ? hc.q : hc.v)[static_cast<size_t>(g.v.at(0, j, 0) + 5)] = bad16;
+      break;
+    case Poison::v_many: {
+      std::vector<uint16_t>& v = g.packed ? hc.q : hc.v;
+      v[static_cast<size_t>(g.v.at(0, j, 0) + 5)] = bad16;
+      v[static_cast<size_t>(g.v.at(0, std::min(j + 5, c.seqlen_k - 1), 0) + 9)] = bad16;
+      v[static_cast<size_t>(g.v.at(0, c.seqlen_k - 1, 0))] = bad16;
+      v[static_cast<size_t>(g.v.at(c.batch - 1, std::min<int64_t>(1, c.seqlen_k - 1), c.heads_kv - 1) + c.head_dim_v - 1)] =
+          bad16;
       break;
     }
     case Poison::bias: {

@@ -127,8 +127,12 @@ std::vector<Case> pattern_cases() {
   return v;
 }
 
-// One NaN or +inf in Q, K, V or the bias; every row is checked, and the rows
-// that do not read it must equal the reference (the others may be NaN).
+// A NaN or +inf in Q, K, V or the bias; every row is checked, and the rows
+// that do not read it must equal the reference (the others may be NaN). V
+// under causal masks: bad values at keys that rows of the same query block do
+// not see (a masked weight 0 times NaN is NaN), several in one tile, both
+// alignments, seqlen_q < seqlen_k and > seqlen_k, head dims of one and of two
+// chunks (96 = 64 + 32).
 std::vector<Case> poison_cases() {
   std::vector<Case> v;
   int k = 0;
@@ -150,6 +154,27 @@ std::vector<Case> poison_cases() {
         c.sample_rows = 0;
         v.push_back(c);
       }
+    }
+    struct Shape {
+      MaskKind mask;
+      int64_t sq, sk, d;
+    };
+    for (const Shape& s : {Shape{MaskKind::causal_top_left, 200, 200, 96}, Shape{MaskKind::causal_bottom_right, 100, 230, 64},
+                           Shape{MaskKind::causal_bottom_right, 190, 130, 128}, Shape{MaskKind::causal_top_left, 77, 300, 80}}) {
+      Case c = base("poison");
+      c.dtype = k++ % 2 == 1 ? DType::bf16 : DType::f16;
+      c.head_dim = c.head_dim_v = s.d;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = s.sq;
+      c.seqlen_k = s.sk;
+      c.mask = s.mask;
+      c.poison = Poison::v_many;
+      c.poison_value = bad;
+      c.lse = true;
+      c.sample_rows = 0;
+      v.push_back(c);
     }
   }
   return v;
