@@ -216,8 +216,17 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset(m);
-      corr[ms][r] = fg_corr(row_max[ms][r], off);
+      const FgOffset off = fg_offset<IS_BF16>(m);
+      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {
+        if (off.shift) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            s[ms][nt][2 * r] -= m;
+            s[ms][nt][2 * r + 1] -= m;
+          }
+        }
+      }
+      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
       row_max[ms][r] = m;
       float sum = 0.f;
 #pragma unroll
@@ -280,7 +289,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse(row_max[ms][r], l);
+          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
       }
     }
 }

@@ -471,8 +471,18 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
             m = fmaxf(m, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
-        const FgOffset off = fg_offset(m);
-        const float corr = fg_corr(row_max[ms][v1], off);
+        const FgOffset off = fg_offset<false>(m);
+        if (__any_sync(FULL, off.shift)) {
+          if (off.shift) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int v2 = 0; v2 < 2; ++v2)
+#pragma unroll
+                for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= m;
+          }
+        }
+        const float corr = fg_corr<false>(row_max[ms][v1], m, off);
         row_max[ms][v1] = m;
         float sum = 0.f;
 #pragma unroll
@@ -542,7 +552,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       if (HAS_LSE && a1 == 0 && qn == 0) {
         const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
         if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse(row_max[ms][v1], l);
+          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse<false>(row_max[ms][v1], l);
       }
     }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)

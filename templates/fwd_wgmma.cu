@@ -38,7 +38,7 @@ constexpr int CTA_THREADS = THREADS + PRODUCER_THREADS;
 // file is 64K 32-bit registers per SM on every sm_90 part).
 constexpr int MIN_BLOCKS = WARPS == 4 ? 2 : 1;
 constexpr int LAUNCH_REGS = 65536 / (CTA_THREADS * MIN_BLOCKS) / 8 * 8;  // what ptxas allots at launch
-constexpr int PRODUCER_REGS = MASK != 0 ? 40 : 24;
+constexpr int PRODUCER_REGS = MASK != 0 ? 48 : 24;
 constexpr int CONSUMER_REGS_ALL = (LAUNCH_REGS + (LAUNCH_REGS - PRODUCER_REGS) * PRODUCER_THREADS / THREADS) / 8 * 8;
 constexpr int CONSUMER_REGS = CONSUMER_REGS_ALL > 240 ? 240 : CONSUMER_REGS_ALL;
 constexpr int M_SLICES = 1;              // one 16-row slice per warp
@@ -166,17 +166,27 @@ FG_DEVICE void fg_sts32(u32 addr, int x) { asm volatile("st.shared.u32 [%0], %1;
 template <int W, int OFF>
 FG_DEVICE void fg_scan_v(u32 sv, int key0, int sid, int& bad) {
   constexpr int UPR = W / 8;  // 16-byte units per row
-  for (int u = key0 * UPR + sid; u < BLOCK_N * UPR; u += SCAN_THREADS) {
-    U4 x = fg_lds128(sv + 16 * u);
-    const u32 m0 = fg_nonfinite_halves<IS_BF16>(x.x), m1 = fg_nonfinite_halves<IS_BF16>(x.y);
-    const u32 m2 = fg_nonfinite_halves<IS_BF16>(x.z), m3 = fg_nonfinite_halves<IS_BF16>(x.w);
-    if (m0 | m1 | m2 | m3) {
-      x.x &= ~m0;
-      x.y &= ~m1;
-      x.z &= ~m2;
-      x.w &= ~m3;
-      fg_sts128(sv + 16 * u, x);
-      bad = min(bad, u / UPR);
+  constexpr int UNITS = BLOCK_N * UPR, G = 2;  // G loads in flight per thread
+  for (int u0 = key0 * UPR + sid; u0 < UNITS; u0 += G * SCAN_THREADS) {
+    U4 x[G];
+#pragma unroll
+    for (int k = 0; k < G; ++k)
+      if (u0 + k * SCAN_THREADS < UNITS) x[k] = fg_lds128(sv + 16 * (u0 + k * SCAN_THREADS));
+#pragma unroll
+    for (int k = 0; k < G; ++k) {
+      const int u = u0 + k * SCAN_THREADS;
+      if (u < UNITS) {
+        const u32 m0 = fg_nonfinite_halves<IS_BF16>(x[k].x), m1 = fg_nonfinite_halves<IS_BF16>(x[k].y);
+        const u32 m2 = fg_nonfinite_halves<IS_BF16>(x[k].z), m3 = fg_nonfinite_halves<IS_BF16>(x[k].w);
+        if (m0 | m1 | m2 | m3) {
+          x[k].x &= ~m0;
+          x[k].y &= ~m1;
+          x[k].z &= ~m2;
+          x[k].w &= ~m3;
+          fg_sts128(sv + 16 * u, x[k]);
+          bad = min(bad, u / UPR);
+        }
+      }
     }
   }
 }
@@ -397,22 +407,11 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       const bool next = j + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
-      if (MASK != 0 && fg_v_cut_from(blk, j) < BLOCK_N) {
-        // A tile the mask cuts: V cleaned by the scan warps; the rows that see
-        // its lowest non-finite key become NaN.
-        fg_mbar_wait(checked_v(cv % STAGES), (cv / STAGES) & 1);
-        int bad = BLOCK_N;
-#pragma unroll
-        for (int w = 0; w < SCAN_WARPS; ++w) bad = min(bad, fg_lds32(bad_key_at(cv % STAGES, w)));
-        if (bad < BLOCK_N) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            if (blk.m_start + wg_row0 + (warp & 3) * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + bad)
-              row_sum[0][r] = __int_as_float(0x7fffffff);
-        }
-      }
       qk(ck);
       fg_rescale_o(o, corr);
+      // A V tile the mask cuts is read once the scan warps have cleaned it.
+      const bool cut = MASK != 0 && fg_v_cut_from(blk, j) < BLOCK_N;
+      if (cut) fg_mbar_wait(checked_v(cv % STAGES), (cv / STAGES) & 1);
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
 @@PV@@
@@ -425,6 +424,19 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       fg_wgmma_wait<0>();  // P.V of tile j complete
       fg_reg_fence(o);
+      if (cut) {
+        // The rows that see the tile's lowest non-finite V key become NaN
+        // (read before the stage is released: its next tile's scan rewrites it).
+        int bad = BLOCK_N;
+#pragma unroll
+        for (int w = 0; w < SCAN_WARPS; ++w) bad = min(bad, fg_lds32(bad_key_at(cv % STAGES, w)));
+        if (bad < BLOCK_N) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r)
+            if (blk.m_start + warp * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + bad)
+              row_sum[0][r] = __int_as_float(0x7fffffff);
+        }
+      }
       release(empty_v(cv % STAGES));
       if (next) to_p();
     }

@@ -233,63 +233,69 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // A key tile's P is exp2 of each logit's distance from the row's running max m
 // in log2 units, P = 2^((s - m) * log2 e), accumulated as O and the row sum l
 // (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). The argument
-// is one FFMA per logit, fma(s, a, -K), with a per-row offset (a, K) that is a
-// function of m alone (fg_offset), in one of two frames:
-//  - |m| <= FG_LOG2E_FRAME_MAX: a = LOG2E, K = m * LOG2E rounded up. Every
-//    weight carries the same factor 2^c, c = m * LOG2E - K in (-ulp(K), 0],
-//    so no weight exceeds 1 and the max's is at least 2^-32; it cancels in
-//    O / l because the rescale between tiles is 2^(K_old - K_new) (the same
-//    K's, exact differences) and LSE adds -c back (fg_lse).
-//  - beyond (and at m = -inf): a = 1, K = m, i.e. P = 2^(s - m). Logits
-//    there are fp32 values at least 16 apart unless equal (spacing 16 from
-//    2^28 down to 2^27 and wider above), so every logit below the max has a
-//    weight under e^-16 = 1.1e-7 of the max's in the exact softmax; P then
-//    gives the ties weight 1 and the others under 2^-16 of it, and the result
-//    is the exact one within 1.1e-7 relative, at every finite magnitude (a max
-//    near the fp32 lowest value included).
-// The frame is chosen per row without a branch; -inf is the only value that
-// masks: a row that saw only -inf keys has P = 0 (the offset K = FLT_MAX in
-// frame a = 1 keeps -inf - K = -inf and K - K = 0, never inf - inf).
+// is one FFMA per logit, fma(s, a, -K), with a per-row offset that is a
+// function of m alone (fg_offset), chosen without a branch:
+//  - |m| <= 2^27 (bf16: 2^29): a = LOG2E, K = m * LOG2E rounded to nearest
+//    (bf16: up). Every weight carries the factor 2^c, c = m * LOG2E - K, exact
+//    in fp32 and |c| <= ulp(K) / 2 <= 8 (bf16: c in (-64, 0], so no weight
+//    exceeds 1 and a V near the bf16 limit cannot overflow O), inside what P
+//    rounded to f16 (bf16) can hold. The rescale between tiles and LSE take c
+//    out again (fg_corr, fg_lse), so it cancels.
+//  - f16, 2^27 < |m| <= 2^29 (no f16 P range for that c): a = LOG2E, K = 0
+//    and the kernels first subtract m from the row's logits (exact; rare, a
+//    warp-uniform branch; fg_offset's `shift`).
+//  - |m| > 2^29 (and m = -inf): a = 1, K = m, P = 2^(s - m). fp32 logits there
+//    are at least 64 apart unless equal, so any logit below the max has an
+//    exact weight under e^-64 of the max's: P (2^-64) keeps the result exact to
+//    that relative amount per key, at every finite magnitude (a max near the
+//    fp32 lowest value included).
+// -inf is the only value that masks: a row that saw only -inf keys has
+// m = -inf, K = -FLT_MAX and P = exp2(-inf) = 0, never inf - inf.
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-constexpr float FG_LOG2E_FRAME_MAX = 268435456.f;  // 2^28
+constexpr float FG_NEAR_MAX = 134217728.f;  // 2^27
+constexpr float FG_WIDE_MIN = 536870912.f;  // 2^29
 constexpr float FG_F32_MAX = 3.40282347e+38f;
 
 struct FgOffset {
-  float a;      // LOG2E, or 1 in the wide frame
+  float a;      // LOG2E, or 1 beyond 2^29
   float neg_k;  // -K
+  float c;      // log2 of every weight's common factor (0 for a shifted row)
+  bool shift;   // f16, 2^27 < |m| <= 2^29: the row's logits are used as s - m
 };
 
-// The offset of a row whose max is m (-inf: no visible key yet). NaN (a NaN
-// input the row sees) gives a NaN row, as allowed.
+template <bool BF16>
 FG_DEVICE FgOffset fg_offset(float m) {
-  const bool wide = !(fabsf(m) <= FG_LOG2E_FRAME_MAX);
+  const float am = fabsf(m);
+  const bool wide = !(am <= FG_WIDE_MIN);  // also -inf (NaN: a row that reads a NaN)
   FgOffset o;
+  o.shift = !BF16 && am > FG_NEAR_MAX && !wide;
   o.a = wide ? 1.f : LOG2E;
-  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : -__fmul_ru(m, LOG2E);
+  const float k = BF16 ? __fmul_ru(m, LOG2E) : __fmul_rn(m, LOG2E);
+  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
+  o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
   return o;
 }
 
-// Unnormalised weight of logit s against the offset.
+// Unnormalised weight of logit s (s - m for a shifted row) against the offset.
 FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o.a, o.neg_k)); }
 
-// Factor that takes weights accumulated against the offset of the previous
-// row max m_old to `o`: 2^(K_old - K) within a frame (exactly 1 when the max
-// did not move); across frames the old max's weight in the new frame, which
-// is below 2^-16 (the frames meet at |m| = 2^28, where a max that moved did so
-// by at least 16). While the row had seen no key (m_old = -inf) O and l are 0
-// and the factor is finite (at most 1).
-FG_DEVICE float fg_corr(float m_old, const FgOffset& o) {
-  const FgOffset p = fg_offset(m_old);
-  return fg_exp2(p.a == o.a ? o.neg_k - p.neg_k : fmaf(m_old, o.a, o.neg_k));
+// Factor that takes weights accumulated against the previous row max m_old to
+// the offset `o` of the new max m: e^(m_old - m) * 2^(c - c_old), i.e.
+// 2^(K_old - K) within the LOG2E frame (exactly 1 when the max did not move).
+// 0 while the row had seen no key (m_old = -inf; O and l are 0).
+template <bool BF16>
+FG_DEVICE float fg_corr(float m_old, float m, const FgOffset& o) {
+  const float c_old = fg_offset<BF16>(m_old).c;
+  return m_old == fg_neg_inf() ? 0.f : fg_exp2(fmaf(m_old - m, LOG2E, o.c - c_old));
 }
 
-// LSE = m + ln(l) + (K - m * a) ln 2 from the row max m and the sum l of its
-// weights (the offset's factor added back); -inf for a row that saw no key
-// (l = 0), NaN for a row whose l is NaN.
+// LSE = m + (log2(l) - c) ln 2 from the row max m and the sum l of its weights
+// (their factor 2^c taken out); -inf for a row that saw no key (l = 0), NaN for
+// a row whose l is NaN.
+template <bool BF16>
 FG_DEVICE float fg_lse(float m, float l) {
-  const FgOffset o = fg_offset(m);
-  return l == 0.f ? fg_neg_inf() : m + (fg_log2(l) - fmaf(m, o.a, o.neg_k)) * LN2;
+  return l == 0.f ? fg_neg_inf() : m + (fg_log2(l) - fg_offset<BF16>(m).c) * LN2;
 }
 
 // ---- causal masks and P.V: where a non-finite V value may go --------------
@@ -630,8 +636,17 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset(m);
-      corr[ms][r] = fg_corr(row_max[ms][r], off);
+      const FgOffset off = fg_offset<IS_BF16>(m);
+      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {
+        if (off.shift) {
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt) {
+            s[ms][nt][2 * r] -= m;
+            s[ms][nt][2 * r + 1] -= m;
+          }
+        }
+      }
+      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
       row_max[ms][r] = m;
       float sum = 0.f;
 #pragma unroll
@@ -694,7 +709,7 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, 
       if (HAS_LSE && t == 0) {
         const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
         if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse(row_max[ms][r], l);
+          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
       }
     }
 }
