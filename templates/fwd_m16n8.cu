@@ -287,7 +287,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     };
     if (MASK != 0) {
       FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
-      if (fg_pv_cut(pm)) {
+      if (fg_pv_cut<BLOCK_N>(pm)) {
         all_chunks(pm);
         fg_pv_poison(pm, blk, j, warp * M_SLICES * 16, g, row_sum);
         return;

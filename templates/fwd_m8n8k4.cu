@@ -518,7 +518,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     bool plain = true;
     if (MASK != 0) {
       FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
-      if (fg_pv_cut(pm)) {
+      if (fg_pv_cut<BLOCK_N>(pm)) {
         plain = false;
         all_chunks(pm);
         // The rows that see the lowest non-finite key found get row_sum = NaN.

@@ -337,8 +337,11 @@ FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi)
   m.bad_key = BN;
   return m;
 }
-// Whether the mask cuts the tile for these rows (warp-uniform).
-FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < m.skip_from; }
+// Whether the mask cuts the tile for these rows: some key is hidden from the
+// first (warp-uniform). That includes a tile hidden from every row of the warp
+// (skip_from = 0: no step runs), which other warps of the block see.
+template <int BN>
+FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < BN; }
 
 // Zero the non-finite values of a V fragment register of a checked step;
 // `bad` collects their halves.
@@ -986,7 +989,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm80_f16_d
     };
     if (MASK != 0) {
       FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
-      if (fg_pv_cut(pm)) {
+      if (fg_pv_cut<BLOCK_N>(pm)) {
         all_chunks(pm);
         fg_pv_poison(pm, blk, j, warp * M_SLICES * 16, g, row_sum);
         return;

@@ -337,8 +337,11 @@ FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi)
   m.bad_key = BN;
   return m;
 }
-// Whether the mask cuts the tile for these rows (warp-uniform).
-FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < m.skip_from; }
+// Whether the mask cuts the tile for these rows: some key is hidden from the
+// first (warp-uniform). That includes a tile hidden from every row of the warp
+// (skip_from = 0: no step runs), which other warps of the block see.
+template <int BN>
+FG_DEVICE bool fg_pv_cut(const FgPvMask& m) { return m.band_from < BN; }
 
 // Zero the non-finite values of a V fragment register of a checked step;
 // `bad` collects their halves.
