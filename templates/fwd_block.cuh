@@ -95,10 +95,11 @@ FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o
 // the offset `o` of the new max m: e^(m_old - m) * 2^(c - c_old), i.e.
 // 2^(K_old - K) within the LOG2E frame (exactly 1 when the max did not move).
 // 0 while the row had seen no key (m_old = -inf; O and l are 0).
+// (The -inf case is a select on the argument, so no branch splits the softmax.)
 template <bool BF16>
 FG_DEVICE float fg_corr(float m_old, float m, const FgOffset& o) {
-  const float c_old = fg_offset<BF16>(m_old).c;
-  return m_old == fg_neg_inf() ? 0.f : fg_exp2(fmaf(m_old - m, LOG2E, o.c - c_old));
+  const float x = fmaf(m_old - m, LOG2E, o.c - fg_offset<BF16>(m_old).c);
+  return fg_exp2(m_old == fg_neg_inf() ? fg_neg_inf() : x);
 }
 
 // LSE = m + (log2(l) - c) ln 2 from the row max m and the sum l of its weights

@@ -217,13 +217,12 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       const FgOffset off = fg_offset<IS_BF16>(m);
-      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {
-        if (off.shift) {
+      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {  // rare, warp-uniform
+        const float shift = off.shift ? m : 0.f;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            s[ms][nt][2 * r] -= m;
-            s[ms][nt][2 * r + 1] -= m;
-          }
+        for (int nt = 0; nt < NT; ++nt) {
+          s[ms][nt][2 * r] -= shift;
+          s[ms][nt][2 * r + 1] -= shift;
         }
       }
       corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);

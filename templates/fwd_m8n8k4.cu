@@ -472,15 +472,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
         const FgOffset off = fg_offset<false>(m);
-        if (__any_sync(FULL, off.shift)) {
-          if (off.shift) {
+        if (__any_sync(FULL, off.shift)) {  // rare, warp-uniform
+          const float shift = off.shift ? m : 0.f;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-              for (int v2 = 0; v2 < 2; ++v2)
+            for (int v2 = 0; v2 < 2; ++v2)
 #pragma unroll
-                for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= m;
-          }
+              for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= shift;
         }
         const float corr = fg_corr<false>(row_max[ms][v1], m, off);
         row_max[ms][v1] = m;
