@@ -14,6 +14,7 @@
 #include "flashgen/types.hpp"
 #include "gen/params.hpp"
 #include "gen/emit_internal.hpp"
+#include "gen/spec_fields.hpp"
 
 namespace flashgen::detail {
 const std::map<std::string, std::string>& embedded_files();
@@ -119,37 +120,15 @@ std::string spec_comment(const KernelSpec& spec) {
                         spec.threads()));
 }
 
-int mask_code(MaskKind m) {
-  switch (m) {
-    case MaskKind::none: return 0;
-    case MaskKind::causal_top_left: return 1;
-    case MaskKind::causal_bottom_right: return 2;
-  }
-  return 0;
-}
-
-int bias_code(BiasKind b) {
-  switch (b) {
-    case BiasKind::none: return 0;
-    case BiasKind::input: return 1;
-    case BiasKind::f32: return 2;
-  }
-  return 0;
-}
-
 std::string spec_constants(const KernelSpec& spec) {
-  return fmt::format(
-      "constexpr int HEAD_DIM = {};\n"
-      "constexpr int HEAD_DIM_V = {};\n"
-      "constexpr int BLOCK_M = {};\n"
-      "constexpr int BLOCK_N = {};\n"
-      "constexpr int WARPS = {};\n"
-      "constexpr int STAGES = {};\n"
-      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
-      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
-      "constexpr bool HAS_LSE = {};",
-      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages, mask_code(spec.mask),
-      bias_code(spec.bias), spec.has_lse ? "true" : "false");
+  std::string out;
+  for (const SpecField& f : spec_fields()) {
+    if (f.constant.empty()) continue;
+    if (!out.empty()) out += '\n';
+    out += fmt::format("constexpr {} {} = {};{}", f.constant_type, f.constant, f.constant_value(spec),
+                       f.constant_comment);
+  }
+  return out;
 }
 
 std::string assemble_forward(const KernelSpec& spec, const std::string& template_name,

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 
 #include "flashgen/spec.hpp"
 #include "gen/limits.hpp"
+#include "gen/spec_fields.hpp"
 
 namespace flashgen {
 namespace {
@@ -57,57 +59,256 @@ std::string name_int(int v) {
   return std::to_string(v);
 }
 
-// ---- canonical string parsing ----------------------------------------------
-
-constexpr std::array<std::string_view, 12> kFields = {
-    "sm", "unit", "dtype", "d", "dv", "bm", "bn", "w", "s", "mask", "bias", "lse"};
-
-int field_index(std::string_view key) {
-  for (size_t i = 0; i < kFields.size(); ++i) {
-    if (kFields[i] == key) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-std::string field_list() {
-  std::string s;
-  for (auto f : kFields) {
-    if (!s.empty()) s += ",";
-    s += f;
-  }
-  return s;
-}
+// ---- the field table ---------------------------------------------------------
 
 [[noreturn]] void spec_error(const std::string& text, const std::string& reason) {
   throw InvalidArgument(fmt::format("kernel spec '{}': {}", text, reason));
 }
 
+}  // namespace
+
+namespace gen {
+namespace {
+
 // Strict decimal integer as canonical() prints it: optional '-', no '+', no
-// leading zeros, no "-0", within int.
-int parse_spec_int(const std::string& text, std::string_view key, std::string_view value) {
+// leading zeros, no "-0", within int. "" on success, else the tail of the
+// message after "field 'K' has value 'V'".
+std::string parse_spec_int(std::string_view value, int& result) {
   bool ok = !value.empty();
   std::string_view digits = value;
   if (ok && digits.front() == '-') digits.remove_prefix(1);
   ok = ok && !digits.empty() &&
        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   ok = ok && !(digits.size() > 1 && digits.front() == '0') && value != "-0";
-  int result = 0;
+  result = 0;
   if (ok) {
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
     if (ec == std::errc::result_out_of_range)
-      spec_error(text, fmt::format("field '{}' has value '{}', which is outside the int range [{}, {}]", key, value,
-                                   std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+      return fmt::format(", which is outside the int range [{}, {}]", std::numeric_limits<int>::min(),
+                         std::numeric_limits<int>::max());
     ok = ec == std::errc() && ptr == value.data() + value.size();
   }
-  if (!ok) {
-    spec_error(text, fmt::format("field '{}' has value '{}', which is not a decimal integer "
-                                 "in canonical form (no sign but '-', no leading zeros)",
-                                 key, value));
+  if (!ok) return ", which is not a decimal integer in canonical form (no sign but '-', no leading zeros)";
+  return "";
+}
+
+// parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
+// the part from "not a known" on.
+std::string enum_reason(const InvalidArgument& e) {
+  const std::string m = e.what();
+  const auto pos = m.find("not a known");
+  return ", which is " + (pos == std::string::npos ? m : m.substr(pos));
+}
+
+// An integer field; Ref is a captureless lambda [](auto& s) -> auto& { return s.<member>; }.
+template <class Ref>
+SpecField int_field(std::string_view key, std::string_view name, SpecFieldGroup group, int min, int max, int multiple,
+                    int name_rank, std::string (*name_part)(const KernelSpec&), std::string_view constant, Ref) {
+  SpecField f;
+  f.key = key;
+  f.name = name;
+  f.group = group;
+  f.kind = SpecFieldKind::integer;
+  f.min = min;
+  f.max = max;
+  f.multiple = multiple;
+  f.format = [](const KernelSpec& s) { return std::to_string(Ref{}(s)); };
+  f.parse = [](KernelSpec& s, std::string_view v) {
+    int x = 0;
+    std::string why = parse_spec_int(v, x);
+    if (why.empty()) Ref{}(s) = x;
+    return why;
+  };
+  f.get_int = [](const KernelSpec& s) -> int { return Ref{}(s); };
+  f.set_int = [](KernelSpec& s, int v) { Ref{}(s) = v; };
+  f.name_rank = name_rank;
+  f.name_part = name_part;
+  f.constant = constant;
+  if (!constant.empty()) {
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(Ref{}(s)); };
   }
-  return result;
+  return f;
+}
+
+// A name field (an enum with to_string and parse_*).
+template <class Ref, class Parse>
+SpecField name_field(std::string_view key, std::string_view name, SpecFieldGroup group, int name_rank,
+                     std::string (*name_part)(const KernelSpec&), Ref, Parse) {
+  SpecField f;
+  f.key = key;
+  f.name = name;
+  f.group = group;
+  f.kind = SpecFieldKind::name;
+  f.format = [](const KernelSpec& s) { return std::string(to_string(Ref{}(s))); };
+  f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+    try {
+      Ref{}(s) = Parse{}(v, "");
+    } catch (const InvalidArgument& e) {
+      return enum_reason(e);
+    }
+    return "";
+  };
+  f.set_name = [](KernelSpec& s, std::string_view text, std::string_view what) { Ref{}(s) = Parse{}(text, what); };
+  f.name_rank = name_rank;
+  f.name_part = name_part;
+  return f;
+}
+
+std::vector<SpecField> make_spec_fields() {
+  using G = SpecFieldGroup;
+  std::vector<SpecField> t;
+  t.push_back(int_field(
+      "sm", "arch", G::target, gen::kMinArch, gen::kMaxArch, 1, 0,
+      [](const KernelSpec& s) { return "_sm" + name_int(s.arch); }, "", [](auto& s) -> auto& { return s.arch; }));
+  t.push_back(name_field(
+      "unit", "unit", G::target, 4, [](const KernelSpec& s) { return "_" + std::string(to_string(s.unit)); },
+      [](auto& s) -> auto& { return s.unit; },
+      [](std::string_view v, std::string_view what) { return parse_matrix_unit(v, what.empty() ? "unit" : what); }));
+  {
+    // The canonical string takes exactly the names to_string prints (parse_dtype
+    // also accepts "float16", ..., which tune files may use).
+    SpecField f = name_field(
+        "dtype", "dtype", G::variant, 1, [](const KernelSpec& s) { return "_" + std::string(to_string(s.dtype)); },
+        [](auto& s) -> auto& { return s.dtype; },
+        [](std::string_view v, std::string_view what) { return parse_dtype(v, what.empty() ? "dtype" : what); });
+    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+      for (DType d : {DType::f16, DType::bf16}) {
+        if (v == to_string(d)) {
+          s.dtype = d;
+          return "";
+        }
+      }
+      return fmt::format("; allowed: {}, {}", to_string(DType::f16), to_string(DType::bf16));
+    };
+    t.push_back(f);
+  }
+  t.push_back(int_field(
+      "d", "head_dim", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 2,
+      [](const KernelSpec& s) { return "_d" + name_int(s.head_dim); }, "HEAD_DIM",
+      [](auto& s) -> auto& { return s.head_dim; }));
+  t.push_back(int_field(
+      "dv", "head_dim_v", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 3,
+      [](const KernelSpec& s) { return "v" + name_int(s.head_dim_v); }, "HEAD_DIM_V",
+      [](auto& s) -> auto& { return s.head_dim_v; }));
+  t.push_back(int_field(
+      "bm", "block_m", G::tile, 16, kMaxBlock, 16, 5, [](const KernelSpec& s) { return "_bm" + name_int(s.block_m); },
+      "BLOCK_M", [](auto& s) -> auto& { return s.block_m; }));
+  t.push_back(int_field(
+      "bn", "block_n", G::tile, 16, kMaxBlock, 16, 6, [](const KernelSpec& s) { return "_bn" + name_int(s.block_n); },
+      "BLOCK_N", [](auto& s) -> auto& { return s.block_n; }));
+  t.push_back(int_field(
+      "w", "warps", G::tile, 1, kMaxWarps, 1, 7, [](const KernelSpec& s) { return "_w" + name_int(s.warps); }, "WARPS",
+      [](auto& s) -> auto& { return s.warps; }));
+  t.push_back(int_field(
+      "s", "stages", G::tile, 1, kMaxStages, 1, 8, [](const KernelSpec& s) { return "_s" + name_int(s.stages); },
+      "STAGES", [](auto& s) -> auto& { return s.stages; }));
+  {
+    SpecField f = name_field(
+        "mask", "mask", G::variant, 9, [](const KernelSpec& s) { return "_" + std::string(to_string(s.mask)); },
+        [](auto& s) -> auto& { return s.mask; },
+        [](std::string_view v, std::string_view what) { return parse_mask(v, what.empty() ? "mask" : what); });
+    f.constant = "MASK";
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(mask_code(s.mask)); };
+    f.constant_comment = "        // 0 none, 1 causal top-left, 2 causal bottom-right";
+    t.push_back(f);
+  }
+  {
+    SpecField f = name_field(
+        "bias", "bias", G::variant, 10,
+        [](const KernelSpec& s) -> std::string {
+          switch (s.bias) {
+            case BiasKind::none: return "";
+            case BiasKind::input: return "_bias16";
+            case BiasKind::f32: return "_bias32";
+          }
+          return "_biasinvalid";
+        },
+        [](auto& s) -> auto& { return s.bias; },
+        [](std::string_view v, std::string_view what) { return parse_bias(v, what.empty() ? "bias" : what); });
+    f.constant = "BIAS_KIND";
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(bias_code(s.bias)); };
+    f.constant_comment = "   // 0 none, 1 input dtype, 2 float32";
+    t.push_back(f);
+  }
+  {
+    SpecField f;
+    f.key = "lse";
+    f.name = "lse";
+    f.group = G::variant;
+    f.kind = SpecFieldKind::flag;
+    f.format = [](const KernelSpec& s) { return std::string(s.has_lse ? "1" : "0"); };
+    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+      if (v != "0" && v != "1") return "; allowed: 0, 1";
+      s.has_lse = v == "1";
+      return "";
+    };
+    f.get_flag = [](const KernelSpec& s) { return s.has_lse; };
+    f.set_flag = [](KernelSpec& s, bool v) { s.has_lse = v; };
+    f.name_rank = 11;
+    f.name_part = [](const KernelSpec& s) { return std::string(s.has_lse ? "_lse" : ""); };
+    f.constant = "HAS_LSE";
+    f.constant_type = "bool";
+    f.constant_value = [](const KernelSpec& s) { return std::string(s.has_lse ? "true" : "false"); };
+    t.push_back(f);
+  }
+  return t;
+}
+
+// The fields in kernel_name() order.
+const std::vector<const SpecField*>& name_order() {
+  static const std::vector<const SpecField*> order = [] {
+    std::vector<const SpecField*> v;
+    for (const SpecField& f : spec_fields()) v.push_back(&f);
+    std::stable_sort(v.begin(), v.end(), [](const SpecField* a, const SpecField* b) { return a->name_rank < b->name_rank; });
+    return v;
+  }();
+  return order;
 }
 
 }  // namespace
+
+std::span<const SpecField> spec_fields() {
+  static const std::vector<SpecField> fields = make_spec_fields();
+  return fields;
+}
+
+const SpecField* find_spec_field(std::string_view key) {
+  for (const SpecField& f : spec_fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+std::string spec_field_list() {
+  std::string s;
+  for (const SpecField& f : spec_fields()) {
+    if (!s.empty()) s += ",";
+    s += f.key;
+  }
+  return s;
+}
+
+int mask_code(MaskKind m) {
+  switch (m) {
+    case MaskKind::none: return 0;
+    case MaskKind::causal_top_left: return 1;
+    case MaskKind::causal_bottom_right: return 2;
+  }
+  return 0;
+}
+
+int bias_code(BiasKind b) {
+  switch (b) {
+    case BiasKind::none: return 0;
+    case BiasKind::input: return 1;
+    case BiasKind::f32: return 2;
+  }
+  return 0;
+}
+
+}  // namespace gen
 
 std::vector<int> split_head_dim(int head_dim, int min_chunk) {
   if (!is_power_of_two(min_chunk)) {
@@ -155,10 +356,16 @@ int64_t KernelSpec::smem_bytes() const {
 }
 
 std::string KernelSpec::canonical() const {
-  return fmt::format("{}sm={},unit={},dtype={},d={},dv={},bm={},bn={},w={},s={},mask={},bias={},lse={}",
-                     kSpecTag, arch, to_string(unit), to_string(dtype), head_dim, head_dim_v,
-                     block_m, block_n, warps, stages, to_string(mask), to_string(bias),
-                     has_lse ? 1 : 0);
+  std::string out(kSpecTag);
+  bool first = true;
+  for (const gen::SpecField& f : gen::spec_fields()) {
+    if (!first) out += ',';
+    first = false;
+    out += f.key;
+    out += '=';
+    out += f.format(*this);
+  }
+  return out;
 }
 
 KernelSpec KernelSpec::parse(const std::string& text) {
@@ -177,6 +384,14 @@ KernelSpec KernelSpec::parse(const std::string& text) {
   }
   rest.remove_prefix(kSpecTag.size());
 
+  const std::span<const gen::SpecField> fields = gen::spec_fields();
+  const std::string order = gen::spec_field_list();
+  auto field_index = [&](std::string_view key) {
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (fields[i].key == key) return static_cast<int>(i);
+    return -1;
+  };
+
   // Split into key=value items.
   std::vector<std::pair<std::string_view, std::string_view>> items;
   while (true) {
@@ -184,7 +399,7 @@ KernelSpec KernelSpec::parse(const std::string& text) {
     std::string_view item = rest.substr(0, comma);
     if (item.empty()) {
       spec_error(text, fmt::format("empty field at position {}; expected fields {}",
-                                   items.size() + 1, field_list()));
+                                   items.size() + 1, order));
     }
     auto eq = item.find('=');
     if (eq == std::string_view::npos) {
@@ -195,13 +410,13 @@ KernelSpec KernelSpec::parse(const std::string& text) {
     rest.remove_prefix(comma + 1);
   }
 
-  // Keys must be exactly kFields, in order; diagnose the first deviation.
+  // Keys must be exactly the table's, in order; diagnose the first deviation.
   for (size_t i = 0; i < items.size(); ++i) {
     const auto key = items[i].first;
     const int idx = field_index(key);
     if (idx < 0) {
       spec_error(text, fmt::format("field '{}' (value '{}') is unknown; allowed fields in order: {}",
-                                   key, items[i].second, field_list()));
+                                   key, items[i].second, order));
     }
     if (static_cast<size_t>(idx) == i) continue;
     if (static_cast<size_t>(idx) < i) {
@@ -209,83 +424,32 @@ KernelSpec KernelSpec::parse(const std::string& text) {
                                    items[i].second));
     }
     // idx > i: the expected field is either later (out of order) or absent.
-    const auto expected = kFields[i];
+    const auto expected = fields[i].key;
     bool later = false;
     for (size_t j = i + 1; j < items.size(); ++j) later = later || items[j].first == expected;
     if (later) {
       spec_error(text, fmt::format("field '{}' (value '{}') is out of order; expected '{}' at "
                                    "position {} (order: {})",
-                                   key, items[i].second, expected, i + 1, field_list()));
+                                   key, items[i].second, expected, i + 1, order));
     }
     spec_error(text, fmt::format("field '{}' is missing (found '{}' at its position {}; order: {})",
-                                 expected, key, i + 1, field_list()));
+                                 expected, key, i + 1, order));
   }
-  if (items.size() < kFields.size()) {
-    spec_error(text, fmt::format("field '{}' is missing (order: {})", kFields[items.size()],
-                                 field_list()));
+  if (items.size() < fields.size()) {
+    spec_error(text, fmt::format("field '{}' is missing (order: {})", fields[items.size()].key, order));
   }
-
-  auto value = [&](size_t i) { return items[i].second; };
-  // parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
-  // the part from "not a known" on.
-  auto enum_error = [&](size_t i, const InvalidArgument& e) -> void {
-    const std::string m = e.what();
-    const auto pos = m.find("not a known");
-    spec_error(text, fmt::format("field '{}' has value '{}', which is {}", kFields[i], value(i),
-                                 pos == std::string::npos ? m : m.substr(pos)));
-  };
 
   KernelSpec s;
-  s.arch = parse_spec_int(text, kFields[0], value(0));
-  try {
-    s.unit = parse_matrix_unit(value(1), "unit");
-  } catch (const InvalidArgument& e) {
-    enum_error(1, e);
-  }
-  if (value(2) == to_string(DType::f16)) {
-    s.dtype = DType::f16;
-  } else if (value(2) == to_string(DType::bf16)) {
-    s.dtype = DType::bf16;
-  } else {
-    spec_error(text, fmt::format("field 'dtype' has value '{}'; allowed: {}, {}", value(2),
-                                 to_string(DType::f16), to_string(DType::bf16)));
-  }
-  s.head_dim = parse_spec_int(text, kFields[3], value(3));
-  s.head_dim_v = parse_spec_int(text, kFields[4], value(4));
-  s.block_m = parse_spec_int(text, kFields[5], value(5));
-  s.block_n = parse_spec_int(text, kFields[6], value(6));
-  s.warps = parse_spec_int(text, kFields[7], value(7));
-  s.stages = parse_spec_int(text, kFields[8], value(8));
-  try {
-    s.mask = parse_mask(value(9), "mask");
-  } catch (const InvalidArgument& e) {
-    enum_error(9, e);
-  }
-  try {
-    s.bias = parse_bias(value(10), "bias");
-  } catch (const InvalidArgument& e) {
-    enum_error(10, e);
-  }
-  if (value(11) == "0" || value(11) == "1") {
-    s.has_lse = value(11) == "1";
-  } else {
-    spec_error(text, fmt::format("field 'lse' has value '{}'; allowed: 0, 1", value(11)));
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string why = fields[i].parse(s, items[i].second);
+    if (!why.empty()) spec_error(text, fmt::format("field '{}' has value '{}'{}", fields[i].key, items[i].second, why));
   }
   return s;
 }
 
 std::string KernelSpec::kernel_name() const {
-  std::string name = fmt::format("flashgen_fwd_sm{}_{}_d{}v{}_{}_bm{}_bn{}_w{}_s{}_{}", name_int(arch),
-                                 to_string(dtype), name_int(head_dim), name_int(head_dim_v),
-                                 to_string(unit), name_int(block_m), name_int(block_n),
-                                 name_int(warps), name_int(stages), to_string(mask));
-  switch (bias) {
-    case BiasKind::none: break;
-    case BiasKind::input: name += "_bias16"; break;
-    case BiasKind::f32: name += "_bias32"; break;
-    default: name += "_biasinvalid"; break;
-  }
-  if (has_lse) name += "_lse";
+  std::string name = "flashgen_fwd";
+  for (const gen::SpecField* f : gen::name_order()) name += f->name_part(*this);
   return name;
 }
 
