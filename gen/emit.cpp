@@ -111,8 +111,8 @@ std::string spec_comment(const KernelSpec& spec) {
                                      : "mma.sync.aligned." + std::string(to_string(spec.unit)),
       to_string(spec.dtype),
       spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v,
-      join(spec.v_chunks()), spec.block_m, spec.block_n,
-      spec.warps, wgmma ? " (+ 4 producer)" : "", spec.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
+      join(spec.v_chunks()), spec.tile.block_m, spec.tile.block_n,
+      spec.tile.warps, wgmma ? " (+ 4 producer)" : "", spec.tile.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
       wgmma ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
                         "FgTmaMaps by value",
                         spec.threads())
@@ -153,9 +153,9 @@ namespace {
 // fit in 160 of the 255 registers with head_dim_v <= 128, and without a bias
 // (whose loads need more); ptxas reports no spills for those (test_compile).
 bool qk_ahead(const KernelSpec& spec) {
-  const int slices = spec.block_m / (16 * spec.warps);
+  const int slices = spec.tile.block_m / (16 * spec.tile.warps);
   const bool q_in_regs = spec.head_dim * slices <= 128;
-  const int regs = slices * (2 * spec.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
+  const int regs = slices * (2 * spec.tile.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
   return spec.bias == BiasKind::none && spec.head_dim_v <= 128 && regs <= 160;
 }
 

@@ -260,10 +260,10 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
       auto f = r.fields(rows[i], path, {"head_dim_le", "block_m", "block_n", "warps", "stages"});
       FlashTile t;
       t.head_dim_le = static_cast<int>(r.positive(f["head_dim_le"], path + ".head_dim_le", kMaxHeadDim));
-      t.block_m = static_cast<int>(r.positive(f["block_m"], path + ".block_m", kMaxBlock));
-      t.block_n = static_cast<int>(r.positive(f["block_n"], path + ".block_n", kMaxBlock));
-      t.warps = static_cast<int>(r.positive(f["warps"], path + ".warps", kMaxWarps));
-      t.stages = static_cast<int>(r.positive(f["stages"], path + ".stages", kMaxStages));
+      t.tile.block_m = static_cast<int>(r.positive(f["block_m"], path + ".block_m", kMaxBlock));
+      t.tile.block_n = static_cast<int>(r.positive(f["block_n"], path + ".block_n", kMaxBlock));
+      t.tile.warps = static_cast<int>(r.positive(f["warps"], path + ".warps", kMaxWarps));
+      t.tile.stages = static_cast<int>(r.positive(f["stages"], path + ".stages", kMaxStages));
       if (!out.empty() && t.head_dim_le <= out.back().head_dim_le) {
         r.fail(path + ".head_dim_le",
                fmt::format("has value {}: rows must be sorted by strictly ascending head_dim_le "
@@ -271,40 +271,40 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                            t.head_dim_le, out.back().head_dim_le));
       }
       if (wgmma) {
-        if (t.warps != 4 && t.warps != 8) {
+        if (t.tile.warps != 4 && t.tile.warps != 8) {
           r.fail(path + ".warps", fmt::format("has value {}: wgmma tiles have one or two consumer warpgroups "
                                               "(warps 4 or 8; the producer warpgroup is added)",
-                                              t.warps));
+                                              t.tile.warps));
         }
-        if (t.warps == 4 && t.block_n > kWgmmaMaxBlockNOneGroup) {
+        if (t.tile.warps == 4 && t.tile.block_n > kWgmmaMaxBlockNOneGroup) {
           r.fail(path + ".block_n", fmt::format("has value {}: at most {} with warps 4 (two blocks per SM leave "
                                                 "128 registers per thread at launch)",
-                                                t.block_n, kWgmmaMaxBlockNOneGroup));
+                                                t.tile.block_n, kWgmmaMaxBlockNOneGroup));
         }
-        if (t.block_m != 16 * t.warps) {
+        if (t.tile.block_m != 16 * t.tile.warps) {
           r.fail(path + ".block_m", fmt::format("has value {}: a wgmma tile has 64 query rows per warpgroup "
                                                 "(block_m = 16 * warps = {})",
-                                                t.block_m, 16 * t.warps));
+                                                t.tile.block_m, 16 * t.tile.warps));
         }
-        if (t.block_n > 256) {
-          r.fail(path + ".block_n", fmt::format("has value {}: at most 256 (the largest wgmma N)", t.block_n));
+        if (t.tile.block_n > 256) {
+          r.fail(path + ".block_n", fmt::format("has value {}: at most 256 (the largest wgmma N)", t.tile.block_n));
         }
-        if (t.stages < 2) {
-          r.fail(path + ".stages", fmt::format("has value {}: wgmma tiles need at least 2", t.stages));
+        if (t.tile.stages < 2) {
+          r.fail(path + ".stages", fmt::format("has value {}: wgmma tiles need at least 2", t.tile.stages));
         }
-      } else if (t.block_m % (16 * t.warps) != 0) {
+      } else if (t.tile.block_m % (16 * t.tile.warps) != 0) {
         r.fail(path + ".block_m", fmt::format("has value {}: must be a multiple of 16 * warps ({})",
-                                              t.block_m, 16 * t.warps));
+                                              t.tile.block_m, 16 * t.tile.warps));
       }
-      if (t.block_n % 16 != 0) {
-        r.fail(path + ".block_n", fmt::format("has value {}: must be a multiple of 16", t.block_n));
+      if (t.tile.block_n % 16 != 0) {
+        r.fail(path + ".block_n", fmt::format("has value {}: must be a multiple of 16", t.tile.block_n));
       }
       // Worst case the row serves: head_dim = head_dim_v = head_dim_le (rounded
       // down to the multiple of 8 head dims must be).
       const int64_t d = std::max(16, t.head_dim_le / 8 * 8);
       // wgmma: each K/V stage rounded up to 512 elements, plus 1024 bytes of alignment.
-      const int64_t stage = wgmma ? (t.block_n * d + 511) / 512 * 512 : t.block_n * d;
-      const int64_t smem = 2 * (t.block_m * d + t.stages * 2 * stage) + (wgmma ? 1024 : 0);
+      const int64_t stage = wgmma ? (t.tile.block_n * d + 511) / 512 * 512 : t.tile.block_n * d;
+      const int64_t smem = 2 * (t.tile.block_m * d + t.tile.stages * 2 * stage) + (wgmma ? 1024 : 0);
       if (smem > p.smem_per_block) {
         r.fail(path, fmt::format("needs {} bytes of shared memory at head dim {} (2 * (block_m * d + "
                                  "stages * block_n * 2 * d){}), more than resources.smem_per_block ({})",

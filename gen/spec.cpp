@@ -192,17 +192,17 @@ std::vector<SpecField> make_spec_fields() {
       [](const KernelSpec& s) { return "v" + name_int(s.head_dim_v); }, "HEAD_DIM_V",
       [](auto& s) -> auto& { return s.head_dim_v; }));
   t.push_back(int_field(
-      "bm", "block_m", G::tile, 16, kMaxBlock, 16, 5, [](const KernelSpec& s) { return "_bm" + name_int(s.block_m); },
-      "BLOCK_M", [](auto& s) -> auto& { return s.block_m; }));
+      "bm", "block_m", G::tile, 16, kMaxBlock, 16, 5, [](const KernelSpec& s) { return "_bm" + name_int(s.tile.block_m); },
+      "BLOCK_M", [](auto& s) -> auto& { return s.tile.block_m; }));
   t.push_back(int_field(
-      "bn", "block_n", G::tile, 16, kMaxBlock, 16, 6, [](const KernelSpec& s) { return "_bn" + name_int(s.block_n); },
-      "BLOCK_N", [](auto& s) -> auto& { return s.block_n; }));
+      "bn", "block_n", G::tile, 16, kMaxBlock, 16, 6, [](const KernelSpec& s) { return "_bn" + name_int(s.tile.block_n); },
+      "BLOCK_N", [](auto& s) -> auto& { return s.tile.block_n; }));
   t.push_back(int_field(
-      "w", "warps", G::tile, 1, kMaxWarps, 1, 7, [](const KernelSpec& s) { return "_w" + name_int(s.warps); }, "WARPS",
-      [](auto& s) -> auto& { return s.warps; }));
+      "w", "warps", G::tile, 1, kMaxWarps, 1, 7, [](const KernelSpec& s) { return "_w" + name_int(s.tile.warps); }, "WARPS",
+      [](auto& s) -> auto& { return s.tile.warps; }));
   t.push_back(int_field(
-      "s", "stages", G::tile, 1, kMaxStages, 1, 8, [](const KernelSpec& s) { return "_s" + name_int(s.stages); },
-      "STAGES", [](auto& s) -> auto& { return s.stages; }));
+      "s", "stages", G::tile, 1, kMaxStages, 1, 8, [](const KernelSpec& s) { return "_s" + name_int(s.tile.stages); },
+      "STAGES", [](auto& s) -> auto& { return s.tile.stages; }));
   {
     SpecField f = name_field(
         "mask", "mask", G::variant, 9, [](const KernelSpec& s) { return "_" + std::string(to_string(s.mask)); },
@@ -343,12 +343,12 @@ std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit) {
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
   // and one V tile; 2-byte elements.
-  const int64_t q_elems = sat_mul(block_m, std::max(head_dim, head_dim_v));
-  int64_t kv_elems = sat_mul(sat_mul(stages, block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
+  const int64_t q_elems = sat_mul(tile.block_m, std::max(head_dim, head_dim_v));
+  int64_t kv_elems = sat_mul(sat_mul(tile.stages, tile.block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
   if (unit == MatrixUnit::wgmma) {
-    // Each K and V stage rounded up to 512 elements (1024-byte aligned stages).
-    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(block_n, d), 511) / 512, 512); };
-    kv_elems = sat_mul(stages, sat_add(stage(head_dim), stage(head_dim_v)));
+    // Each K and V stage rounded up to 512 elements (1024-byte aligned tile.stages).
+    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), 511) / 512, 512); };
+    kv_elems = sat_mul(tile.stages, sat_add(stage(head_dim), stage(head_dim_v)));
   }
   // wgmma tiles start on a 1024-byte boundary (their swizzle acts on address
   // bits), which may skip up to 1024 bytes of the dynamic shared memory.
@@ -483,22 +483,22 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                         field, value));
       }
     }
-    if (spec.warps >= 1 && spec.warps <= kMaxWarps &&
-        ((spec.warps != 4 && spec.warps != 8) || spec.block_m != 16 * spec.warps)) {
+    if (spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
+        ((spec.tile.warps != 4 && spec.tile.warps != 8) || spec.tile.block_m != 16 * spec.tile.warps)) {
       add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups (4 warps each) "
                       "64 query rows apiece for the wgmma unit: warps 4 or 8 and block_m = 16 * warps.",
-                      spec.block_m, spec.warps));
+                      spec.tile.block_m, spec.tile.warps));
     }
-    if (spec.warps == 4 && spec.block_n > kWgmmaMaxBlockNOneGroup) {
+    if (spec.tile.warps == 4 && spec.tile.block_n > kWgmmaMaxBlockNOneGroup) {
       add(fmt::format("block_n ({}) must be at most {} for the wgmma unit with warps 4: two such blocks "
                       "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
                       "with N > {} needs; use warps 8 (one block per SM) for wider key tiles.",
-                      spec.block_n, kWgmmaMaxBlockNOneGroup, kWgmmaMaxBlockNOneGroup));
+                      spec.tile.block_n, kWgmmaMaxBlockNOneGroup, kWgmmaMaxBlockNOneGroup));
     }
-    if (spec.stages == 1) {
+    if (spec.tile.stages == 1) {
       add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
                       "the current V tile is).",
-                      spec.stages));
+                      spec.tile.stages));
     }
   }
   if (!profile.supports_dtype(spec.dtype)) {
@@ -515,32 +515,32 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                       kHeadDimMultiple, kMinHeadDim, kMaxHeadDim));
     }
   }
-  const bool warps_ok = spec.warps >= 1 && spec.warps <= kMaxWarps;
+  const bool warps_ok = spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps;
   if (!warps_ok) {
-    add(fmt::format("warps ({}) must be in [1, {}].", spec.warps, kMaxWarps));
+    add(fmt::format("warps ({}) must be in [1, {}].", spec.tile.warps, kMaxWarps));
   }
   {
     // With an invalid warp count, only the part of the rule that does not
     // depend on it is checked (the warps sentence already explains the rest).
-    const int multiple = warps_ok ? 16 * spec.warps : 16;
-    if (spec.block_m <= 0 || spec.block_m % multiple != 0 || spec.block_m > kMaxBlock) {
+    const int multiple = warps_ok ? 16 * spec.tile.warps : 16;
+    if (spec.tile.block_m <= 0 || spec.tile.block_m % multiple != 0 || spec.tile.block_m > kMaxBlock) {
       if (warps_ok) {
         add(fmt::format("block_m ({}) must be a positive multiple of 16 * warps ({}) and at most {}.",
-                        spec.block_m, multiple, kMaxBlock));
+                        spec.tile.block_m, multiple, kMaxBlock));
       } else {
         add(fmt::format("block_m ({}) must be a positive multiple of 16 * warps and at most {}.",
-                        spec.block_m, kMaxBlock));
+                        spec.tile.block_m, kMaxBlock));
       }
     }
   }
-  if (spec.block_n <= 0 || spec.block_n % 16 != 0 || spec.block_n > kMaxBlock) {
-    add(fmt::format("block_n ({}) must be a positive multiple of 16 and at most {}.", spec.block_n,
+  if (spec.tile.block_n <= 0 || spec.tile.block_n % 16 != 0 || spec.tile.block_n > kMaxBlock) {
+    add(fmt::format("block_n ({}) must be a positive multiple of 16 and at most {}.", spec.tile.block_n,
                     kMaxBlock));
   }
-  if (spec.stages < 1 || spec.stages > kMaxStages) {
-    add(fmt::format("stages ({}) must be in [1, {}].", spec.stages, kMaxStages));
+  if (spec.tile.stages < 1 || spec.tile.stages > kMaxStages) {
+    add(fmt::format("stages ({}) must be in [1, {}].", spec.tile.stages, kMaxStages));
   }
-  const int64_t threads = int64_t{spec.warps} * 32 + (wgmma ? 128 : 0);
+  const int64_t threads = int64_t{spec.tile.warps} * 32 + (wgmma ? 128 : 0);
   if (threads > kMaxThreads) {
     add(fmt::format("threads ({} = {}) must be at most {}.", wgmma ? "32 * warps + 128 producer threads" : "32 * warps",
                     threads, kMaxThreads));

@@ -116,4 +116,6 @@ MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what) {
   return parse_name(kUnitNames, text, what, "matrix unit");
 }
 
+std::string Tile::str() const { return fmt::format("bm{} bn{} w{} s{}", block_m, block_n, warps, stages); }
+
 }  // namespace flashgen

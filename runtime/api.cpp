@@ -140,7 +140,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   }
   const auto chunks = head_dim_chunks(dim, MatrixUnit::wgmma);
   for (int w : std::set<int>(chunks.begin(), chunks.end())) {
-    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.block_n), 1, 1};
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.tile.block_n), 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     const CUtensorMapSwizzle swizzle = w == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
                                        : w == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
@@ -156,7 +156,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
           "[{}, {}, {}, {}] elements, byte strides [{}, {}, {}], box [{}, {}]; allowed: byte strides that are "
           "multiples of 16 below 2^40), which the wgmma kernel {} needs; plan a kernel for the mma.sync unit",
           name, rt::result_text(d, r), dims[0], dims[1], dims[2], dims[3], strides[0], strides[1], strides[2], w,
-          s.block_n, s.kernel_name()));
+          s.tile.block_n, s.kernel_name()));
   }
 }
 
@@ -245,15 +245,11 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   // repeat one row (stride_seq 0) or take strides of 2^40 bytes: the mma.sync
   // unit's copies can.
   if (spec.unit == MatrixUnit::wgmma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
-  const FlashTile& tile = profile.tile_for(std::max(d, dv), spec.unit);
+  spec.tile = profile.tile_for(std::max(d, dv), spec.unit).tile;
   spec.arch = arch;
   spec.dtype = problem.dtype;
   spec.head_dim = d;
   spec.head_dim_v = dv;
-  spec.block_m = tile.block_m;
-  spec.block_n = tile.block_n;
-  spec.warps = tile.warps;
-  spec.stages = tile.stages;
   spec.mask = problem.mask;
   spec.bias = problem.bias.kind;
   spec.has_lse = problem.lse.data != nullptr;
@@ -271,10 +267,7 @@ KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::func
   const auto tuned = rt::find_tuned_tile_lazy(problem_class(problem), arch, profile, device_name);
   if (!tuned) return spec;
   KernelSpec t = spec;
-  t.block_m = tuned->tile.block_m;
-  t.block_n = tuned->tile.block_n;
-  t.warps = tuned->tile.warps;
-  t.stages = tuned->tile.stages;
+  t.tile = tuned->tile;
   const std::vector<std::string> broken = validate(t, profile);
   if (!broken.empty()) {
     rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
@@ -529,12 +522,12 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     throw InvalidArgument(
         "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
   rt::check_problem_matches_spec(problem, s);
-  if (s.block_m <= 0)
-    throw InvalidArgument(fmt::format("launch: kernel.spec.block_m = {} must be positive", s.block_m));
+  if (s.tile.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
 
   if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
 
-  const int64_t num_m_blocks = (problem.seqlen_q + s.block_m - 1) / s.block_m;
+  const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
   // num_m_blocks * heads_q * batch without overflow.
   const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||

@@ -238,7 +238,7 @@ TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string
       if (field.group != gen::SpecFieldGroup::tile) continue;
       read_field(r, field, t[std::string(field.name)], tp + "." + std::string(field.name), spec);
     }
-    e.tile = TileShape{spec.block_m, spec.block_n, spec.warps, spec.stages};
+    e.tile = spec.tile;
     if (e.tile.block_m % (16 * e.tile.warps) != 0) {
       r.fail(tp + ".block_m",
              fmt::format("has value {}: must be a multiple of 16 * warps ({})", e.tile.block_m, 16 * e.tile.warps));
@@ -361,8 +361,6 @@ std::string ProblemClass::str() const {
                      to_string(mask), to_string(bias), has_lse ? 1 : 0, seqlen_q_le);
 }
 
-std::string TileShape::str() const { return fmt::format("bm{} bn{} w{} s{}", block_m, block_n, warps, stages); }
-
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {
   Reader r(origin);
   if (yaml_text.size() > kMaxTuneFileBytes) {
@@ -438,10 +436,7 @@ std::string format_tune_file(const TuneFile& file) {
     out += fmt::format("    problem: {{{}, seqlen_q_le: {}}}\n", format_fields(spec_of(e.problem), gen::SpecFieldGroup::variant),
                        e.problem.seqlen_q_le);
     KernelSpec tile;
-    tile.block_m = e.tile.block_m;
-    tile.block_n = e.tile.block_n;
-    tile.warps = e.tile.warps;
-    tile.stages = e.tile.stages;
+    tile.tile = e.tile;
     out += fmt::format("    tile: {{{}}}\n", format_fields(tile, gen::SpecFieldGroup::tile));
     out += fmt::format("    tflops: {:.1f}\n", e.tflops);
   }

@@ -31,11 +31,7 @@ struct KernelSpec {
   DType dtype = DType::f16;               ///< Q, K, V, O element type
   int head_dim = 64;                      ///< Q/K head dim, multiple of 8 in [16, 256] (wgmma: of 16)
   int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256] (wgmma: of 16)
-  int block_m = 64;                       ///< query rows per block: multiple of 16 * warps, <= 256 (wgmma: 16 * warps)
-  int block_n = 64;                       ///< keys per pipeline step: multiple of 16, <= 256
-  int warps = 4;                          ///< warps per block, [1, 16] and 32 * warps <= 1024 (wgmma: the consumer warps,
-                                          ///< 4 or 8; the block adds a 4-warp producer warpgroup, see threads())
-  int stages = 2;                         ///< K/V pipeline depth, [1, 4] (wgmma: [2, 4])
+  Tile tile{64, 64, 4, 2};                ///< block_m, block_n, warps, stages (types.hpp; the rules: validate())
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
@@ -48,7 +44,7 @@ struct KernelSpec {
   /// defined for every parsed spec (KernelSpec::parse accepts any int;
   /// validate() says which are allowed).
   int threads() const {
-    const int64_t t = int64_t{warps} * 32 + (unit == MatrixUnit::wgmma ? 128 : 0);
+    const int64_t t = int64_t{tile.warps} * 32 + (unit == MatrixUnit::wgmma ? 128 : 0);
     return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
   }
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024

@@ -52,6 +52,24 @@ MaskKind parse_mask(std::string_view text, std::string_view what = "mask");
 BiasKind parse_bias(std::string_view text, std::string_view what = "bias");
 MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what = "matrix_unit");
 
+/// The tile of a forward kernel: the query rows and keys one thread block
+/// works on per step, its warps and its K/V pipeline depth. A value type; a
+/// default-constructed Tile is all zero (no tile). The rules a tile must
+/// follow depend on the matrix unit and the profile: validate() (spec.hpp)
+/// states them, one sentence per broken rule.
+struct Tile {
+  int block_m = 0;  ///< query rows per thread block: a positive multiple of 16 * warps, at most 256
+                    ///< (wgmma: exactly 16 * warps, 64 query rows per consumer warpgroup)
+  int block_n = 0;  ///< keys per pipeline step: a positive multiple of 16, at most 256 (wgmma with warps 4: 192)
+  int warps = 0;    ///< warps per block, [1, 16] (wgmma: the consumer warps, 4 or 8; the kernel adds a
+                    ///< 4-warp producer warpgroup); each warp owns block_m / warps query rows
+  int stages = 0;   ///< K/V shared-memory pipeline depth, [1, 4] (wgmma: [2, 4])
+
+  bool operator==(const Tile&) const = default;
+  /// e.g. "bm128 bn64 w8 s2"
+  std::string str() const;
+};
+
 /// Size in bytes of one element of `d` (2 for both f16 and bf16).
 constexpr int dtype_bytes(DType) { return 2; }
 

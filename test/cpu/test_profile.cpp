@@ -150,9 +150,9 @@ TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves")
     for (const auto& t : p.flash) {
       KernelSpec worst;
       worst.head_dim = worst.head_dim_v = t.head_dim_le;
-      worst.block_m = t.block_m;
-      worst.block_n = t.block_n;
-      worst.stages = t.stages;
+      worst.tile.block_m = t.tile.block_m;
+      worst.tile.block_n = t.tile.block_n;
+      worst.tile.stages = t.tile.stages;
       CHECK(worst.smem_bytes() <= p.smem_per_block);
     }
     for (int d = 16; d <= 256; d += 8) {
@@ -165,10 +165,7 @@ TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves")
           s.dtype = dtype;
           s.head_dim = d;
           s.head_dim_v = dv;
-          s.block_m = t.block_m;
-          s.block_n = t.block_n;
-          s.warps = t.warps;
-          s.stages = t.stages;
+          s.tile = t.tile;
           s.mask = MaskKind::causal_bottom_right;
           s.bias = BiasKind::f32;
           s.has_lse = true;
@@ -199,7 +196,7 @@ TEST_CASE("Profile::tile_for and supports_dtype") {
   CHECK(p.tile_for(16).head_dim_le == 64);
   CHECK(p.tile_for(64).head_dim_le == 64);
   CHECK(p.tile_for(72).head_dim_le == 128);
-  CHECK(p.tile_for(128).block_n == 32);
+  CHECK(p.tile_for(128).tile.block_n == 32);
   CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("head_dim (136)"), Unsupported);
   CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("at most 128"), Unsupported);
   CHECK(p.supports_dtype(DType::f16));
@@ -380,8 +377,8 @@ TEST_CASE("builtin profiles from Volta to Blackwell, selected by compute capabil
   const Profile& volta = profile_for_arch(70);
   CHECK(volta.matrix_unit.shape == MatrixUnit::m8n8k4);
   CHECK(volta.matrix_unit.operand_dtypes == std::vector<DType>{DType::f16});
-  CHECK(volta.tile_for(256).block_m == 64);
-  CHECK(volta.tile_for(256).block_n == 32);
+  CHECK(volta.tile_for(256).tile.block_m == 64);
+  CHECK(volta.tile_for(256).tile.block_n == 32);
   CHECK(volta.smem_per_block == 98304);
   const Profile& turing = profile_for_arch(75);
   CHECK(turing.matrix_unit.shape == MatrixUnit::m16n8k8);
