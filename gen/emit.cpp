@@ -201,6 +201,9 @@ std::string emit_m16n8(const KernelSpec& spec) {
 }  // namespace
 
 std::string emit_forward(const KernelSpec& spec) {
+  if (spec.family != KernelFamily::fwd)
+    throw Unsupported(fmt::format("kernel spec {}: family {} is not generated yet; allowed: fwd", spec.canonical(),
+                                  to_string(spec.family)));
   switch (spec.unit) {
     case MatrixUnit::m16n8k16:
     case MatrixUnit::m16n8k8: return emit_m16n8(spec);

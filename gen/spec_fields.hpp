@@ -2,8 +2,10 @@
 // canonical order. KernelSpec::canonical(), KernelSpec::parse(),
 // KernelSpec::kernel_name(), the constants the emitters write into the
 // generated source (spec_constants) and the problem class and tile of tune
-// files (runtime/tune.cpp) are all derived from it. Internal to gen/ and
-// runtime/; gen/spec.cpp defines it.
+// files (runtime/tune.cpp) are all derived from it. The family is not a
+// field: the canonical tag ("flashgen.<family>.v1:") and the kernel-name
+// prefix ("flashgen_<family>") carry it. Internal to gen/ and runtime/;
+// gen/spec.cpp defines it.
 #pragma once
 
 #include <span>

@@ -58,11 +58,26 @@ constexpr NameTable<MatrixUnit, 4> kUnitNames{{
     {"wgmma", MatrixUnit::wgmma},
 }};
 
+constexpr NameTable<KernelFamily, 3> kFamilyNames{{
+    {"fwd", KernelFamily::fwd},
+    {"fwd_split", KernelFamily::fwd_split},
+    {"combine", KernelFamily::combine},
+}};
+
 // Value outside the enumerators (only reachable through a cast); printed as
 // such so that a corrupted value is visible in messages instead of crashing.
 constexpr std::string_view kInvalidName = "invalid";
 
 }  // namespace
+
+std::string_view to_string(KernelFamily f) {
+  switch (f) {
+    case KernelFamily::fwd: return "fwd";
+    case KernelFamily::fwd_split: return "fwd_split";
+    case KernelFamily::combine: return "combine";
+  }
+  return kInvalidName;
+}
 
 std::string_view to_string(DType d) {
   switch (d) {
@@ -98,6 +113,10 @@ std::string_view to_string(MatrixUnit u) {
     case MatrixUnit::wgmma: return "wgmma";
   }
   return kInvalidName;
+}
+
+KernelFamily parse_kernel_family(std::string_view text, std::string_view what) {
+  return parse_name(kFamilyNames, text, what, "kernel family");
 }
 
 DType parse_dtype(std::string_view text, std::string_view what) {
