@@ -15,6 +15,7 @@
 #include "gen/params.hpp"
 #include "gen/emit_internal.hpp"
 #include "gen/spec_fields.hpp"
+#include "gen/unit_traits.hpp"
 
 namespace flashgen::detail {
 const std::map<std::string, std::string>& embedded_files();
@@ -88,7 +89,7 @@ std::string load_q_lines(const std::vector<int>& chunks) {
 }
 
 std::string spec_comment(const KernelSpec& spec) {
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  const UnitTraits& u = unit_traits(spec.unit);
   auto join = [](const std::vector<int>& v) {
     std::string s;
     for (int x : v) s += (s.empty() ? "" : " + ") + std::to_string(x);
@@ -106,18 +107,19 @@ std::string spec_comment(const KernelSpec& spec) {
       "// tile:        block_m {} block_n {} warps {}{} stages {} ({} bytes of shared memory)\n"
       "// mask:        {}   bias: {}   lse: {}\n"
       "// launch:      {}\n",
-      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch, wgmma ? " (compiled for sm_90a)" : "",
-      wgmma ? std::string("wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)")
-                                     : "mma.sync.aligned." + std::string(to_string(spec.unit)),
+      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch,
+      u.arch_suffix.empty() ? std::string() : fmt::format(" (compiled for sm_{}{})", spec.arch, u.arch_suffix),
+      u.arch_suffix.empty() ? std::string(u.instruction) : fmt::format("{} (sm_{}{})", u.instruction, spec.arch, u.arch_suffix),
       to_string(spec.dtype),
       spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v,
-      join(spec.v_chunks()), spec.tile.block_m, spec.tile.block_n,
-      spec.tile.warps, wgmma ? " (+ 4 producer)" : "", spec.tile.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
-      wgmma ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
-                        "FgTmaMaps by value",
-                        spec.threads())
-          : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
-                        spec.threads()));
+      join(spec.v_chunks()), spec.tile.block_m, spec.tile.block_n, spec.tile.warps,
+      u.producer_warps != 0 ? fmt::format(" (+ {} producer)", u.producer_warps) : std::string(), spec.tile.stages,
+      spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
+      u.persistent ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
+                                 "FgTmaMaps by value",
+                                 spec.threads())
+                   : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
+                                 spec.threads()));
 }
 
 std::string spec_constants(const KernelSpec& spec) {
@@ -165,12 +167,13 @@ bool qk_ahead(const KernelSpec& spec) {
 // instead of cp.async, f16 pairs packed without cvt.rn.f16x2), so running it
 // on a newer GPU tests exactly the code a Turing card runs.
 std::string emit_m16n8(const KernelSpec& spec) {
-  const bool k8 = spec.unit == MatrixUnit::m16n8k8;
-  if (k8 && spec.dtype == DType::bf16 && spec.arch < 80)
+  const UnitTraits& u = unit_traits(spec.unit);
+  const bool k8 = u.k == 8;
+  if (spec.dtype == DType::bf16 && spec.arch < u.bf16_min_arch)
     throw Unsupported(fmt::format(
-        "kernel spec {}: bf16 operands of the m16n8k8 unit need sm_80 or later (sm_{} has float16 "
-        "m16n8k8 only); use dtype f16",
-        spec.canonical(), spec.arch));
+        "kernel spec {}: bf16 operands of the {} unit need sm_{} or later (sm_{} has float16 "
+        "{} only); use dtype f16",
+        spec.canonical(), to_string(spec.unit), u.bf16_min_arch, spec.arch, to_string(spec.unit)));
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
@@ -179,7 +182,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
       "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax\n"
       "constexpr int UNIT_K = {};     // mma.sync.aligned.m16n8k{}\n"
       "constexpr bool ASYNC_COPY = {};  // cp.async and cvt.rn.f16x2 (sm_80+ instructions)",
-      spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
+      spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", u.k, u.k,
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");

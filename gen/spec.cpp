@@ -16,6 +16,7 @@
 #include "flashgen/spec.hpp"
 #include "gen/limits.hpp"
 #include "gen/spec_fields.hpp"
+#include "gen/unit_traits.hpp"
 
 namespace flashgen {
 namespace {
@@ -44,7 +45,6 @@ using gen::kMaxStages;
 using gen::kMaxThreads;
 using gen::kMaxWarps;
 using gen::kMinHeadDim;
-using gen::kWgmmaMaxBlockNOneGroup;
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -346,27 +346,36 @@ std::vector<int> split_head_dim(int head_dim, int min_chunk) {
 }
 
 std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit) {
-  if (unit != MatrixUnit::wgmma) return split_head_dim(head_dim);
-  std::vector<int> out;
-  for (int w : split_head_dim(head_dim, 16)) {
-    for (int left = w; left > 0; left -= 64) out.push_back(left > 64 ? 64 : left);
+  const gen::UnitTraits& u = gen::unit_traits(unit);
+  std::vector<int> out = split_head_dim(head_dim, u.min_chunk);
+  if (u.max_chunk == 0) return out;
+  std::vector<int> cut;
+  for (int w : out) {
+    for (int left = w; left > 0; left -= u.max_chunk) cut.push_back(left > u.max_chunk ? u.max_chunk : left);
   }
-  return out;
+  return cut;
+}
+
+int KernelSpec::threads() const {
+  const int64_t t = (int64_t{tile.warps} + gen::unit_traits(unit).producer_warps) * 32;
+  return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
 }
 
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
-  // and one V tile; 2-byte elements.
+  // and one V tile.
+  const gen::UnitTraits& u = gen::unit_traits(unit);
   const int64_t q_elems = sat_mul(tile.block_m, std::max(head_dim, head_dim_v));
   int64_t kv_elems = sat_mul(sat_mul(tile.stages, tile.block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
-  if (unit == MatrixUnit::wgmma) {
-    // Each K and V stage rounded up to 512 elements (1024-byte aligned tile.stages).
-    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), 511) / 512, 512); };
+  if (u.smem_align > 0) {
+    // Each K and V stage rounded up to the alignment (wgmma: 1024 bytes, 512 elements).
+    const int64_t align = u.smem_align / dtype_bytes(dtype);
+    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), align - 1) / align, align); };
     kv_elems = sat_mul(tile.stages, sat_add(stage(head_dim), stage(head_dim_v)));
   }
-  // wgmma tiles start on a 1024-byte boundary (their swizzle acts on address
-  // bits), which may skip up to 1024 bytes of the dynamic shared memory.
-  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), unit == MatrixUnit::wgmma ? 1024 : 0);
+  // Aligned tiles (wgmma: their swizzle acts on address bits) may skip up to
+  // smem_align bytes at the start of the dynamic shared memory.
+  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
 }
 
 std::string KernelSpec::canonical() const {
@@ -488,43 +497,52 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     add(fmt::format("arch (sm_{}) is not a compute capability of profile {}; allowed: {}.",
                     spec.arch, profile.name, fmt::join(archs, ", ")));
   }
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
-  if (spec.unit != profile.matrix_unit.shape && !(wgmma && !profile.wgmma_flash.empty())) {
-    add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", to_string(spec.unit),
+  if (to_string(spec.unit) == "invalid") {
+    // Nothing else about the unit can be checked (nor the sizes it derives).
+    add(fmt::format("unit ({}) is not a matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4, wgmma.",
+                    static_cast<int>(spec.unit)));
+    return errors;
+  }
+  const gen::UnitTraits& u = gen::unit_traits(spec.unit);
+  const std::string_view unit_name = to_string(spec.unit);
+  if (spec.unit != profile.matrix_unit.shape && !(u.warpgroup && !profile.wgmma_flash.empty())) {
+    add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", unit_name,
                     profile.name, to_string(profile.matrix_unit.shape),
                     profile.wgmma_flash.empty() ? "" : ", wgmma"));
   }
-  if (wgmma) {
-    if (spec.arch != 90) {
-      add(fmt::format("arch (sm_{}) must be sm_90 for the wgmma unit (its kernels are compiled for sm_90a, "
-                      "which only sm_90 runs).",
-                      spec.arch));
-    }
+  if (u.only_arch != 0 && spec.arch != u.only_arch) {
+    add(fmt::format("arch (sm_{}) must be sm_{} for the {} unit (its kernels are compiled for sm_{}{}, "
+                    "which only sm_{} runs).",
+                    spec.arch, u.only_arch, unit_name, u.only_arch, u.arch_suffix, u.only_arch));
+  }
+  if (u.head_dim_multiple != kHeadDimMultiple) {
     for (auto [field, value] : {std::pair<const char*, int>{"head_dim", spec.head_dim},
                                 std::pair<const char*, int>{"head_dim_v", spec.head_dim_v}}) {
-      if (value % 16 != 0) {
-        add(fmt::format("{} ({}) must be a multiple of 16 for the wgmma unit (its k is 16); the "
-                        "mma.sync units take multiples of 8.",
-                        field, value));
+      if (value % u.head_dim_multiple != 0) {
+        add(fmt::format("{} ({}) must be a multiple of {} for the {} unit (its k is {}); the "
+                        "mma.sync units take multiples of {}.",
+                        field, value, u.head_dim_multiple, unit_name, u.k, kHeadDimMultiple));
       }
     }
-    if (spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
-        ((spec.tile.warps != 4 && spec.tile.warps != 8) || spec.tile.block_m != 16 * spec.tile.warps)) {
-      add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups (4 warps each) "
-                      "64 query rows apiece for the wgmma unit: warps 4 or 8 and block_m = 16 * warps.",
-                      spec.tile.block_m, spec.tile.warps));
-    }
-    if (spec.tile.warps == 4 && spec.tile.block_n > kWgmmaMaxBlockNOneGroup) {
-      add(fmt::format("block_n ({}) must be at most {} for the wgmma unit with warps 4: two such blocks "
-                      "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
-                      "with N > {} needs; use warps 8 (one block per SM) for wider key tiles.",
-                      spec.tile.block_n, kWgmmaMaxBlockNOneGroup, kWgmmaMaxBlockNOneGroup));
-    }
-    if (spec.tile.stages == 1) {
-      add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
-                      "the current V tile is).",
-                      spec.tile.stages));
-    }
+  }
+  if (u.warps_a != 0 && spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
+      ((spec.tile.warps != u.warps_a && spec.tile.warps != u.warps_b) ||
+       (u.block_m_is_16_warps && spec.tile.block_m != 16 * spec.tile.warps))) {
+    add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups ({} warps each) "
+                    "{} query rows apiece for the {} unit: warps {} or {} and block_m = 16 * warps.",
+                    spec.tile.block_m, spec.tile.warps, u.warps_a, 16 * u.warps_a, unit_name, u.warps_a, u.warps_b));
+  }
+  if (u.max_block_n_low_warps != 0 && spec.tile.warps == u.warps_a && spec.tile.block_n > u.max_block_n_low_warps) {
+    add(fmt::format("block_n ({}) must be at most {} for the {} unit with warps {}: two such blocks "
+                    "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
+                    "with N > {} needs; use warps {} (one block per SM) for wider key tiles.",
+                    spec.tile.block_n, u.max_block_n_low_warps, unit_name, u.warps_a, u.max_block_n_low_warps,
+                    u.warps_b));
+  }
+  if (spec.tile.stages >= 1 && spec.tile.stages < u.min_stages) {
+    add(fmt::format("stages ({}) must be at least {} for the {} unit (the next K tile is read while "
+                    "the current V tile is).",
+                    spec.tile.stages, u.min_stages, unit_name));
   }
   if (!profile.supports_dtype(spec.dtype)) {
     std::vector<std::string_view> names;
@@ -565,9 +583,11 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   if (spec.tile.stages < 1 || spec.tile.stages > kMaxStages) {
     add(fmt::format("stages ({}) must be in [1, {}].", spec.tile.stages, kMaxStages));
   }
-  const int64_t threads = int64_t{spec.tile.warps} * 32 + (wgmma ? 128 : 0);
+  const int64_t threads = (int64_t{spec.tile.warps} + u.producer_warps) * 32;
   if (threads > kMaxThreads) {
-    add(fmt::format("threads ({} = {}) must be at most {}.", wgmma ? "32 * warps + 128 producer threads" : "32 * warps",
+    add(fmt::format("threads ({} = {}) must be at most {}.",
+                    u.producer_warps != 0 ? fmt::format("32 * warps + {} producer threads", 32 * u.producer_warps)
+                                          : std::string("32 * warps"),
                     threads, kMaxThreads));
   }
   if (to_string(spec.mask) == "invalid") {
@@ -587,7 +607,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
         "smem_bytes ({} = 2 * (block_m * max(head_dim, head_dim_v) + stages * block_n * "
         "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
-        smem, wgmma ? ", each K and V stage rounded up to 1024 bytes, + 1024 for the wgmma tiles' alignment" : "",
+        smem,
+        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
+                                        u.smem_align, u.smem_align, unit_name)
+                          : std::string(),
         profile.name, profile.smem_per_block));
   }
   return errors;

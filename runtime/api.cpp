@@ -17,6 +17,7 @@
 #include "flashgen/tune.hpp"
 #include "gen/emit.hpp"
 #include "gen/params.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -138,7 +139,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   } else {
     coords |= int64_t{1} << (bit + 1);
   }
-  const auto chunks = head_dim_chunks(dim, MatrixUnit::wgmma);
+  const auto chunks = head_dim_chunks(dim, s.unit);
   for (int w : std::set<int>(chunks.begin(), chunks.end())) {
     const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.tile.block_n), 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
@@ -244,7 +245,7 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   // The wgmma kernel reads K and V through TMA tensor maps, which cannot
   // repeat one row (stride_seq 0) or take strides of 2^40 bytes: the mma.sync
   // unit's copies can.
-  if (spec.unit == MatrixUnit::wgmma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
+  if (gen::unit_traits(spec.unit).tma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
   spec.tile = profile.tile_for(std::max(d, dv), spec.unit).tile;
   spec.arch = arch;
   spec.dtype = problem.dtype;
@@ -324,11 +325,15 @@ std::string generate(const KernelSpec& spec) {
 
 // ---- compile -------------------------------------------------------------------
 
+std::vector<std::string> rt::kernel_nvrtc_options(const KernelSpec& spec) {
+  return rt::nvrtc_options(spec.arch, !gen::unit_traits(spec.unit).arch_suffix.empty());
+}
+
 rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
   CompileInputs in;
   in.name = spec.kernel_name();
   in.source = gen::emit_forward(spec);
-  in.options = rt::nvrtc_options(spec.arch, spec.unit == MatrixUnit::wgmma);
+  in.options = rt::kernel_nvrtc_options(spec);
   // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
   in.nvrtc = rt::nvrtc_version_for(spec.arch);
   in.key = rt::cache_key(in.source, in.options, spec.arch, in.nvrtc);
@@ -500,7 +505,7 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
   if (problem.bias.kind != s.bias)
     throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
                                    std::string(to_string(s.bias)), s));
-  if (s.unit == MatrixUnit::wgmma) {
+  if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
       throw InvalidArgument(fmt::format("launch: {} (kernel {}); plan a kernel for this problem (flashgen::plan "
@@ -590,14 +595,17 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
   void* args[] = {&params, nullptr};
   int64_t grid = grid_x;
   detail::FwdTmaMaps maps{};
-  if (s.unit == MatrixUnit::wgmma) {
-    // Persistent: as many blocks as are resident at once (each loops over work
-    // items), never more than there are items.
+  const gen::UnitTraits& unit = gen::unit_traits(s.unit);
+  if (unit.tma) {
     encode_tma_maps(d, "k", problem.k, s.head_dim, problem, s, maps.k, maps.kv_coords, 0);
     encode_tma_maps(d, "v", problem.v, s.head_dim_v, problem, s, maps.v, maps.kv_coords, 2);
+    args[1] = &maps;
+  }
+  if (unit.persistent) {
+    // Persistent: as many blocks as are resident at once (each loops over work
+    // items), never more than there are items.
     const int per_sm = resident_blocks_per_sm(d, kernel);
     grid = std::min<int64_t>(grid_x, int64_t{per_sm} * std::max(current_device().sm_count, 1));
-    args[1] = &maps;
   }
   rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
                              static_cast<unsigned>(grid), 1, 1,

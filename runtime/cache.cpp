@@ -31,6 +31,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "gen/emit.hpp"
+#include "runtime/compile.hpp"
 
 namespace flashgen::rt {
 namespace {
@@ -970,7 +971,7 @@ std::vector<EntryReport> cache_scan(const std::string& dir, bool bundle, const N
         if (spec.arch != r.header->id.arch) {
           r.problem = fmt::format("inconsistent (its source is for sm_{}, its header for sm_{})", spec.arch,
                                   r.header->id.arch);
-        } else if (cache_key(now, nvrtc_options(spec.arch, spec.unit == MatrixUnit::wgmma), spec.arch, *nvrtc) != r.header->id.key) {
+        } else if (cache_key(now, kernel_nvrtc_options(spec), spec.arch, *nvrtc) != r.header->id.key) {
           r.problem = now == source ? "unreachable (its key does not match its source)"
                                     : "stale (this generator now writes different code for its spec)";
         }

@@ -28,6 +28,7 @@
 #include "flashgen/flashgen.hpp"
 #include "gen/emit.hpp"
 #include "gen/limits.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -698,7 +699,7 @@ int run_explain(const ExplainOptions& o) {
     if (spec == def) {
       const FlashTile& ft = profile.tile_for(static_cast<int>(std::max(d.head_dim, d.head_dim_v)), spec.unit);
       tile_source = fmt::format("profile {} default ({} row head_dim_le {})", profile.name,
-                                spec.unit == MatrixUnit::wgmma ? "wgmma_flash" : "flash", ft.head_dim_le);
+                                gen::unit_traits(spec.unit).tile_list, ft.head_dim_le);
     } else {
       tile_source = "tune file entry";
       const std::string device = o.device.empty() ? rt::device_name_for_arch(arch) : o.device;
@@ -718,27 +719,33 @@ int run_explain(const ExplainOptions& o) {
                              }()));
   row("spec", spec.canonical());
   row("kernel", spec.kernel_name());
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
-  if (wgmma)
-    row("unit", fmt::format("wgmma.mma_async m64nNk16, compiled for sm_{}a (its cubin runs on sm_{} only)", spec.arch,
-                            spec.arch));
+  const gen::UnitTraits& unit = gen::unit_traits(spec.unit);
+  if (!unit.arch_suffix.empty())
+    row("unit", fmt::format("{}, compiled for sm_{}{} (its cubin runs on sm_{} only)",
+                            unit.warpgroup ? "wgmma.mma_async m64nNk16" : unit.instruction, spec.arch,
+                            unit.arch_suffix, spec.arch));
   const auto qk_chunks = spec.qk_chunks();
   const auto v_chunks = spec.v_chunks();
   row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} ({}, never padded)", spec.head_dim,
                                join_ints(qk_chunks, " + "), spec.head_dim_v, join_ints(v_chunks, " + "),
-                               wgmma ? "shared-memory chunks of at most 64 columns" : "power-of-two chunks"));
+                               unit.max_chunk != 0
+                                   ? fmt::format("shared-memory chunks of at most {} columns", unit.max_chunk)
+                                   : std::string("power-of-two chunks")));
   row("tile", fmt::format("block_m {}, block_n {}, {} warps{} ({} threads), {} stages; from {}", spec.tile.block_m,
-                          spec.tile.block_n, spec.tile.warps, wgmma ? " + a producer warpgroup (TMA)" : "", spec.threads(),
+                          spec.tile.block_n, spec.tile.warps, unit.producer_warps != 0 ? " + a producer warpgroup (TMA)" : "", spec.threads(),
                           spec.tile.stages, tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
   // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
   auto stage_bytes = [&](int64_t d) {
     const int64_t b = 2 * spec.tile.block_n * d;
-    return wgmma ? (b + 1023) / 1024 * 1024 : b;
+    return unit.smem_align != 0 ? (b + unit.smem_align - 1) / unit.smem_align * unit.smem_align : b;
   };
   row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}){}; profile limit {} per block, {} per SM",
                           spec.smem_bytes(), 2 * spec.tile.block_m * dmax, spec.tile.stages, stage_bytes(spec.head_dim),
-                          stage_bytes(spec.head_dim_v), wgmma ? " + 1024 alignment (stages padded to 1024 bytes)" : "",
+                          stage_bytes(spec.head_dim_v),
+                          unit.smem_align != 0
+                              ? fmt::format(" + {} alignment (stages padded to {} bytes)", unit.smem_align, unit.smem_align)
+                              : std::string(),
                           profile.smem_per_block, profile.smem_per_sm));
 
   // Cache and registers.
@@ -792,12 +799,12 @@ int run_explain(const ExplainOptions& o) {
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
   row("occupancy", fmt::format("{} block{} per SM ({} warps{}), limited by {}", m.blocks_per_sm,
                                m.blocks_per_sm == 1 ? "" : "s", m.resident_warps,
-                               wgmma ? ", producer warpgroups included" : "", m.occupancy_limit));
+                               unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,
-                                                               wgmma ? "round" : "wave", dev.sm_count)
+                                                               unit.persistent ? "round" : "wave", dev.sm_count)
                                                  : std::string();
-  if (wgmma)
+  if (unit.persistent)
     row("grid", fmt::format("persistent: min({} work items (ceil(seqlen_q / block_m) x heads_q x batch), blocks per "
                             "SM x SMs) blocks, each looping over items{}",
                             m.blocks, last_wave));

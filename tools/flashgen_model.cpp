@@ -48,6 +48,7 @@
 
 #include <fmt/format.h>
 
+#include "gen/unit_traits.hpp"
 #include "tools/flashgen_cli.hpp"
 
 namespace flashgen::cli {
@@ -165,7 +166,9 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double bias_bytes = p.bias == BiasKind::none ? 0 : (p.bias == BiasKind::f32 ? 4.0 : 2.0);
   m.tile_global_bytes = eb * static_cast<double>(bm) * (D + Dv) + eb * keys_avg * (D + Dv) +
                         bias_bytes * static_cast<double>(bm) * keys_avg + (p.lse ? 4.0 * static_cast<double>(bm) : 0);
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  const gen::UnitTraits& unit = gen::unit_traits(spec.unit);
+  const bool wgmma = unit.warpgroup;
+  // Shared-memory operand readers per block: warps, or warpgroups of a warpgroup-level unit.
   const double smem_readers = wgmma ? std::max(1, spec.tile.warps / 4) : spec.tile.warps;
   const double steps = keys_avg / static_cast<double>(bn);
   m.tile_smem_bytes = steps * (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb +
@@ -251,11 +254,12 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
   std::vector<TileModel> out;
   const MatrixUnit unit =
       profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
-  if (unit == MatrixUnit::wgmma) {
-    // One warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
-    for (int warps : {4, 8}) {
+  const gen::UnitTraits& traits = gen::unit_traits(unit);
+  if (traits.block_m_is_16_warps) {
+    // wgmma: one warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
+    for (int warps : {traits.warps_a, traits.warps_b}) {
       for (int block_n = 32; block_n <= 256; block_n += 16) {
-        for (int stages : {2, 3}) {
+        for (int stages : {traits.min_stages, traits.min_stages + 1}) {
           const KernelSpec s =
               spec_with_tile(problem, arch, profile, Tile{16 * warps, block_n, warps, stages});
           TileModel m = model_tile(s, problem, profile, dev);
@@ -265,7 +269,7 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
     }
   }
   for (int warps : {1, 2, 4, 8, 16}) {
-    if (unit == MatrixUnit::wgmma) break;
+    if (traits.block_m_is_16_warps) break;
     for (int block_m : {16, 32, 64, 128, 256}) {
       if (block_m % (16 * warps) != 0 || block_m / (16 * warps) > 4) continue;
       for (int block_n : {16, 32, 64, 128}) {

@@ -43,11 +43,9 @@ struct KernelSpec {
   /// Threads per block: 32 * warps, + 128 for the wgmma unit (its producer
   /// warpgroup, which issues the TMA copies); saturated to the int range:
   /// defined for every parsed spec (KernelSpec::parse accepts any int;
-  /// validate() says which are allowed).
-  int threads() const {
-    const int64_t t = int64_t{tile.warps} * 32 + (unit == MatrixUnit::wgmma ? 128 : 0);
-    return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
-  }
+  /// validate() says which are allowed). Throws Error(internal) for a unit
+  /// outside the MatrixUnit enumerators.
+  int threads() const;
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
   /// for the wgmma unit (its tiles are aligned to 1024 bytes).
   int64_t smem_bytes() const;

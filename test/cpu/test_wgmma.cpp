@@ -12,6 +12,7 @@
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
 
@@ -250,4 +251,46 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(s.kernel_name() == "flashgen_fwd_sm90_bf16_d96v96_wgmma_bm64_bn96_w4_s2_none");
   const rt::CompileInputs in = rt::compile_inputs(s);
   CHECK(in.options.front() == "--gpu-architecture=sm_90a");
+}
+
+TEST_CASE("unit traits: one row per unit, and the spec's derived sizes follow it") {
+  for (MatrixUnit unit : {MatrixUnit::m16n8k16, MatrixUnit::m16n8k8, MatrixUnit::m8n8k4, MatrixUnit::wgmma}) {
+    CAPTURE(to_string(unit));
+    const gen::UnitTraits& u = gen::unit_traits(unit);
+    CHECK(u.unit == unit);
+    KernelSpec s;
+    s.unit = unit;
+    s.tile.warps = 8;
+    CHECK(s.threads() == 32 * (8 + u.producer_warps));
+    CHECK(rt::kernel_nvrtc_options(s) == rt::nvrtc_options(s.arch, !u.arch_suffix.empty()));
+    for (int w : head_dim_chunks(80, unit)) {
+      CHECK(w >= u.min_chunk);
+      if (u.max_chunk != 0) CHECK(w <= u.max_chunk);
+    }
+  }
+  const gen::UnitTraits& w = gen::unit_traits(MatrixUnit::wgmma);
+  CHECK(w.only_arch == 90);
+  CHECK(w.arch_suffix == "a");
+  CHECK(w.producer_warps == 4);
+  CHECK(w.head_dim_multiple == 16);
+  CHECK(w.smem_align == 1024);
+  CHECK(w.tile_list == "wgmma_flash");
+  for (MatrixUnit unit : {MatrixUnit::m16n8k16, MatrixUnit::m16n8k8, MatrixUnit::m8n8k4}) {
+    const gen::UnitTraits& u = gen::unit_traits(unit);
+    CHECK(u.instruction == "mma.sync.aligned." + std::string(to_string(unit)));
+    CHECK(u.arch_suffix.empty());
+    CHECK(u.producer_warps == 0);
+    CHECK(u.head_dim_multiple == 8);
+    CHECK(u.tile_list == "flash");
+  }
+  CHECK(gen::unit_traits(MatrixUnit::m8n8k4).bf16_min_arch == 0);
+  CHECK(gen::unit_traits(MatrixUnit::m16n8k8).min_arch == 75);
+
+  // A value outside the enum: an internal error from the table, one sentence from validate().
+  CHECK_THROWS_AS(gen::unit_traits(static_cast<MatrixUnit>(9)), Error);
+  KernelSpec bad = wgmma_spec();
+  bad.unit = static_cast<MatrixUnit>(9);
+  const auto errors = validate(bad, profile_for_arch(90));
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0] == "unit (9) is not a matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4, wgmma.");
 }
