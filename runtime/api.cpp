@@ -236,8 +236,12 @@ bool gpu_available() { return rt::driver_available(); }
 // ---- plan / generate ---------------------------------------------------------
 
 KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
+  check_problem(problem);  // bad input is reported before the profile is looked up
+  return plan_default(problem, arch, profile_for_arch(arch));
+}
+
+KernelSpec rt::plan_default(const AttentionProblem& problem, int arch, const Profile& profile) {
   check_problem(problem);
-  const Profile& profile = profile_for_arch(arch);
   const int d = static_cast<int>(problem.head_dim);
   const int dv = static_cast<int>(problem.head_dim_v);
   KernelSpec spec;
@@ -262,9 +266,9 @@ namespace {
 
 // The profile's default spec, then the tile of a tune entry for this class,
 // arch, profile and device (runtime/tune.cpp), if one applies and is valid.
-KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::function<std::string()>& device_name) {
-  KernelSpec spec = rt::plan_default(problem, arch);
-  const Profile& profile = profile_for_arch(arch);
+KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const Profile& profile,
+                      const std::function<std::string()>& device_name) {
+  KernelSpec spec = rt::plan_default(problem, arch, profile);
   const auto tuned = rt::find_tuned_tile_lazy(problem_class(problem), arch, profile, device_name);
   if (!tuned) return spec;
   KernelSpec t = spec;
@@ -283,17 +287,29 @@ KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::func
 }  // namespace
 
 KernelSpec plan(const AttentionProblem& problem, int arch) {
-  return plan_tuned(problem, arch, [arch] { return rt::device_name_for_arch(arch); });
+  check_problem(problem);  // bad input is reported before the profile is looked up
+  return plan(problem, arch, profile_for_arch(arch));
+}
+
+KernelSpec plan(const AttentionProblem& problem, int arch, const Profile& profile) {
+  return plan_tuned(problem, arch, profile, [arch] { return rt::device_name_for_arch(arch); });
 }
 
 KernelSpec rt::plan_for_device(const AttentionProblem& problem, int arch, const std::string& device_name) {
-  return plan_tuned(problem, arch, [&device_name] { return device_name; });
+  check_problem(problem);
+  return plan_tuned(problem, arch, profile_for_arch(arch), [&device_name] { return device_name; });
 }
 
 KernelSpec plan(const AttentionProblem& problem) {
   check_problem(problem);  // bad input is reported before the device is looked at
   const DeviceInfo dev = current_device();
-  return plan_tuned(problem, dev.arch, [&dev] { return dev.name; });
+  return plan_tuned(problem, dev.arch, profile_for_arch(dev.arch), [&dev] { return dev.name; });
+}
+
+KernelSpec plan(const AttentionProblem& problem, const Profile& profile) {
+  check_problem(problem);  // bad input is reported before the device is looked at
+  const DeviceInfo dev = current_device();
+  return plan_tuned(problem, dev.arch, profile, [&dev] { return dev.name; });
 }
 
 std::string rt::device_name_for_arch(int arch) noexcept {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flashgen/flashgen.hpp"
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
 
@@ -360,6 +361,34 @@ TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
   CHECK(profile_for_arch(75).name == "turing");
   CHECK_THROWS_AS(profile_for_arch(61), Unsupported);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("plan(problem, arch, profile): an explicit profile instead of FLASHGEN_PROFILE") {
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  const Profile p = parse_profile(kBase, kOrigin);
+  alignas(16) static char buf[16];
+  const AttentionProblem prob =
+      make_bshd_problem(DType::f16, 1, 100, 100, 4, 4, 128, 128, MaskKind::none, buf, buf, buf, buf);
+  const KernelSpec s = plan(prob, 75, p);
+  CHECK(s.arch == 75);
+  CHECK(s.unit == MatrixUnit::m16n8k8);
+  CHECK(s.tile == p.tile_for(128).tile);
+  CHECK(validate(s, p).empty());
+  // The same spec as selecting the file through the environment variable.
+  const auto path = temp_file("flashgen-test-profile-plan", kBase);
+  {
+    ScopedEnv file("FLASHGEN_PROFILE", path.c_str());
+    CHECK(plan(prob, 75) == s);
+  }
+  std::filesystem::remove(path);
+  // Without the variable, plan(problem, arch) still uses the built-in profile.
+  CHECK(plan(prob, 75) == plan(prob, 75, profile_for_arch(75)));
+  // The profile must list the arch; bad input is refused before the profile matters.
+  CHECK_THROWS_WITH_AS(plan(prob, 80, p), Contains("arch (sm_80) is not a compute capability of profile testgen"),
+                       Unsupported);
+  AttentionProblem bad = prob;
+  bad.head_dim = 12;
+  CHECK_THROWS_AS(plan(bad, 75, p), InvalidArgument);
 }
 
 TEST_CASE("builtin profiles from Volta to Blackwell, selected by compute capability") {
