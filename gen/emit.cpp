@@ -10,8 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "flashgen/flashgen.hpp"
+#include "flashgen/spec.hpp"
 #include "flashgen/types.hpp"
+#include "flashgen/version.hpp"
 #include "gen/params.hpp"
 #include "gen/emit_internal.hpp"
 #include "gen/spec_fields.hpp"

@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "flashgen/flashgen.hpp"
+#include "flashgen/problem.hpp"
+#include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
 #include "gen/emit_internal.hpp"
 #include "gen/params.hpp"

@@ -341,6 +341,8 @@ std::string generate(const KernelSpec& spec) {
 
 // ---- compile -------------------------------------------------------------------
 
+std::string rt::kernel_source(const KernelSpec& spec) { return gen::emit_forward(spec); }
+
 std::vector<std::string> rt::kernel_nvrtc_options(const KernelSpec& spec) {
   return rt::nvrtc_options(spec.arch, !gen::unit_traits(spec.unit).arch_suffix.empty());
 }
@@ -348,7 +350,7 @@ std::vector<std::string> rt::kernel_nvrtc_options(const KernelSpec& spec) {
 rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
   CompileInputs in;
   in.name = spec.kernel_name();
-  in.source = gen::emit_forward(spec);
+  in.source = rt::kernel_source(spec);
   in.options = rt::kernel_nvrtc_options(spec);
   // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
   in.nvrtc = rt::nvrtc_version_for(spec.arch);

@@ -30,7 +30,6 @@
 #include <xxhash.h>
 
 #include "flashgen/flashgen.hpp"
-#include "gen/emit.hpp"
 #include "runtime/compile.hpp"
 
 namespace flashgen::rt {
@@ -967,7 +966,7 @@ std::vector<EntryReport> cache_scan(const std::string& dir, bool bundle, const N
       // lookup can ever reach this entry again.
       try {
         const KernelSpec spec = KernelSpec::parse(r.spec);
-        const std::string now = gen::emit_forward(spec);
+        const std::string now = kernel_source(spec);
         if (spec.arch != r.header->id.arch) {
           r.problem = fmt::format("inconsistent (its source is for sm_{}, its header for sm_{})", spec.arch,
                                   r.header->id.arch);

@@ -21,15 +21,13 @@
 #include "flashgen/spec.hpp"
 #include "flashgen/tune.hpp"
 #include "flashgen/types.hpp"
+#include "flashgen/version.hpp"
 #include "flashgen/warmup.hpp"
 
 // Same declaration as cuda.h, so users need not include it.
 typedef struct CUstream_st* CUstream;
 
 namespace flashgen {
-
-/// Version of the code generator; part of every cache key.
-inline constexpr const char* kGeneratorVersion = "0.1.0";
 
 /// The CUDA device current in the calling thread (its current context, else
 /// device 0's primary context, which is then made current).
