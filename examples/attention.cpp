@@ -434,7 +434,7 @@ int main(int argc, char** argv) {
         row("spec", spec.canonical());
         row("kernel", spec.kernel_name());
         row("tile", fmt::format("block_m {}, block_n {}, {} warps, {} stages, {} B shared memory; head_dim {} = {}",
-                                spec.block_m, spec.block_n, spec.warps, spec.stages, spec.smem_bytes(),
+                                spec.tile.block_m, spec.tile.block_n, spec.tile.warps, spec.tile.stages, spec.smem_bytes(),
                                 spec.head_dim, join_ints(spec.qk_chunks(), " + ")));
         const std::string source = flashgen::generate(spec);
         row("source", fmt::format("{} bytes of CUDA generated", source.size()));

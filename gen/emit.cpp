@@ -10,10 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "flashgen/flashgen.hpp"
+#include "flashgen/spec.hpp"
 #include "flashgen/types.hpp"
+#include "flashgen/version.hpp"
 #include "gen/params.hpp"
 #include "gen/emit_internal.hpp"
+#include "gen/spec_fields.hpp"
+#include "gen/unit_traits.hpp"
 
 namespace flashgen::detail {
 const std::map<std::string, std::string>& embedded_files();
@@ -87,7 +90,7 @@ std::string load_q_lines(const std::vector<int>& chunks) {
 }
 
 std::string spec_comment(const KernelSpec& spec) {
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
+  const UnitTraits& u = unit_traits(spec.unit);
   auto join = [](const std::vector<int>& v) {
     std::string s;
     for (int x : v) s += (s.empty() ? "" : " + ") + std::to_string(x);
@@ -105,51 +108,30 @@ std::string spec_comment(const KernelSpec& spec) {
       "// tile:        block_m {} block_n {} warps {}{} stages {} ({} bytes of shared memory)\n"
       "// mask:        {}   bias: {}   lse: {}\n"
       "// launch:      {}\n",
-      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch, wgmma ? " (compiled for sm_90a)" : "",
-      wgmma ? std::string("wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)")
-                                     : "mma.sync.aligned." + std::string(to_string(spec.unit)),
+      kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch,
+      u.arch_suffix.empty() ? std::string() : fmt::format(" (compiled for sm_{}{})", spec.arch, u.arch_suffix),
+      u.arch_suffix.empty() ? std::string(u.instruction) : fmt::format("{} (sm_{}{})", u.instruction, spec.arch, u.arch_suffix),
       to_string(spec.dtype),
       spec.head_dim, join(spec.qk_chunks()), spec.head_dim_v,
-      join(spec.v_chunks()), spec.block_m, spec.block_n,
-      spec.warps, wgmma ? " (+ 4 producer)" : "", spec.stages, spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
-      wgmma ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
-                        "FgTmaMaps by value",
-                        spec.threads())
-          : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
-                        spec.threads()));
-}
-
-int mask_code(MaskKind m) {
-  switch (m) {
-    case MaskKind::none: return 0;
-    case MaskKind::causal_top_left: return 1;
-    case MaskKind::causal_bottom_right: return 2;
-  }
-  return 0;
-}
-
-int bias_code(BiasKind b) {
-  switch (b) {
-    case BiasKind::none: return 0;
-    case BiasKind::input: return 1;
-    case BiasKind::f32: return 2;
-  }
-  return 0;
+      join(spec.v_chunks()), spec.tile.block_m, spec.tile.block_n, spec.tile.warps,
+      u.producer_warps != 0 ? fmt::format(" (+ {} producer)", u.producer_warps) : std::string(), spec.tile.stages,
+      spec.smem_bytes(), to_string(spec.mask), to_string(spec.bias), spec.has_lse ? "yes" : "no",
+      u.persistent ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
+                                 "FgTmaMaps by value",
+                                 spec.threads())
+                   : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
+                                 spec.threads()));
 }
 
 std::string spec_constants(const KernelSpec& spec) {
-  return fmt::format(
-      "constexpr int HEAD_DIM = {};\n"
-      "constexpr int HEAD_DIM_V = {};\n"
-      "constexpr int BLOCK_M = {};\n"
-      "constexpr int BLOCK_N = {};\n"
-      "constexpr int WARPS = {};\n"
-      "constexpr int STAGES = {};\n"
-      "constexpr int MASK = {};        // 0 none, 1 causal top-left, 2 causal bottom-right\n"
-      "constexpr int BIAS_KIND = {};   // 0 none, 1 input dtype, 2 float32\n"
-      "constexpr bool HAS_LSE = {};",
-      spec.head_dim, spec.head_dim_v, spec.block_m, spec.block_n, spec.warps, spec.stages, mask_code(spec.mask),
-      bias_code(spec.bias), spec.has_lse ? "true" : "false");
+  std::string out;
+  for (const SpecField& f : spec_fields()) {
+    if (f.constant.empty()) continue;
+    if (!out.empty()) out += '\n';
+    out += fmt::format("constexpr {} {} = {};{}", f.constant_type, f.constant, f.constant_value(spec),
+                       f.constant_comment);
+  }
+  return out;
 }
 
 std::string assemble_forward(const KernelSpec& spec, const std::string& template_name,
@@ -174,9 +156,9 @@ namespace {
 // fit in 160 of the 255 registers with head_dim_v <= 128, and without a bias
 // (whose loads need more); ptxas reports no spills for those (test_compile).
 bool qk_ahead(const KernelSpec& spec) {
-  const int slices = spec.block_m / (16 * spec.warps);
+  const int slices = spec.tile.block_m / (16 * spec.tile.warps);
   const bool q_in_regs = spec.head_dim * slices <= 128;
-  const int regs = slices * (2 * spec.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
+  const int regs = slices * (2 * spec.tile.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
   return spec.bias == BiasKind::none && spec.head_dim_v <= 128 && regs <= 160;
 }
 
@@ -186,12 +168,13 @@ bool qk_ahead(const KernelSpec& spec) {
 // instead of cp.async, f16 pairs packed without cvt.rn.f16x2), so running it
 // on a newer GPU tests exactly the code a Turing card runs.
 std::string emit_m16n8(const KernelSpec& spec) {
-  const bool k8 = spec.unit == MatrixUnit::m16n8k8;
-  if (k8 && spec.dtype == DType::bf16 && spec.arch < 80)
+  const UnitTraits& u = unit_traits(spec.unit);
+  const bool k8 = u.k == 8;
+  if (spec.dtype == DType::bf16 && spec.arch < u.bf16_min_arch)
     throw Unsupported(fmt::format(
-        "kernel spec {}: bf16 operands of the m16n8k8 unit need sm_80 or later (sm_{} has float16 "
-        "m16n8k8 only); use dtype f16",
-        spec.canonical(), spec.arch));
+        "kernel spec {}: bf16 operands of the {} unit need sm_{} or later (sm_{} has float16 "
+        "{} only); use dtype f16",
+        spec.canonical(), to_string(spec.unit), u.bf16_min_arch, spec.arch, to_string(spec.unit)));
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
@@ -200,7 +183,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
       "constexpr bool QK_AHEAD = {};  // Q.K^T of the next tile overlaps this tile's softmax\n"
       "constexpr int UNIT_K = {};     // mma.sync.aligned.m16n8k{}\n"
       "constexpr bool ASYNC_COPY = {};  // cp.async and cvt.rn.f16x2 (sm_80+ instructions)",
-      spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", k8 ? 8 : 16, k8 ? 8 : 16,
+      spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", u.k, u.k,
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
@@ -222,6 +205,9 @@ std::string emit_m16n8(const KernelSpec& spec) {
 }  // namespace
 
 std::string emit_forward(const KernelSpec& spec) {
+  if (spec.family != KernelFamily::fwd)
+    throw Unsupported(fmt::format("kernel spec {}: family {} is not generated yet; allowed: fwd", spec.canonical(),
+                                  to_string(spec.family)));
   switch (spec.unit) {
     case MatrixUnit::m16n8k16:
     case MatrixUnit::m16n8k8: return emit_m16n8(spec);

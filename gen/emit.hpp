@@ -20,6 +20,7 @@ namespace flashgen::gen {
 /// FgTmaMaps in the generated source) and is
 /// persistent: any grid size from 1 up to that many blocks covers every work
 /// item. Dispatches on spec.unit. Does not validate; callers validate first.
+/// Throws Unsupported for a family other than fwd (not generated yet).
 std::string emit_forward(const KernelSpec& spec);
 
 /// Which of the three tensor maps of a tensor (FwdTmaMaps, gen/params.hpp) the

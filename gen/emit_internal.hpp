@@ -29,14 +29,10 @@ std::string load_q_lines(const std::vector<int>& chunks);
 /// unit, dtype, head-dim splits, tile, mask/bias/LSE, launch shape).
 std::string spec_comment(const KernelSpec& spec);
 
-/// The MASK / BIAS_KIND constants of the templates: 0 none, 1 causal top-left,
-/// 2 causal bottom-right; 0 none, 1 input dtype, 2 float32.
-int mask_code(MaskKind m);
-int bias_code(BiasKind b);
-
-/// The constants every forward template starts from: HEAD_DIM, HEAD_DIM_V,
-/// BLOCK_M, BLOCK_N, WARPS, STAGES, MASK, BIAS_KIND, HAS_LSE (one per line,
-/// no trailing newline).
+/// The constants every forward template starts from, one per field of the
+/// spec's field table that has one (gen/spec_fields.hpp: HEAD_DIM, HEAD_DIM_V,
+/// BLOCK_M, BLOCK_N, WARPS, STAGES, MASK, BIAS_KIND, HAS_LSE), one per line,
+/// no trailing newline.
 std::string spec_constants(const KernelSpec& spec);
 
 /// The whole generated source: spec comment, templates/common.cuh, the

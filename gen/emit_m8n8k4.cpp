@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "flashgen/flashgen.hpp"
+#include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
 #include "gen/emit_internal.hpp"
 #include "gen/params.hpp"

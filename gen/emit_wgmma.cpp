@@ -9,7 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "flashgen/flashgen.hpp"
+#include "flashgen/problem.hpp"
+#include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
 #include "gen/emit_internal.hpp"
 #include "gen/params.hpp"
@@ -59,7 +60,7 @@ std::string acc_operands(int n, const std::string& array, const std::string& fir
 
 std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) {
   const char* t = spec.dtype == DType::bf16 ? "bf16" : "f16";
-  const int n = spec.block_n, regs = n / 2;
+  const int n = spec.tile.block_n, regs = n / 2;
   std::string s = fmt::format(
       "// S (+)= A.B: wgmma.mma_async m64n{n}k16, A (Q) and B (K) from shared memory,\n"
       "// both K-major; accumulate = 0 overwrites S (PTX ISA: wgmma.mma_async, scale-d).\n"

@@ -5,8 +5,10 @@
 
 #include <map>
 #include <string>
+#include <string_view>
 
 #include "gen/emit.hpp"
+#include "gen/unit_traits.hpp"
 
 namespace flashgen::gen {
 
@@ -14,16 +16,14 @@ namespace {
 
 struct UnitShape {
   int a_regs, b_regs, d_regs;  // 32-bit registers per thread
-  const char* ptx_shape;
+  std::string_view ptx_shape;
 };
 
 UnitShape shape_of(MatrixUnit unit) {
-  switch (unit) {
-    case MatrixUnit::m16n8k16: return {4, 2, 4, "m16n8k16"};
-    case MatrixUnit::m16n8k8: return {2, 1, 4, "m16n8k8"};
-    case MatrixUnit::m8n8k4: return {2, 2, 8, "m8n8k4"};
-  }
-  throw Error(ErrorCode::internal, "unknown matrix unit");
+  const UnitTraits& u = unit_traits(unit);
+  if (u.a_regs == 0)
+    throw Error(ErrorCode::internal, fmt::format("the {} unit has no warp-level probe", to_string(unit)));
+  return {u.a_regs, u.b_regs, u.d_regs, to_string(unit)};
 }
 
 std::string operand_list(int first, int n) {
@@ -36,14 +36,7 @@ std::string operand_list(int first, int n) {
 
 int probe_chains() { return 8; }
 
-int64_t unit_flops_per_instruction(MatrixUnit unit) {
-  switch (unit) {
-    case MatrixUnit::m16n8k16: return 2 * 16 * 8 * 16;
-    case MatrixUnit::m16n8k8: return 2 * 16 * 8 * 8;
-    case MatrixUnit::m8n8k4: return 4 * 2 * 8 * 8 * 4;
-  }
-  return 0;
-}
+int64_t unit_flops_per_instruction(MatrixUnit unit) { return unit_traits(unit).flops_per_instruction; }
 
 std::string probe_kernel_name(MatrixUnit unit, DType dtype) {
   return fmt::format("flashgen_probe_{}_{}", to_string(unit), to_string(dtype));

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cstdint>
 #include <limits>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,12 +15,28 @@
 
 #include "flashgen/spec.hpp"
 #include "gen/limits.hpp"
+#include "gen/spec_fields.hpp"
+#include "gen/unit_traits.hpp"
 
 namespace flashgen {
 namespace {
 
-constexpr std::string_view kSpecTag = "flashgen.fwd.v1:";
-constexpr std::string_view kSpecTagFamily = "flashgen.fwd.";
+// Canonical tags: "flashgen.<family>.v1:" (today's "flashgen.fwd.v1:" is the fwd family's).
+constexpr std::array<KernelFamily, 3> kFamilies = {KernelFamily::fwd, KernelFamily::fwd_split, KernelFamily::combine};
+constexpr std::string_view kSpecTagVersion = "v1";
+
+std::string family_tag_prefix(KernelFamily f) { return fmt::format("flashgen.{}.", to_string(f)); }
+std::string spec_tag(KernelFamily f) { return fmt::format("{}{}:", family_tag_prefix(f), kSpecTagVersion); }
+
+// "'flashgen.fwd.v1:', 'flashgen.fwd_split.v1:' or 'flashgen.combine.v1:'"
+std::string tag_list() {
+  std::string s;
+  for (size_t i = 0; i < kFamilies.size(); ++i) {
+    if (i > 0) s += i + 1 == kFamilies.size() ? " or " : ", ";
+    s += fmt::format("'{}'", spec_tag(kFamilies[i]));
+  }
+  return s;
+}
 
 using gen::kHeadDimMultiple;
 using gen::kMaxBlock;
@@ -28,7 +45,6 @@ using gen::kMaxStages;
 using gen::kMaxThreads;
 using gen::kMaxWarps;
 using gen::kMinHeadDim;
-using gen::kWgmmaMaxBlockNOneGroup;
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
@@ -57,57 +73,256 @@ std::string name_int(int v) {
   return std::to_string(v);
 }
 
-// ---- canonical string parsing ----------------------------------------------
-
-constexpr std::array<std::string_view, 12> kFields = {
-    "sm", "unit", "dtype", "d", "dv", "bm", "bn", "w", "s", "mask", "bias", "lse"};
-
-int field_index(std::string_view key) {
-  for (size_t i = 0; i < kFields.size(); ++i) {
-    if (kFields[i] == key) return static_cast<int>(i);
-  }
-  return -1;
-}
-
-std::string field_list() {
-  std::string s;
-  for (auto f : kFields) {
-    if (!s.empty()) s += ",";
-    s += f;
-  }
-  return s;
-}
+// ---- the field table ---------------------------------------------------------
 
 [[noreturn]] void spec_error(const std::string& text, const std::string& reason) {
   throw InvalidArgument(fmt::format("kernel spec '{}': {}", text, reason));
 }
 
+}  // namespace
+
+namespace gen {
+namespace {
+
 // Strict decimal integer as canonical() prints it: optional '-', no '+', no
-// leading zeros, no "-0", within int.
-int parse_spec_int(const std::string& text, std::string_view key, std::string_view value) {
+// leading zeros, no "-0", within int. "" on success, else the tail of the
+// message after "field 'K' has value 'V'".
+std::string parse_spec_int(std::string_view value, int& result) {
   bool ok = !value.empty();
   std::string_view digits = value;
   if (ok && digits.front() == '-') digits.remove_prefix(1);
   ok = ok && !digits.empty() &&
        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; });
   ok = ok && !(digits.size() > 1 && digits.front() == '0') && value != "-0";
-  int result = 0;
+  result = 0;
   if (ok) {
     auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), result);
     if (ec == std::errc::result_out_of_range)
-      spec_error(text, fmt::format("field '{}' has value '{}', which is outside the int range [{}, {}]", key, value,
-                                   std::numeric_limits<int>::min(), std::numeric_limits<int>::max()));
+      return fmt::format(", which is outside the int range [{}, {}]", std::numeric_limits<int>::min(),
+                         std::numeric_limits<int>::max());
     ok = ec == std::errc() && ptr == value.data() + value.size();
   }
-  if (!ok) {
-    spec_error(text, fmt::format("field '{}' has value '{}', which is not a decimal integer "
-                                 "in canonical form (no sign but '-', no leading zeros)",
-                                 key, value));
+  if (!ok) return ", which is not a decimal integer in canonical form (no sign but '-', no leading zeros)";
+  return "";
+}
+
+// parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
+// the part from "not a known" on.
+std::string enum_reason(const InvalidArgument& e) {
+  const std::string m = e.what();
+  const auto pos = m.find("not a known");
+  return ", which is " + (pos == std::string::npos ? m : m.substr(pos));
+}
+
+// An integer field; Ref is a captureless lambda [](auto& s) -> auto& { return s.<member>; }.
+template <class Ref>
+SpecField int_field(std::string_view key, std::string_view name, SpecFieldGroup group, int min, int max, int multiple,
+                    int name_rank, std::string (*name_part)(const KernelSpec&), std::string_view constant, Ref) {
+  SpecField f;
+  f.key = key;
+  f.name = name;
+  f.group = group;
+  f.kind = SpecFieldKind::integer;
+  f.min = min;
+  f.max = max;
+  f.multiple = multiple;
+  f.format = [](const KernelSpec& s) { return std::to_string(Ref{}(s)); };
+  f.parse = [](KernelSpec& s, std::string_view v) {
+    int x = 0;
+    std::string why = parse_spec_int(v, x);
+    if (why.empty()) Ref{}(s) = x;
+    return why;
+  };
+  f.get_int = [](const KernelSpec& s) -> int { return Ref{}(s); };
+  f.set_int = [](KernelSpec& s, int v) { Ref{}(s) = v; };
+  f.name_rank = name_rank;
+  f.name_part = name_part;
+  f.constant = constant;
+  if (!constant.empty()) {
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(Ref{}(s)); };
   }
-  return result;
+  return f;
+}
+
+// A name field (an enum with to_string and parse_*).
+template <class Ref, class Parse>
+SpecField name_field(std::string_view key, std::string_view name, SpecFieldGroup group, int name_rank,
+                     std::string (*name_part)(const KernelSpec&), Ref, Parse) {
+  SpecField f;
+  f.key = key;
+  f.name = name;
+  f.group = group;
+  f.kind = SpecFieldKind::name;
+  f.format = [](const KernelSpec& s) { return std::string(to_string(Ref{}(s))); };
+  f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+    try {
+      Ref{}(s) = Parse{}(v, "");
+    } catch (const InvalidArgument& e) {
+      return enum_reason(e);
+    }
+    return "";
+  };
+  f.set_name = [](KernelSpec& s, std::string_view text, std::string_view what) { Ref{}(s) = Parse{}(text, what); };
+  f.name_rank = name_rank;
+  f.name_part = name_part;
+  return f;
+}
+
+std::vector<SpecField> make_spec_fields() {
+  using G = SpecFieldGroup;
+  std::vector<SpecField> t;
+  t.push_back(int_field(
+      "sm", "arch", G::target, gen::kMinArch, gen::kMaxArch, 1, 0,
+      [](const KernelSpec& s) { return "_sm" + name_int(s.arch); }, "", [](auto& s) -> auto& { return s.arch; }));
+  t.push_back(name_field(
+      "unit", "unit", G::target, 4, [](const KernelSpec& s) { return "_" + std::string(to_string(s.unit)); },
+      [](auto& s) -> auto& { return s.unit; },
+      [](std::string_view v, std::string_view what) { return parse_matrix_unit(v, what.empty() ? "unit" : what); }));
+  {
+    // The canonical string takes exactly the names to_string prints (parse_dtype
+    // also accepts "float16", ..., which tune files may use).
+    SpecField f = name_field(
+        "dtype", "dtype", G::variant, 1, [](const KernelSpec& s) { return "_" + std::string(to_string(s.dtype)); },
+        [](auto& s) -> auto& { return s.dtype; },
+        [](std::string_view v, std::string_view what) { return parse_dtype(v, what.empty() ? "dtype" : what); });
+    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+      for (DType d : {DType::f16, DType::bf16}) {
+        if (v == to_string(d)) {
+          s.dtype = d;
+          return "";
+        }
+      }
+      return fmt::format("; allowed: {}, {}", to_string(DType::f16), to_string(DType::bf16));
+    };
+    t.push_back(f);
+  }
+  t.push_back(int_field(
+      "d", "head_dim", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 2,
+      [](const KernelSpec& s) { return "_d" + name_int(s.head_dim); }, "HEAD_DIM",
+      [](auto& s) -> auto& { return s.head_dim; }));
+  t.push_back(int_field(
+      "dv", "head_dim_v", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 3,
+      [](const KernelSpec& s) { return "v" + name_int(s.head_dim_v); }, "HEAD_DIM_V",
+      [](auto& s) -> auto& { return s.head_dim_v; }));
+  t.push_back(int_field(
+      "bm", "block_m", G::tile, 16, kMaxBlock, 16, 5, [](const KernelSpec& s) { return "_bm" + name_int(s.tile.block_m); },
+      "BLOCK_M", [](auto& s) -> auto& { return s.tile.block_m; }));
+  t.push_back(int_field(
+      "bn", "block_n", G::tile, 16, kMaxBlock, 16, 6, [](const KernelSpec& s) { return "_bn" + name_int(s.tile.block_n); },
+      "BLOCK_N", [](auto& s) -> auto& { return s.tile.block_n; }));
+  t.push_back(int_field(
+      "w", "warps", G::tile, 1, kMaxWarps, 1, 7, [](const KernelSpec& s) { return "_w" + name_int(s.tile.warps); }, "WARPS",
+      [](auto& s) -> auto& { return s.tile.warps; }));
+  t.push_back(int_field(
+      "s", "stages", G::tile, 1, kMaxStages, 1, 8, [](const KernelSpec& s) { return "_s" + name_int(s.tile.stages); },
+      "STAGES", [](auto& s) -> auto& { return s.tile.stages; }));
+  {
+    SpecField f = name_field(
+        "mask", "mask", G::variant, 9, [](const KernelSpec& s) { return "_" + std::string(to_string(s.mask)); },
+        [](auto& s) -> auto& { return s.mask; },
+        [](std::string_view v, std::string_view what) { return parse_mask(v, what.empty() ? "mask" : what); });
+    f.constant = "MASK";
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(mask_code(s.mask)); };
+    f.constant_comment = "        // 0 none, 1 causal top-left, 2 causal bottom-right";
+    t.push_back(f);
+  }
+  {
+    SpecField f = name_field(
+        "bias", "bias", G::variant, 10,
+        [](const KernelSpec& s) -> std::string {
+          switch (s.bias) {
+            case BiasKind::none: return "";
+            case BiasKind::input: return "_bias16";
+            case BiasKind::f32: return "_bias32";
+          }
+          return "_biasinvalid";
+        },
+        [](auto& s) -> auto& { return s.bias; },
+        [](std::string_view v, std::string_view what) { return parse_bias(v, what.empty() ? "bias" : what); });
+    f.constant = "BIAS_KIND";
+    f.constant_type = "int";
+    f.constant_value = [](const KernelSpec& s) { return std::to_string(bias_code(s.bias)); };
+    f.constant_comment = "   // 0 none, 1 input dtype, 2 float32";
+    t.push_back(f);
+  }
+  {
+    SpecField f;
+    f.key = "lse";
+    f.name = "lse";
+    f.group = G::variant;
+    f.kind = SpecFieldKind::flag;
+    f.format = [](const KernelSpec& s) { return std::string(s.has_lse ? "1" : "0"); };
+    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+      if (v != "0" && v != "1") return "; allowed: 0, 1";
+      s.has_lse = v == "1";
+      return "";
+    };
+    f.get_flag = [](const KernelSpec& s) { return s.has_lse; };
+    f.set_flag = [](KernelSpec& s, bool v) { s.has_lse = v; };
+    f.name_rank = 11;
+    f.name_part = [](const KernelSpec& s) { return std::string(s.has_lse ? "_lse" : ""); };
+    f.constant = "HAS_LSE";
+    f.constant_type = "bool";
+    f.constant_value = [](const KernelSpec& s) { return std::string(s.has_lse ? "true" : "false"); };
+    t.push_back(f);
+  }
+  return t;
+}
+
+// The fields in kernel_name() order.
+const std::vector<const SpecField*>& name_order() {
+  static const std::vector<const SpecField*> order = [] {
+    std::vector<const SpecField*> v;
+    for (const SpecField& f : spec_fields()) v.push_back(&f);
+    std::stable_sort(v.begin(), v.end(), [](const SpecField* a, const SpecField* b) { return a->name_rank < b->name_rank; });
+    return v;
+  }();
+  return order;
 }
 
 }  // namespace
+
+std::span<const SpecField> spec_fields() {
+  static const std::vector<SpecField> fields = make_spec_fields();
+  return fields;
+}
+
+const SpecField* find_spec_field(std::string_view key) {
+  for (const SpecField& f : spec_fields())
+    if (f.key == key) return &f;
+  return nullptr;
+}
+
+std::string spec_field_list() {
+  std::string s;
+  for (const SpecField& f : spec_fields()) {
+    if (!s.empty()) s += ",";
+    s += f.key;
+  }
+  return s;
+}
+
+int mask_code(MaskKind m) {
+  switch (m) {
+    case MaskKind::none: return 0;
+    case MaskKind::causal_top_left: return 1;
+    case MaskKind::causal_bottom_right: return 2;
+  }
+  return 0;
+}
+
+int bias_code(BiasKind b) {
+  switch (b) {
+    case BiasKind::none: return 0;
+    case BiasKind::input: return 1;
+    case BiasKind::f32: return 2;
+  }
+  return 0;
+}
+
+}  // namespace gen
 
 std::vector<int> split_head_dim(int head_dim, int min_chunk) {
   if (!is_power_of_two(min_chunk)) {
@@ -131,51 +346,80 @@ std::vector<int> split_head_dim(int head_dim, int min_chunk) {
 }
 
 std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit) {
-  if (unit != MatrixUnit::wgmma) return split_head_dim(head_dim);
-  std::vector<int> out;
-  for (int w : split_head_dim(head_dim, 16)) {
-    for (int left = w; left > 0; left -= 64) out.push_back(left > 64 ? 64 : left);
+  const gen::UnitTraits& u = gen::unit_traits(unit);
+  std::vector<int> out = split_head_dim(head_dim, u.min_chunk);
+  if (u.max_chunk == 0) return out;
+  std::vector<int> cut;
+  for (int w : out) {
+    for (int left = w; left > 0; left -= u.max_chunk) cut.push_back(left > u.max_chunk ? u.max_chunk : left);
   }
-  return out;
+  return cut;
+}
+
+int KernelSpec::threads() const {
+  const int64_t t = (int64_t{tile.warps} + gen::unit_traits(unit).producer_warps) * 32;
+  return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
 }
 
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
-  // and one V tile; 2-byte elements.
-  const int64_t q_elems = sat_mul(block_m, std::max(head_dim, head_dim_v));
-  int64_t kv_elems = sat_mul(sat_mul(stages, block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
-  if (unit == MatrixUnit::wgmma) {
-    // Each K and V stage rounded up to 512 elements (1024-byte aligned stages).
-    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(block_n, d), 511) / 512, 512); };
-    kv_elems = sat_mul(stages, sat_add(stage(head_dim), stage(head_dim_v)));
+  // and one V tile.
+  const gen::UnitTraits& u = gen::unit_traits(unit);
+  const int64_t q_elems = sat_mul(tile.block_m, std::max(head_dim, head_dim_v));
+  int64_t kv_elems = sat_mul(sat_mul(tile.stages, tile.block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
+  if (u.smem_align > 0) {
+    // Each K and V stage rounded up to the alignment (wgmma: 1024 bytes, 512 elements).
+    const int64_t align = u.smem_align / dtype_bytes(dtype);
+    auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), align - 1) / align, align); };
+    kv_elems = sat_mul(tile.stages, sat_add(stage(head_dim), stage(head_dim_v)));
   }
-  // wgmma tiles start on a 1024-byte boundary (their swizzle acts on address
-  // bits), which may skip up to 1024 bytes of the dynamic shared memory.
-  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), unit == MatrixUnit::wgmma ? 1024 : 0);
+  // Aligned tiles (wgmma: their swizzle acts on address bits) may skip up to
+  // smem_align bytes at the start of the dynamic shared memory.
+  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
 }
 
 std::string KernelSpec::canonical() const {
-  return fmt::format("{}sm={},unit={},dtype={},d={},dv={},bm={},bn={},w={},s={},mask={},bias={},lse={}",
-                     kSpecTag, arch, to_string(unit), to_string(dtype), head_dim, head_dim_v,
-                     block_m, block_n, warps, stages, to_string(mask), to_string(bias),
-                     has_lse ? 1 : 0);
+  std::string out = spec_tag(family);
+  bool first = true;
+  for (const gen::SpecField& f : gen::spec_fields()) {
+    if (!first) out += ',';
+    first = false;
+    out += f.key;
+    out += '=';
+    out += f.format(*this);
+  }
+  return out;
 }
 
 KernelSpec KernelSpec::parse(const std::string& text) {
   std::string_view rest = text;
-  if (rest.substr(0, kSpecTag.size()) != kSpecTag) {
-    if (rest.substr(0, kSpecTagFamily.size()) == kSpecTagFamily) {
-      auto colon = rest.find(':');
-      std::string_view version =
-          rest.substr(kSpecTagFamily.size(), colon == std::string_view::npos
-                                                 ? std::string_view::npos
-                                                 : colon - kSpecTagFamily.size());
-      spec_error(text, fmt::format("version '{}' is not supported; allowed: the tag '{}'", version,
-                                   kSpecTag));
+  KernelSpec s;
+  bool tagged = false;
+  for (KernelFamily f : kFamilies) {
+    const std::string tag = spec_tag(f);
+    if (rest.substr(0, tag.size()) == tag) {
+      s.family = f;
+      rest.remove_prefix(tag.size());
+      tagged = true;
+      break;
     }
-    spec_error(text, fmt::format("does not start with the tag '{}'", kSpecTag));
+    const std::string prefix = family_tag_prefix(f);
+    if (rest.substr(0, prefix.size()) == prefix) {
+      auto colon = rest.find(':');
+      std::string_view version = rest.substr(
+          prefix.size(), colon == std::string_view::npos ? std::string_view::npos : colon - prefix.size());
+      spec_error(text, fmt::format("version '{}' is not supported; allowed: the tag '{}'", version, tag));
+    }
   }
-  rest.remove_prefix(kSpecTag.size());
+  if (!tagged) spec_error(text, fmt::format("does not start with the tag {}", tag_list()));
+
+  const std::span<const gen::SpecField> fields = gen::spec_fields();
+  const std::string order = gen::spec_field_list();
+  auto field_index = [&](std::string_view key) {
+    for (size_t i = 0; i < fields.size(); ++i)
+      if (fields[i].key == key) return static_cast<int>(i);
+    return -1;
+  };
 
   // Split into key=value items.
   std::vector<std::pair<std::string_view, std::string_view>> items;
@@ -184,7 +428,7 @@ KernelSpec KernelSpec::parse(const std::string& text) {
     std::string_view item = rest.substr(0, comma);
     if (item.empty()) {
       spec_error(text, fmt::format("empty field at position {}; expected fields {}",
-                                   items.size() + 1, field_list()));
+                                   items.size() + 1, order));
     }
     auto eq = item.find('=');
     if (eq == std::string_view::npos) {
@@ -195,13 +439,13 @@ KernelSpec KernelSpec::parse(const std::string& text) {
     rest.remove_prefix(comma + 1);
   }
 
-  // Keys must be exactly kFields, in order; diagnose the first deviation.
+  // Keys must be exactly the table's, in order; diagnose the first deviation.
   for (size_t i = 0; i < items.size(); ++i) {
     const auto key = items[i].first;
     const int idx = field_index(key);
     if (idx < 0) {
       spec_error(text, fmt::format("field '{}' (value '{}') is unknown; allowed fields in order: {}",
-                                   key, items[i].second, field_list()));
+                                   key, items[i].second, order));
     }
     if (static_cast<size_t>(idx) == i) continue;
     if (static_cast<size_t>(idx) < i) {
@@ -209,83 +453,31 @@ KernelSpec KernelSpec::parse(const std::string& text) {
                                    items[i].second));
     }
     // idx > i: the expected field is either later (out of order) or absent.
-    const auto expected = kFields[i];
+    const auto expected = fields[i].key;
     bool later = false;
     for (size_t j = i + 1; j < items.size(); ++j) later = later || items[j].first == expected;
     if (later) {
       spec_error(text, fmt::format("field '{}' (value '{}') is out of order; expected '{}' at "
                                    "position {} (order: {})",
-                                   key, items[i].second, expected, i + 1, field_list()));
+                                   key, items[i].second, expected, i + 1, order));
     }
     spec_error(text, fmt::format("field '{}' is missing (found '{}' at its position {}; order: {})",
-                                 expected, key, i + 1, field_list()));
+                                 expected, key, i + 1, order));
   }
-  if (items.size() < kFields.size()) {
-    spec_error(text, fmt::format("field '{}' is missing (order: {})", kFields[items.size()],
-                                 field_list()));
+  if (items.size() < fields.size()) {
+    spec_error(text, fmt::format("field '{}' is missing (order: {})", fields[items.size()].key, order));
   }
 
-  auto value = [&](size_t i) { return items[i].second; };
-  // parse_* say "<what>: '<text>' is not a known <kind>; allowed: ..."; keep
-  // the part from "not a known" on.
-  auto enum_error = [&](size_t i, const InvalidArgument& e) -> void {
-    const std::string m = e.what();
-    const auto pos = m.find("not a known");
-    spec_error(text, fmt::format("field '{}' has value '{}', which is {}", kFields[i], value(i),
-                                 pos == std::string::npos ? m : m.substr(pos)));
-  };
-
-  KernelSpec s;
-  s.arch = parse_spec_int(text, kFields[0], value(0));
-  try {
-    s.unit = parse_matrix_unit(value(1), "unit");
-  } catch (const InvalidArgument& e) {
-    enum_error(1, e);
-  }
-  if (value(2) == to_string(DType::f16)) {
-    s.dtype = DType::f16;
-  } else if (value(2) == to_string(DType::bf16)) {
-    s.dtype = DType::bf16;
-  } else {
-    spec_error(text, fmt::format("field 'dtype' has value '{}'; allowed: {}, {}", value(2),
-                                 to_string(DType::f16), to_string(DType::bf16)));
-  }
-  s.head_dim = parse_spec_int(text, kFields[3], value(3));
-  s.head_dim_v = parse_spec_int(text, kFields[4], value(4));
-  s.block_m = parse_spec_int(text, kFields[5], value(5));
-  s.block_n = parse_spec_int(text, kFields[6], value(6));
-  s.warps = parse_spec_int(text, kFields[7], value(7));
-  s.stages = parse_spec_int(text, kFields[8], value(8));
-  try {
-    s.mask = parse_mask(value(9), "mask");
-  } catch (const InvalidArgument& e) {
-    enum_error(9, e);
-  }
-  try {
-    s.bias = parse_bias(value(10), "bias");
-  } catch (const InvalidArgument& e) {
-    enum_error(10, e);
-  }
-  if (value(11) == "0" || value(11) == "1") {
-    s.has_lse = value(11) == "1";
-  } else {
-    spec_error(text, fmt::format("field 'lse' has value '{}'; allowed: 0, 1", value(11)));
+  for (size_t i = 0; i < fields.size(); ++i) {
+    const std::string why = fields[i].parse(s, items[i].second);
+    if (!why.empty()) spec_error(text, fmt::format("field '{}' has value '{}'{}", fields[i].key, items[i].second, why));
   }
   return s;
 }
 
 std::string KernelSpec::kernel_name() const {
-  std::string name = fmt::format("flashgen_fwd_sm{}_{}_d{}v{}_{}_bm{}_bn{}_w{}_s{}_{}", name_int(arch),
-                                 to_string(dtype), name_int(head_dim), name_int(head_dim_v),
-                                 to_string(unit), name_int(block_m), name_int(block_n),
-                                 name_int(warps), name_int(stages), to_string(mask));
-  switch (bias) {
-    case BiasKind::none: break;
-    case BiasKind::input: name += "_bias16"; break;
-    case BiasKind::f32: name += "_bias32"; break;
-    default: name += "_biasinvalid"; break;
-  }
-  if (has_lse) name += "_lse";
+  std::string name = fmt::format("flashgen_{}", to_string(family));
+  for (const gen::SpecField* f : gen::name_order()) name += f->name_part(*this);
   return name;
 }
 
@@ -293,49 +485,64 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   std::vector<std::string> errors;
   auto add = [&](std::string sentence) { errors.push_back(std::move(sentence)); };
 
+  if (spec.family != KernelFamily::fwd) {
+    add(fmt::format("family ({}) is not generated yet; allowed: fwd (the split-KV forward and its combine "
+                    "kernel are designed, not built).",
+                    to_string(spec.family)));
+  }
+
   if (std::find(profile.archs.begin(), profile.archs.end(), spec.arch) == profile.archs.end()) {
     std::vector<std::string> archs;
     for (int a : profile.archs) archs.push_back(fmt::format("sm_{}", a));
     add(fmt::format("arch (sm_{}) is not a compute capability of profile {}; allowed: {}.",
                     spec.arch, profile.name, fmt::join(archs, ", ")));
   }
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
-  if (spec.unit != profile.matrix_unit.shape && !(wgmma && !profile.wgmma_flash.empty())) {
-    add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", to_string(spec.unit),
+  if (to_string(spec.unit) == "invalid") {
+    // Nothing else about the unit can be checked (nor the sizes it derives).
+    add(fmt::format("unit ({}) is not a matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4, wgmma.",
+                    static_cast<int>(spec.unit)));
+    return errors;
+  }
+  const gen::UnitTraits& u = gen::unit_traits(spec.unit);
+  const std::string_view unit_name = to_string(spec.unit);
+  if (spec.unit != profile.matrix_unit.shape && !(u.warpgroup && !profile.wgmma_flash.empty())) {
+    add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", unit_name,
                     profile.name, to_string(profile.matrix_unit.shape),
                     profile.wgmma_flash.empty() ? "" : ", wgmma"));
   }
-  if (wgmma) {
-    if (spec.arch != 90) {
-      add(fmt::format("arch (sm_{}) must be sm_90 for the wgmma unit (its kernels are compiled for sm_90a, "
-                      "which only sm_90 runs).",
-                      spec.arch));
-    }
+  if (u.only_arch != 0 && spec.arch != u.only_arch) {
+    add(fmt::format("arch (sm_{}) must be sm_{} for the {} unit (its kernels are compiled for sm_{}{}, "
+                    "which only sm_{} runs).",
+                    spec.arch, u.only_arch, unit_name, u.only_arch, u.arch_suffix, u.only_arch));
+  }
+  if (u.head_dim_multiple != kHeadDimMultiple) {
     for (auto [field, value] : {std::pair<const char*, int>{"head_dim", spec.head_dim},
                                 std::pair<const char*, int>{"head_dim_v", spec.head_dim_v}}) {
-      if (value % 16 != 0) {
-        add(fmt::format("{} ({}) must be a multiple of 16 for the wgmma unit (its k is 16); the "
-                        "mma.sync units take multiples of 8.",
-                        field, value));
+      if (value % u.head_dim_multiple != 0) {
+        add(fmt::format("{} ({}) must be a multiple of {} for the {} unit (its k is {}); the "
+                        "mma.sync units take multiples of {}.",
+                        field, value, u.head_dim_multiple, unit_name, u.k, kHeadDimMultiple));
       }
     }
-    if (spec.warps >= 1 && spec.warps <= kMaxWarps &&
-        ((spec.warps != 4 && spec.warps != 8) || spec.block_m != 16 * spec.warps)) {
-      add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups (4 warps each) "
-                      "64 query rows apiece for the wgmma unit: warps 4 or 8 and block_m = 16 * warps.",
-                      spec.block_m, spec.warps));
-    }
-    if (spec.warps == 4 && spec.block_n > kWgmmaMaxBlockNOneGroup) {
-      add(fmt::format("block_n ({}) must be at most {} for the wgmma unit with warps 4: two such blocks "
-                      "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
-                      "with N > {} needs; use warps 8 (one block per SM) for wider key tiles.",
-                      spec.block_n, kWgmmaMaxBlockNOneGroup, kWgmmaMaxBlockNOneGroup));
-    }
-    if (spec.stages == 1) {
-      add(fmt::format("stages ({}) must be at least 2 for the wgmma unit (the next K tile is read while "
-                      "the current V tile is).",
-                      spec.stages));
-    }
+  }
+  if (u.warps_a != 0 && spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
+      ((spec.tile.warps != u.warps_a && spec.tile.warps != u.warps_b) ||
+       (u.block_m_is_16_warps && spec.tile.block_m != 16 * spec.tile.warps))) {
+    add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups ({} warps each) "
+                    "{} query rows apiece for the {} unit: warps {} or {} and block_m = 16 * warps.",
+                    spec.tile.block_m, spec.tile.warps, u.warps_a, 16 * u.warps_a, unit_name, u.warps_a, u.warps_b));
+  }
+  if (u.max_block_n_low_warps != 0 && spec.tile.warps == u.warps_a && spec.tile.block_n > u.max_block_n_low_warps) {
+    add(fmt::format("block_n ({}) must be at most {} for the {} unit with warps {}: two such blocks "
+                    "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
+                    "with N > {} needs; use warps {} (one block per SM) for wider key tiles.",
+                    spec.tile.block_n, u.max_block_n_low_warps, unit_name, u.warps_a, u.max_block_n_low_warps,
+                    u.warps_b));
+  }
+  if (spec.tile.stages >= 1 && spec.tile.stages < u.min_stages) {
+    add(fmt::format("stages ({}) must be at least {} for the {} unit (the next K tile is read while "
+                    "the current V tile is).",
+                    spec.tile.stages, u.min_stages, unit_name));
   }
   if (!profile.supports_dtype(spec.dtype)) {
     std::vector<std::string_view> names;
@@ -351,34 +558,36 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                       kHeadDimMultiple, kMinHeadDim, kMaxHeadDim));
     }
   }
-  const bool warps_ok = spec.warps >= 1 && spec.warps <= kMaxWarps;
+  const bool warps_ok = spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps;
   if (!warps_ok) {
-    add(fmt::format("warps ({}) must be in [1, {}].", spec.warps, kMaxWarps));
+    add(fmt::format("warps ({}) must be in [1, {}].", spec.tile.warps, kMaxWarps));
   }
   {
     // With an invalid warp count, only the part of the rule that does not
     // depend on it is checked (the warps sentence already explains the rest).
-    const int multiple = warps_ok ? 16 * spec.warps : 16;
-    if (spec.block_m <= 0 || spec.block_m % multiple != 0 || spec.block_m > kMaxBlock) {
+    const int multiple = warps_ok ? 16 * spec.tile.warps : 16;
+    if (spec.tile.block_m <= 0 || spec.tile.block_m % multiple != 0 || spec.tile.block_m > kMaxBlock) {
       if (warps_ok) {
         add(fmt::format("block_m ({}) must be a positive multiple of 16 * warps ({}) and at most {}.",
-                        spec.block_m, multiple, kMaxBlock));
+                        spec.tile.block_m, multiple, kMaxBlock));
       } else {
         add(fmt::format("block_m ({}) must be a positive multiple of 16 * warps and at most {}.",
-                        spec.block_m, kMaxBlock));
+                        spec.tile.block_m, kMaxBlock));
       }
     }
   }
-  if (spec.block_n <= 0 || spec.block_n % 16 != 0 || spec.block_n > kMaxBlock) {
-    add(fmt::format("block_n ({}) must be a positive multiple of 16 and at most {}.", spec.block_n,
+  if (spec.tile.block_n <= 0 || spec.tile.block_n % 16 != 0 || spec.tile.block_n > kMaxBlock) {
+    add(fmt::format("block_n ({}) must be a positive multiple of 16 and at most {}.", spec.tile.block_n,
                     kMaxBlock));
   }
-  if (spec.stages < 1 || spec.stages > kMaxStages) {
-    add(fmt::format("stages ({}) must be in [1, {}].", spec.stages, kMaxStages));
+  if (spec.tile.stages < 1 || spec.tile.stages > kMaxStages) {
+    add(fmt::format("stages ({}) must be in [1, {}].", spec.tile.stages, kMaxStages));
   }
-  const int64_t threads = int64_t{spec.warps} * 32 + (wgmma ? 128 : 0);
+  const int64_t threads = (int64_t{spec.tile.warps} + u.producer_warps) * 32;
   if (threads > kMaxThreads) {
-    add(fmt::format("threads ({} = {}) must be at most {}.", wgmma ? "32 * warps + 128 producer threads" : "32 * warps",
+    add(fmt::format("threads ({} = {}) must be at most {}.",
+                    u.producer_warps != 0 ? fmt::format("32 * warps + {} producer threads", 32 * u.producer_warps)
+                                          : std::string("32 * warps"),
                     threads, kMaxThreads));
   }
   if (to_string(spec.mask) == "invalid") {
@@ -398,7 +607,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
         "smem_bytes ({} = 2 * (block_m * max(head_dim, head_dim_v) + stages * block_n * "
         "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
-        smem, wgmma ? ", each K and V stage rounded up to 1024 bytes, + 1024 for the wgmma tiles' alignment" : "",
+        smem,
+        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
+                                        u.smem_align, u.smem_align, unit_name)
+                          : std::string(),
         profile.name, profile.smem_per_block));
   }
   return errors;

@@ -58,11 +58,26 @@ constexpr NameTable<MatrixUnit, 4> kUnitNames{{
     {"wgmma", MatrixUnit::wgmma},
 }};
 
+constexpr NameTable<KernelFamily, 3> kFamilyNames{{
+    {"fwd", KernelFamily::fwd},
+    {"fwd_split", KernelFamily::fwd_split},
+    {"combine", KernelFamily::combine},
+}};
+
 // Value outside the enumerators (only reachable through a cast); printed as
 // such so that a corrupted value is visible in messages instead of crashing.
 constexpr std::string_view kInvalidName = "invalid";
 
 }  // namespace
+
+std::string_view to_string(KernelFamily f) {
+  switch (f) {
+    case KernelFamily::fwd: return "fwd";
+    case KernelFamily::fwd_split: return "fwd_split";
+    case KernelFamily::combine: return "combine";
+  }
+  return kInvalidName;
+}
 
 std::string_view to_string(DType d) {
   switch (d) {
@@ -100,6 +115,10 @@ std::string_view to_string(MatrixUnit u) {
   return kInvalidName;
 }
 
+KernelFamily parse_kernel_family(std::string_view text, std::string_view what) {
+  return parse_name(kFamilyNames, text, what, "kernel family");
+}
+
 DType parse_dtype(std::string_view text, std::string_view what) {
   return parse_name(kDTypeNames, text, what, "dtype");
 }
@@ -115,5 +134,7 @@ BiasKind parse_bias(std::string_view text, std::string_view what) {
 MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what) {
   return parse_name(kUnitNames, text, what, "matrix unit");
 }
+
+std::string Tile::str() const { return fmt::format("bm{} bn{} w{} s{}", block_m, block_n, warps, stages); }
 
 }  // namespace flashgen

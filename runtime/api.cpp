@@ -17,6 +17,7 @@
 #include "flashgen/tune.hpp"
 #include "gen/emit.hpp"
 #include "gen/params.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -138,9 +139,9 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   } else {
     coords |= int64_t{1} << (bit + 1);
   }
-  const auto chunks = head_dim_chunks(dim, MatrixUnit::wgmma);
+  const auto chunks = head_dim_chunks(dim, s.unit);
   for (int w : std::set<int>(chunks.begin(), chunks.end())) {
-    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.block_n), 1, 1};
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.tile.block_n), 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     const CUtensorMapSwizzle swizzle = w == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
                                        : w == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
@@ -156,7 +157,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
           "[{}, {}, {}, {}] elements, byte strides [{}, {}, {}], box [{}, {}]; allowed: byte strides that are "
           "multiples of 16 below 2^40), which the wgmma kernel {} needs; plan a kernel for the mma.sync unit",
           name, rt::result_text(d, r), dims[0], dims[1], dims[2], dims[3], strides[0], strides[1], strides[2], w,
-          s.block_n, s.kernel_name()));
+          s.tile.block_n, s.kernel_name()));
   }
 }
 
@@ -235,8 +236,12 @@ bool gpu_available() { return rt::driver_available(); }
 // ---- plan / generate ---------------------------------------------------------
 
 KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
+  check_problem(problem);  // bad input is reported before the profile is looked up
+  return plan_default(problem, arch, profile_for_arch(arch));
+}
+
+KernelSpec rt::plan_default(const AttentionProblem& problem, int arch, const Profile& profile) {
   check_problem(problem);
-  const Profile& profile = profile_for_arch(arch);
   const int d = static_cast<int>(problem.head_dim);
   const int dv = static_cast<int>(problem.head_dim_v);
   KernelSpec spec;
@@ -244,16 +249,12 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   // The wgmma kernel reads K and V through TMA tensor maps, which cannot
   // repeat one row (stride_seq 0) or take strides of 2^40 bytes: the mma.sync
   // unit's copies can.
-  if (spec.unit == MatrixUnit::wgmma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
-  const FlashTile& tile = profile.tile_for(std::max(d, dv), spec.unit);
+  if (gen::unit_traits(spec.unit).tma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
+  spec.tile = profile.tile_for(std::max(d, dv), spec.unit).tile;
   spec.arch = arch;
   spec.dtype = problem.dtype;
   spec.head_dim = d;
   spec.head_dim_v = dv;
-  spec.block_m = tile.block_m;
-  spec.block_n = tile.block_n;
-  spec.warps = tile.warps;
-  spec.stages = tile.stages;
   spec.mask = problem.mask;
   spec.bias = problem.bias.kind;
   spec.has_lse = problem.lse.data != nullptr;
@@ -265,16 +266,13 @@ namespace {
 
 // The profile's default spec, then the tile of a tune entry for this class,
 // arch, profile and device (runtime/tune.cpp), if one applies and is valid.
-KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::function<std::string()>& device_name) {
-  KernelSpec spec = rt::plan_default(problem, arch);
-  const Profile& profile = profile_for_arch(arch);
+KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const Profile& profile,
+                      const std::function<std::string()>& device_name) {
+  KernelSpec spec = rt::plan_default(problem, arch, profile);
   const auto tuned = rt::find_tuned_tile_lazy(problem_class(problem), arch, profile, device_name);
   if (!tuned) return spec;
   KernelSpec t = spec;
-  t.block_m = tuned->tile.block_m;
-  t.block_n = tuned->tile.block_n;
-  t.warps = tuned->tile.warps;
-  t.stages = tuned->tile.stages;
+  t.tile = tuned->tile;
   const std::vector<std::string> broken = validate(t, profile);
   if (!broken.empty()) {
     rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
@@ -289,17 +287,29 @@ KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const std::func
 }  // namespace
 
 KernelSpec plan(const AttentionProblem& problem, int arch) {
-  return plan_tuned(problem, arch, [arch] { return rt::device_name_for_arch(arch); });
+  check_problem(problem);  // bad input is reported before the profile is looked up
+  return plan(problem, arch, profile_for_arch(arch));
+}
+
+KernelSpec plan(const AttentionProblem& problem, int arch, const Profile& profile) {
+  return plan_tuned(problem, arch, profile, [arch] { return rt::device_name_for_arch(arch); });
 }
 
 KernelSpec rt::plan_for_device(const AttentionProblem& problem, int arch, const std::string& device_name) {
-  return plan_tuned(problem, arch, [&device_name] { return device_name; });
+  check_problem(problem);
+  return plan_tuned(problem, arch, profile_for_arch(arch), [&device_name] { return device_name; });
 }
 
 KernelSpec plan(const AttentionProblem& problem) {
   check_problem(problem);  // bad input is reported before the device is looked at
   const DeviceInfo dev = current_device();
-  return plan_tuned(problem, dev.arch, [&dev] { return dev.name; });
+  return plan_tuned(problem, dev.arch, profile_for_arch(dev.arch), [&dev] { return dev.name; });
+}
+
+KernelSpec plan(const AttentionProblem& problem, const Profile& profile) {
+  check_problem(problem);  // bad input is reported before the device is looked at
+  const DeviceInfo dev = current_device();
+  return plan_tuned(problem, dev.arch, profile, [&dev] { return dev.name; });
 }
 
 std::string rt::device_name_for_arch(int arch) noexcept {
@@ -331,11 +341,17 @@ std::string generate(const KernelSpec& spec) {
 
 // ---- compile -------------------------------------------------------------------
 
+std::string rt::kernel_source(const KernelSpec& spec) { return gen::emit_forward(spec); }
+
+std::vector<std::string> rt::kernel_nvrtc_options(const KernelSpec& spec) {
+  return rt::nvrtc_options(spec.arch, !gen::unit_traits(spec.unit).arch_suffix.empty());
+}
+
 rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
   CompileInputs in;
   in.name = spec.kernel_name();
-  in.source = gen::emit_forward(spec);
-  in.options = rt::nvrtc_options(spec.arch, spec.unit == MatrixUnit::wgmma);
+  in.source = rt::kernel_source(spec);
+  in.options = rt::kernel_nvrtc_options(spec);
   // The NVRTC that compiles for this arch (CUDA 12 for sm_70/72); Unavailable without one.
   in.nvrtc = rt::nvrtc_version_for(spec.arch);
   in.key = rt::cache_key(in.source, in.options, spec.arch, in.nvrtc);
@@ -507,7 +523,7 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
   if (problem.bias.kind != s.bias)
     throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
                                    std::string(to_string(s.bias)), s));
-  if (s.unit == MatrixUnit::wgmma) {
+  if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
       throw InvalidArgument(fmt::format("launch: {} (kernel {}); plan a kernel for this problem (flashgen::plan "
@@ -529,12 +545,12 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     throw InvalidArgument(
         "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
   rt::check_problem_matches_spec(problem, s);
-  if (s.block_m <= 0)
-    throw InvalidArgument(fmt::format("launch: kernel.spec.block_m = {} must be positive", s.block_m));
+  if (s.tile.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
 
   if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
 
-  const int64_t num_m_blocks = (problem.seqlen_q + s.block_m - 1) / s.block_m;
+  const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
   // num_m_blocks * heads_q * batch without overflow.
   const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
@@ -597,14 +613,17 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
   void* args[] = {&params, nullptr};
   int64_t grid = grid_x;
   detail::FwdTmaMaps maps{};
-  if (s.unit == MatrixUnit::wgmma) {
-    // Persistent: as many blocks as are resident at once (each loops over work
-    // items), never more than there are items.
+  const gen::UnitTraits& unit = gen::unit_traits(s.unit);
+  if (unit.tma) {
     encode_tma_maps(d, "k", problem.k, s.head_dim, problem, s, maps.k, maps.kv_coords, 0);
     encode_tma_maps(d, "v", problem.v, s.head_dim_v, problem, s, maps.v, maps.kv_coords, 2);
+    args[1] = &maps;
+  }
+  if (unit.persistent) {
+    // Persistent: as many blocks as are resident at once (each loops over work
+    // items), never more than there are items.
     const int per_sm = resident_blocks_per_sm(d, kernel);
     grid = std::min<int64_t>(grid_x, int64_t{per_sm} * std::max(current_device().sm_count, 1));
-    args[1] = &maps;
   }
   rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
                              static_cast<unsigned>(grid), 1, 1,

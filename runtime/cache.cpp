@@ -30,7 +30,7 @@
 #include <xxhash.h>
 
 #include "flashgen/flashgen.hpp"
-#include "gen/emit.hpp"
+#include "runtime/compile.hpp"
 
 namespace flashgen::rt {
 namespace {
@@ -966,11 +966,11 @@ std::vector<EntryReport> cache_scan(const std::string& dir, bool bundle, const N
       // lookup can ever reach this entry again.
       try {
         const KernelSpec spec = KernelSpec::parse(r.spec);
-        const std::string now = gen::emit_forward(spec);
+        const std::string now = kernel_source(spec);
         if (spec.arch != r.header->id.arch) {
           r.problem = fmt::format("inconsistent (its source is for sm_{}, its header for sm_{})", spec.arch,
                                   r.header->id.arch);
-        } else if (cache_key(now, nvrtc_options(spec.arch, spec.unit == MatrixUnit::wgmma), spec.arch, *nvrtc) != r.header->id.key) {
+        } else if (cache_key(now, kernel_nvrtc_options(spec), spec.arch, *nvrtc) != r.header->id.key) {
           r.problem = now == source ? "unreachable (its key does not match its source)"
                                     : "stale (this generator now writes different code for its spec)";
         }

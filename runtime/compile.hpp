@@ -25,6 +25,15 @@ struct CompileInputs {
 };
 CompileInputs compile_inputs(const KernelSpec& spec);
 
+/// The generated CUDA source of `spec` (the generator's emit_forward, no
+/// profile validation); throws Unsupported for a spec it cannot generate.
+std::string kernel_source(const KernelSpec& spec);
+
+/// The NVRTC options of `spec`: nvrtc_options(spec.arch), for the
+/// arch-specific target sm_<arch>a when its unit needs one (wgmma; see
+/// gen/unit_traits.hpp). Part of the cache key.
+std::vector<std::string> kernel_nvrtc_options(const KernelSpec& spec);
+
 /// gen::emit_forward(spec), then the disk cache, then NVRTC on a miss (and
 /// store). No profile validation. Concurrent calls for the same key compile
 /// once, within a process (a mutex per key) and across processes sharing the

@@ -28,6 +28,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "flashgen/flashgen.hpp"
+#include "gen/spec_fields.hpp"
 #include "gen/yaml_reader.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/tune_internal.hpp"
@@ -35,11 +36,6 @@
 namespace flashgen {
 namespace {
 
-constexpr int kMaxHeadDim = 256;
-constexpr int kMinHeadDim = 16;
-constexpr int kMaxBlock = 256;
-constexpr int kMaxWarps = 16;
-constexpr int kMaxStages = 4;
 constexpr int64_t kMaxSeqlenBucket = int64_t{1} << 40;
 constexpr size_t kMaxTuneFileBytes = 16u << 20;
 constexpr size_t kMaxDeviceName = 256;
@@ -128,6 +124,70 @@ bool valid_profile_name(const std::string& s) {
 
 bool is_power_of_two(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+// A KernelSpec carrying the variant fields of `c` (the rest default), and back.
+KernelSpec spec_of(const ProblemClass& c) {
+  KernelSpec s;
+  s.dtype = c.dtype;
+  s.head_dim = c.head_dim;
+  s.head_dim_v = c.head_dim_v;
+  s.mask = c.mask;
+  s.bias = c.bias;
+  s.has_lse = c.has_lse;
+  return s;
+}
+ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
+  ProblemClass c;
+  c.dtype = s.dtype;
+  c.head_dim = s.head_dim;
+  c.head_dim_v = s.head_dim_v;
+  c.mask = s.mask;
+  c.bias = s.bias;
+  c.has_lse = s.has_lse;
+  c.seqlen_q_le = seqlen_q_le;
+  return c;
+}
+
+// Read one field of the spec's field table from a tune file node into `spec`:
+// integers within the field's range and multiple, names as parse_* reads them,
+// flags as true / false.
+void read_field(const Reader& r, const gen::SpecField& field, const YAML::Node& node, const std::string& path,
+                KernelSpec& spec) {
+  switch (field.kind) {
+    case gen::SpecFieldKind::integer: {
+      const int64_t v = r.integer(node, path, field.min, field.max);
+      if (v % field.multiple != 0) {
+        r.fail(path, fmt::format("has value {}: must be a multiple of {} in [{}, {}]", v, field.multiple, field.min,
+                                 field.max));
+      }
+      field.set_int(spec, static_cast<int>(v));
+      return;
+    }
+    case gen::SpecFieldKind::name: {
+      const std::string text = r.scalar(node, path);
+      try {
+        field.set_name(spec, text, path);
+      } catch (const InvalidArgument& ex) {
+        r.fail(path, fmt::format("has value {}: {}", Reader::describe(node), Reader::enum_reason(ex)));
+      }
+      return;
+    }
+    case gen::SpecFieldKind::flag: field.set_flag(spec, r.boolean(node, path)); return;
+  }
+}
+
+// One tune file line "name: value" per field of `group`, as "{a: 1, b: x}" (flow mapping).
+std::string format_fields(const KernelSpec& spec, gen::SpecFieldGroup group) {
+  std::string out;
+  for (const gen::SpecField& field : gen::spec_fields()) {
+    if (field.group != group) continue;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{}: {}", field.name,
+                       field.kind == gen::SpecFieldKind::flag ? (field.get_flag(spec) ? "true" : "false")
+                                                              : field.format(spec));
+  }
+  return out;
+}
+
 TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string& path) {
   auto f = r.fields(node, path,
                     {"device", "arch", "profile", "profile_hash", "generator", "problem", "tile", "tflops"});
@@ -148,51 +208,40 @@ TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string
   e.generator = r.text(f["generator"], path + ".generator", kMaxGenerator);
 
   {
+    // The problem class: the variant fields of the spec's field table, then the seqlen bucket.
     const std::string pp = path + ".problem";
-    auto p = r.fields(f["problem"], pp, {"dtype", "head_dim", "head_dim_v", "mask", "bias", "lse", "seqlen_q_le"});
-    const std::string dtype = r.scalar(p["dtype"], pp + ".dtype");
-    try {
-      e.problem.dtype = parse_dtype(dtype, pp + ".dtype");
-    } catch (const InvalidArgument& ex) {
-      r.fail(pp + ".dtype", fmt::format("has value {}: {}", Reader::describe(p["dtype"]), Reader::enum_reason(ex)));
+    std::vector<std::string> keys;
+    for (const gen::SpecField& field : gen::spec_fields())
+      if (field.group == gen::SpecFieldGroup::variant) keys.emplace_back(field.name);
+    keys.emplace_back("seqlen_q_le");
+    auto p = r.fields(f["problem"], pp, keys);
+    KernelSpec spec;
+    for (const gen::SpecField& field : gen::spec_fields()) {
+      if (field.group != gen::SpecFieldGroup::variant) continue;
+      read_field(r, field, p[std::string(field.name)], pp + "." + std::string(field.name), spec);
     }
-    for (const char* key : {"head_dim", "head_dim_v"}) {
-      const int64_t v = r.integer(p[key], pp + "." + key, kMinHeadDim, kMaxHeadDim);
-      if (v % 8 != 0) r.fail(pp + "." + key, fmt::format("has value {}: must be a multiple of 8 in [16, 256]", v));
-      (std::strcmp(key, "head_dim") == 0 ? e.problem.head_dim : e.problem.head_dim_v) = static_cast<int>(v);
-    }
-    const std::string mask = r.scalar(p["mask"], pp + ".mask");
-    try {
-      e.problem.mask = parse_mask(mask, pp + ".mask");
-    } catch (const InvalidArgument& ex) {
-      r.fail(pp + ".mask", fmt::format("has value {}: {}", Reader::describe(p["mask"]), Reader::enum_reason(ex)));
-    }
-    const std::string bias = r.scalar(p["bias"], pp + ".bias");
-    try {
-      e.problem.bias = parse_bias(bias, pp + ".bias");
-    } catch (const InvalidArgument& ex) {
-      r.fail(pp + ".bias", fmt::format("has value {}: {}", Reader::describe(p["bias"]), Reader::enum_reason(ex)));
-    }
-    e.problem.has_lse = r.boolean(p["lse"], pp + ".lse");
-    e.problem.seqlen_q_le = r.integer(p["seqlen_q_le"], pp + ".seqlen_q_le", 64, kMaxSeqlenBucket);
+    e.problem = class_of(spec, r.integer(p["seqlen_q_le"], pp + ".seqlen_q_le", 64, kMaxSeqlenBucket));
     if (!is_power_of_two(e.problem.seqlen_q_le)) {
       r.fail(pp + ".seqlen_q_le",
              fmt::format("has value {}: must be a power of two >= 64 (a seqlen_q bucket)", e.problem.seqlen_q_le));
     }
   }
   {
+    // The tile: the tile fields of the spec's field table.
     const std::string tp = path + ".tile";
-    auto t = r.fields(f["tile"], tp, {"block_m", "block_n", "warps", "stages"});
-    e.tile.warps = static_cast<int>(r.integer(t["warps"], tp + ".warps", 1, kMaxWarps));
-    e.tile.block_m = static_cast<int>(r.integer(t["block_m"], tp + ".block_m", 16, kMaxBlock));
-    e.tile.block_n = static_cast<int>(r.integer(t["block_n"], tp + ".block_n", 16, kMaxBlock));
-    e.tile.stages = static_cast<int>(r.integer(t["stages"], tp + ".stages", 1, kMaxStages));
+    std::vector<std::string> keys;
+    for (const gen::SpecField& field : gen::spec_fields())
+      if (field.group == gen::SpecFieldGroup::tile) keys.emplace_back(field.name);
+    auto t = r.fields(f["tile"], tp, keys);
+    KernelSpec spec;
+    for (const gen::SpecField& field : gen::spec_fields()) {
+      if (field.group != gen::SpecFieldGroup::tile) continue;
+      read_field(r, field, t[std::string(field.name)], tp + "." + std::string(field.name), spec);
+    }
+    e.tile = spec.tile;
     if (e.tile.block_m % (16 * e.tile.warps) != 0) {
       r.fail(tp + ".block_m",
              fmt::format("has value {}: must be a multiple of 16 * warps ({})", e.tile.block_m, 16 * e.tile.warps));
-    }
-    if (e.tile.block_n % 16 != 0) {
-      r.fail(tp + ".block_n", fmt::format("has value {}: must be a multiple of 16", e.tile.block_n));
     }
   }
   e.tflops = r.decimal(f["tflops"], path + ".tflops", 1e6);
@@ -312,8 +361,6 @@ std::string ProblemClass::str() const {
                      to_string(mask), to_string(bias), has_lse ? 1 : 0, seqlen_q_le);
 }
 
-std::string TileShape::str() const { return fmt::format("bm{} bn{} w{} s{}", block_m, block_n, warps, stages); }
-
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {
   Reader r(origin);
   if (yaml_text.size() > kMaxTuneFileBytes) {
@@ -386,12 +433,11 @@ std::string format_tune_file(const TuneFile& file) {
     out += fmt::format("    profile: {}\n", quoted(e.profile));  // "null" would read back as a null node
     out += fmt::format("    profile_hash: \"{}\"\n", e.profile_hash);
     out += fmt::format("    generator: {}\n", quoted(e.generator));
-    out += fmt::format(
-        "    problem: {{dtype: {}, head_dim: {}, head_dim_v: {}, mask: {}, bias: {}, lse: {}, seqlen_q_le: {}}}\n",
-        to_string(e.problem.dtype), e.problem.head_dim, e.problem.head_dim_v, to_string(e.problem.mask),
-        to_string(e.problem.bias), e.problem.has_lse ? "true" : "false", e.problem.seqlen_q_le);
-    out += fmt::format("    tile: {{block_m: {}, block_n: {}, warps: {}, stages: {}}}\n", e.tile.block_m,
-                       e.tile.block_n, e.tile.warps, e.tile.stages);
+    out += fmt::format("    problem: {{{}, seqlen_q_le: {}}}\n", format_fields(spec_of(e.problem), gen::SpecFieldGroup::variant),
+                       e.problem.seqlen_q_le);
+    KernelSpec tile;
+    tile.tile = e.tile;
+    out += fmt::format("    tile: {{{}}}\n", format_fields(tile, gen::SpecFieldGroup::tile));
     out += fmt::format("    tflops: {:.1f}\n", e.tflops);
   }
   return out;

@@ -24,6 +24,8 @@ KernelSpec plan_for_device(const AttentionProblem& problem, int arch, const std:
 
 /// plan() without tune files: the profile's default tile.
 KernelSpec plan_default(const AttentionProblem& problem, int arch);
+/// plan_default() with an explicit profile instead of profile_for_arch(arch).
+KernelSpec plan_default(const AttentionProblem& problem, int arch, const Profile& profile);
 
 /// The name of the GPU current in this thread (its context's device, else
 /// device 0) if its arch is `arch`; "" otherwise or without a driver. Needs no

@@ -194,7 +194,7 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
                                   const DeviceShape& dev);
 
 /// The spec `problem` gets on `arch` with `tile`.
-KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile);
+KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const Tile& tile);
 
 /// Useful FLOPs of a problem: 4*B*Hq*Sq*Sk*(D+Dv)/2, causal masks counting
 /// only the keys each query sees.

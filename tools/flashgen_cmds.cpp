@@ -28,6 +28,7 @@
 #include "flashgen/flashgen.hpp"
 #include "gen/emit.hpp"
 #include "gen/limits.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
@@ -134,7 +135,7 @@ int run_parsed_command(const CLI::App& app, const Commands& c) {
   throw InvalidArgument("no subcommand (see flashgen --help)");
 }
 
-bool parse_tile_text(const std::string& what, const std::string& text, TileShape* tile) {
+bool parse_tile_text(const std::string& what, const std::string& text, Tile* tile) {
   if (text.empty() || text == "default") return false;
   std::vector<std::string> fields;
   for (size_t pos = 0;;) {
@@ -329,9 +330,9 @@ int run_pregen(const PregenOptions& o) {
               problems.push_back(p);
             }
   }
-  std::vector<std::optional<TileShape>> tiles;
+  std::vector<std::optional<Tile>> tiles;
   for (const std::string& t : items(o.tiles)) {
-    TileShape ts;
+    Tile ts;
     if (parse_tile_text("--tiles", t, &ts)) tiles.emplace_back(ts);
     else tiles.emplace_back(std::nullopt);
   }
@@ -490,7 +491,7 @@ CLI::App* add_explain(CLI::App& app, ExplainOptions& o) {
 namespace {
 
 // Each rule `d` breaks on `arch` (and with `tile`, when set).
-std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std::optional<TileShape>& tile,
+std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std::optional<Tile>& tile,
                                       KernelSpec* spec_out) {
   std::vector<std::string> out;
   // check_problem() reports the first broken rule; to find every one, each
@@ -536,7 +537,7 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
     out.push_back(std::string("arch: ") + e.what());
     return out;
   }
-  TileShape t;
+  Tile t;
   if (tile) {
     t = *tile;
   } else {
@@ -544,11 +545,11 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
     try {
       const FlashTile& ft = profile->tile_for(
           hd, profile->unit_for(static_cast<int>(d.head_dim), static_cast<int>(d.head_dim_v)));
-      t = TileShape{ft.block_m, ft.block_n, ft.warps, ft.stages};
+      t = ft.tile;
     } catch (const Error& e) {
       out.push_back(std::string("profile: ") + e.what());
       const FlashTile& ft = profile->flash.back();
-      t = TileShape{ft.block_m, ft.block_n, ft.warps, ft.stages};
+      t = ft.tile;
     }
   }
   const KernelSpec spec = spec_with_tile(d, arch, *profile, t);
@@ -562,7 +563,7 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
 struct Alternative {
   ProblemDesc d;
   int arch;
-  std::optional<TileShape> tile;
+  std::optional<Tile> tile;
   int changes;
   int64_t distance;
   std::string what;
@@ -578,7 +579,7 @@ std::vector<int64_t> nearby_head_dims(int64_t v) {
   return out;
 }
 
-std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std::optional<TileShape>& tile) {
+std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std::optional<Tile>& tile) {
   std::vector<int64_t> ds = nearby_head_dims(d.head_dim), dvs = nearby_head_dims(d.head_dim_v);
   std::vector<DType> dtypes = {d.dtype, d.dtype == DType::f16 ? DType::bf16 : DType::f16};
   std::vector<int> archs = {arch};
@@ -607,7 +608,7 @@ std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std:
         break;
       }
   }
-  std::vector<std::optional<TileShape>> tiles = {tile};
+  std::vector<std::optional<Tile>> tiles = {tile};
   if (tile) tiles.push_back(std::nullopt);
 
   std::vector<Alternative> out;
@@ -652,9 +653,9 @@ int run_explain(const ExplainOptions& o) {
   const ProblemDesc d = parse_problem_text(o.problem);
   std::string arch_note;
   const int arch = choose_arch(o.arch, &arch_note);
-  std::optional<TileShape> tile;
+  std::optional<Tile> tile;
   {
-    TileShape t;
+    Tile t;
     if (parse_tile_text("--tile", o.tile, &t)) tile = t;
   }
   // A broken FLASHGEN_PROFILE or FLASHGEN_NVRTC_LIBRARY is the configuration's fault, not a rule the problem breaks.
@@ -698,7 +699,7 @@ int run_explain(const ExplainOptions& o) {
     if (spec == def) {
       const FlashTile& ft = profile.tile_for(static_cast<int>(std::max(d.head_dim, d.head_dim_v)), spec.unit);
       tile_source = fmt::format("profile {} default ({} row head_dim_le {})", profile.name,
-                                spec.unit == MatrixUnit::wgmma ? "wgmma_flash" : "flash", ft.head_dim_le);
+                                gen::unit_traits(spec.unit).tile_list, ft.head_dim_le);
     } else {
       tile_source = "tune file entry";
       const std::string device = o.device.empty() ? rt::device_name_for_arch(arch) : o.device;
@@ -718,27 +719,33 @@ int run_explain(const ExplainOptions& o) {
                              }()));
   row("spec", spec.canonical());
   row("kernel", spec.kernel_name());
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
-  if (wgmma)
-    row("unit", fmt::format("wgmma.mma_async m64nNk16, compiled for sm_{}a (its cubin runs on sm_{} only)", spec.arch,
-                            spec.arch));
+  const gen::UnitTraits& unit = gen::unit_traits(spec.unit);
+  if (!unit.arch_suffix.empty())
+    row("unit", fmt::format("{}, compiled for sm_{}{} (its cubin runs on sm_{} only)",
+                            unit.warpgroup ? "wgmma.mma_async m64nNk16" : unit.instruction, spec.arch,
+                            unit.arch_suffix, spec.arch));
   const auto qk_chunks = spec.qk_chunks();
   const auto v_chunks = spec.v_chunks();
   row("head dims", fmt::format("head_dim {} = {}, head_dim_v {} = {} ({}, never padded)", spec.head_dim,
                                join_ints(qk_chunks, " + "), spec.head_dim_v, join_ints(v_chunks, " + "),
-                               wgmma ? "shared-memory chunks of at most 64 columns" : "power-of-two chunks"));
-  row("tile", fmt::format("block_m {}, block_n {}, {} warps{} ({} threads), {} stages; from {}", spec.block_m,
-                          spec.block_n, spec.warps, wgmma ? " + a producer warpgroup (TMA)" : "", spec.threads(),
-                          spec.stages, tile_source));
+                               unit.max_chunk != 0
+                                   ? fmt::format("shared-memory chunks of at most {} columns", unit.max_chunk)
+                                   : std::string("power-of-two chunks")));
+  row("tile", fmt::format("block_m {}, block_n {}, {} warps{} ({} threads), {} stages; from {}", spec.tile.block_m,
+                          spec.tile.block_n, spec.tile.warps, unit.producer_warps != 0 ? " + a producer warpgroup (TMA)" : "", spec.threads(),
+                          spec.tile.stages, tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
   // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
   auto stage_bytes = [&](int64_t d) {
-    const int64_t b = 2 * spec.block_n * d;
-    return wgmma ? (b + 1023) / 1024 * 1024 : b;
+    const int64_t b = 2 * spec.tile.block_n * d;
+    return unit.smem_align != 0 ? (b + unit.smem_align - 1) / unit.smem_align * unit.smem_align : b;
   };
   row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}){}; profile limit {} per block, {} per SM",
-                          spec.smem_bytes(), 2 * spec.block_m * dmax, spec.stages, stage_bytes(spec.head_dim),
-                          stage_bytes(spec.head_dim_v), wgmma ? " + 1024 alignment (stages padded to 1024 bytes)" : "",
+                          spec.smem_bytes(), 2 * spec.tile.block_m * dmax, spec.tile.stages, stage_bytes(spec.head_dim),
+                          stage_bytes(spec.head_dim_v),
+                          unit.smem_align != 0
+                              ? fmt::format(" + {} alignment (stages padded to {} bytes)", unit.smem_align, unit.smem_align)
+                              : std::string(),
                           profile.smem_per_block, profile.smem_per_sm));
 
   // Cache and registers.
@@ -792,12 +799,12 @@ int run_explain(const ExplainOptions& o) {
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
   row("occupancy", fmt::format("{} block{} per SM ({} warps{}), limited by {}", m.blocks_per_sm,
                                m.blocks_per_sm == 1 ? "" : "s", m.resident_warps,
-                               wgmma ? ", producer warpgroups included" : "", m.occupancy_limit));
+                               unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,
-                                                               wgmma ? "round" : "wave", dev.sm_count)
+                                                               unit.persistent ? "round" : "wave", dev.sm_count)
                                                  : std::string();
-  if (wgmma)
+  if (unit.persistent)
     row("grid", fmt::format("persistent: min({} work items (ceil(seqlen_q / block_m) x heads_q x batch), blocks per "
                             "SM x SMs) blocks, each looping over items{}",
                             m.blocks, last_wave));
@@ -856,7 +863,7 @@ int run_show(const ShowOptions& o) {
   } else if (!o.problem.empty()) {
     const ProblemDesc d = parse_problem_text(o.problem);
     const int arch = choose_arch(o.arch, nullptr);
-    TileShape t;
+    Tile t;
     const bool tiled = parse_tile_text("--tile", o.tile, &t);
     check_profile_config({arch});
     if (tiled) {

@@ -108,7 +108,7 @@ int choose_arch(int requested, std::string* note);
 /// (block_m, block_n in [1, 256], warps in [1, 16], stages in [1, 4]; validate()
 /// then applies the finer rules). Throws InvalidArgument naming `what` (the
 /// option), the text, the field, its value and the allowed range.
-bool parse_tile_text(const std::string& what, const std::string& text, TileShape* tile);
+bool parse_tile_text(const std::string& what, const std::string& text, Tile* tile);
 
 // ---- numeric options -------------------------------------------------------------
 

@@ -48,6 +48,7 @@
 
 #include <fmt/format.h>
 
+#include "gen/unit_traits.hpp"
 #include "tools/flashgen_cli.hpp"
 
 namespace flashgen::cli {
@@ -104,8 +105,8 @@ namespace {
 // accumulators (an m16n8 fragment is 4 floats per thread) and ~40 for
 // addresses, loop state and the row statistics.
 int accumulator_registers(const KernelSpec& s) {
-  const int m_tiles = std::max(1, s.block_m / std::max(1, 16 * s.warps));
-  return m_tiles * (s.head_dim_v / 2 + s.block_n / 2) + 40;
+  const int m_tiles = std::max(1, s.tile.block_m / std::max(1, 16 * s.tile.warps));
+  return m_tiles * (s.head_dim_v / 2 + s.tile.block_n / 2) + 40;
 }
 
 }  // namespace
@@ -113,21 +114,18 @@ int accumulator_registers(const KernelSpec& s) {
 int estimate_registers(const KernelSpec& s) {
   // Accumulators, Q fragments when they fit (m16k16 = 4 registers), and the
   // K/V fragments in flight; ptxas may use up to 255 (launch bounds of one block).
-  const int m_tiles = std::max(1, s.block_m / std::max(1, 16 * s.warps));
+  const int m_tiles = std::max(1, s.tile.block_m / std::max(1, 16 * s.tile.warps));
   return std::min(255, accumulator_registers(s) + m_tiles * s.head_dim / 4 + 20);
 }
 
-KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const TileShape& tile) {
+KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const Tile& tile) {
   KernelSpec s;
   s.arch = arch;
   s.unit = profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
   s.dtype = problem.dtype;
   s.head_dim = static_cast<int>(problem.head_dim);
   s.head_dim_v = static_cast<int>(problem.head_dim_v);
-  s.block_m = tile.block_m;
-  s.block_n = tile.block_n;
-  s.warps = tile.warps;
-  s.stages = tile.stages;
+  s.tile = tile;
   s.mask = problem.mask;
   s.bias = problem.bias;
   s.has_lse = problem.lse;
@@ -148,7 +146,7 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   }
   const double D = static_cast<double>(spec.head_dim), Dv = static_cast<double>(spec.head_dim_v);
   const double eb = 2.0;  // bytes per element
-  const int64_t bm = std::max(1, spec.block_m), bn = std::max(1, spec.block_n);
+  const int64_t bm = std::max(1, spec.tile.block_m), bn = std::max(1, spec.tile.block_n);
   const int64_t m_blocks = p.seqlen_q > 0 ? (p.seqlen_q + bm - 1) / bm : 0;
   m.blocks = m_blocks * p.heads_q * p.batch;
   m.flops = problem_flops(p);
@@ -168,8 +166,10 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double bias_bytes = p.bias == BiasKind::none ? 0 : (p.bias == BiasKind::f32 ? 4.0 : 2.0);
   m.tile_global_bytes = eb * static_cast<double>(bm) * (D + Dv) + eb * keys_avg * (D + Dv) +
                         bias_bytes * static_cast<double>(bm) * keys_avg + (p.lse ? 4.0 * static_cast<double>(bm) : 0);
-  const bool wgmma = spec.unit == MatrixUnit::wgmma;
-  const double smem_readers = wgmma ? std::max(1, spec.warps / 4) : spec.warps;
+  const gen::UnitTraits& unit = gen::unit_traits(spec.unit);
+  const bool wgmma = unit.warpgroup;
+  // Shared-memory operand readers per block: warps, or warpgroups of a warpgroup-level unit.
+  const double smem_readers = wgmma ? std::max(1, spec.tile.warps / 4) : spec.tile.warps;
   const double steps = keys_avg / static_cast<double>(bn);
   m.tile_smem_bytes = steps * (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb +
                       static_cast<double>(bm) * D * eb + 2.0 * static_cast<double>(bm) * Dv * eb;
@@ -193,9 +193,9 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const int by_smem = smem > 0 ? static_cast<int>(profile.smem_per_sm / (smem + kSmemReservedPerBlock)) : kMaxBlocksPerSm;
   const int64_t regs_per_warp =
       (static_cast<int64_t>(m.registers) * 32 + kRegisterAllocUnit - 1) / kRegisterAllocUnit * kRegisterAllocUnit;
-  const int by_regs = wgmma ? (spec.warps == 4 ? 2 : 1)
+  const int by_regs = wgmma ? (spec.tile.warps == 4 ? 2 : 1)
                       : regs_per_warp > 0
-                          ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.warps))
+                          ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.tile.warps))
                           : kMaxBlocksPerSm;
   const int by_threads = threads > 0 ? profile.max_threads_per_sm / threads : 0;
   m.blocks_per_sm = std::min({by_smem, by_regs, by_threads, kMaxBlocksPerSm});
@@ -220,7 +220,7 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
     const double step_smem = (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb;
     const double work = std::max(P > 0 ? step_flops / P : 0.0, Bs > 0 ? step_smem / Bs : 0.0);
     const double occ = std::max(1, m.blocks_per_sm);
-    const double hidden = static_cast<double>(std::max(0, spec.stages - 1)) * occ * work;
+    const double hidden = static_cast<double>(std::max(0, spec.tile.stages - 1)) * occ * work;
     const double wait = std::max(0.0, kLoadLatency - hidden) + kStepOverhead;
     const double step_eff = work > 0 ? std::min(1.0, occ * work / (work + wait)) : 0.0;
     m.latency_efficiency = std::min(warp_eff, step_eff);
@@ -254,13 +254,14 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
   std::vector<TileModel> out;
   const MatrixUnit unit =
       profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
-  if (unit == MatrixUnit::wgmma) {
-    // One warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
-    for (int warps : {4, 8}) {
+  const gen::UnitTraits& traits = gen::unit_traits(unit);
+  if (traits.block_m_is_16_warps) {
+    // wgmma: one warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
+    for (int warps : {traits.warps_a, traits.warps_b}) {
       for (int block_n = 32; block_n <= 256; block_n += 16) {
-        for (int stages : {2, 3}) {
+        for (int stages : {traits.min_stages, traits.min_stages + 1}) {
           const KernelSpec s =
-              spec_with_tile(problem, arch, profile, TileShape{16 * warps, block_n, warps, stages});
+              spec_with_tile(problem, arch, profile, Tile{16 * warps, block_n, warps, stages});
           TileModel m = model_tile(s, problem, profile, dev);
           if (m.fits) out.push_back(std::move(m));
         }
@@ -268,12 +269,12 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
     }
   }
   for (int warps : {1, 2, 4, 8, 16}) {
-    if (unit == MatrixUnit::wgmma) break;
+    if (traits.block_m_is_16_warps) break;
     for (int block_m : {16, 32, 64, 128, 256}) {
       if (block_m % (16 * warps) != 0 || block_m / (16 * warps) > 4) continue;
       for (int block_n : {16, 32, 64, 128}) {
         for (int stages : {1, 2, 3}) {
-          const KernelSpec s = spec_with_tile(problem, arch, profile, TileShape{block_m, block_n, warps, stages});
+          const KernelSpec s = spec_with_tile(problem, arch, profile, Tile{block_m, block_n, warps, stages});
           TileModel m = model_tile(s, problem, profile, dev);
           if (m.fits) out.push_back(std::move(m));
         }

@@ -259,7 +259,7 @@ std::string percent(double x) { return fmt::format("{:.0f}%", 100.0 * x); }
 
 // Tiles that differ only in pipeline stages score alike; candidates are
 // taken one per (block_m, block_n, warps) first, best first, then the rest.
-std::string shape_key(const KernelSpec& s) { return fmt::format("{}x{}x{}", s.block_m, s.block_n, s.warps); }
+std::string shape_key(const KernelSpec& s) { return fmt::format("{}x{}x{}", s.tile.block_m, s.tile.block_n, s.tile.warps); }
 
 std::vector<size_t> diverse_order(size_t n, const std::function<std::string(size_t)>& key) {
   std::vector<size_t> first, rest;
@@ -394,9 +394,9 @@ int run_tune(const TuneOptions& o) {
       for (size_t i = 0; i < cands.size(); ++i) {
         const TileModel& m = cands[i].model;
         std::printf("   %-4zu %-18s %6d %9lld %-14s %7s %s%s\n", i + 1,
-                    TileShape{m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages}.str().c_str(), m.registers,
+                    m.spec.tile.str().c_str(), m.registers,
                     static_cast<long long>(m.spec.smem_bytes()),
-                    fmt::format("{} x {}w", m.blocks_per_sm, m.spec.warps).c_str(), percent(m.score).c_str(),
+                    fmt::format("{} x {}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
                     m.bound.c_str(), cands[i].is_default ? "  (profile default)" : "");
       }
       continue;
@@ -444,9 +444,9 @@ int run_tune(const TuneOptions& o) {
         const TileModel& m = cands[i].model;
         const bool timed = std::find(to_time.begin(), to_time.end(), i) != to_time.end();
         std::printf("   %-4s %-18s %5d %6lld %9lld %-9s %6s %s%s\n", timed ? "time" : "",
-                    TileShape{m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages}.str().c_str(), m.registers,
+                    m.spec.tile.str().c_str(), m.registers,
                     static_cast<long long>(m.spill_bytes), static_cast<long long>(m.spec.smem_bytes()),
-                    fmt::format("{}x{}w", m.blocks_per_sm, m.spec.warps).c_str(), percent(m.score).c_str(),
+                    fmt::format("{}x{}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
                     cands[i].compiled ? m.bound.c_str() : ("compile failed: " + cands[i].compile_error.substr(0, 80)).c_str(),
                     cands[i].is_default ? "  <- profile default" : "");
       }
@@ -489,9 +489,9 @@ int run_tune(const TuneOptions& o) {
                                            : "error: " + c.timing->error.substr(0, 60))
                                     : (c.compiled ? "(not timed)" : "(compile failed)");
       std::printf("   %-4s %-18s %5d %6lld %9lld %-9s %6s %s%s\n", &c == best ? "*" : "",
-                  TileShape{m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages}.str().c_str(), m.registers,
+                  m.spec.tile.str().c_str(), m.registers,
                   static_cast<long long>(m.spill_bytes), static_cast<long long>(m.spec.smem_bytes()),
-                  fmt::format("{}x{}w", m.blocks_per_sm, m.spec.warps).c_str(), percent(m.score).c_str(),
+                  fmt::format("{}x{}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
                   timing.c_str(), c.is_default ? "  <- profile default" : "");
     }
     if (best == nullptr) {
@@ -506,8 +506,8 @@ int run_tune(const TuneOptions& o) {
     e.profile_hash = profile_hash(profile);
     e.generator = kGeneratorVersion;
     e.problem = cls;
-    e.tile = TileShape{best->model.spec.block_m, best->model.spec.block_n, best->model.spec.warps,
-                       best->model.spec.stages};
+    e.tile = Tile{best->model.spec.tile.block_m, best->model.spec.tile.block_n, best->model.spec.tile.warps,
+                       best->model.spec.tile.stages};
     e.tflops = best->timing->tflops;
     std::printf("   winner: %s, %.1f TFLOP/s (%s)\n", e.tile.str().c_str(), e.tflops,
                 baseline != nullptr && &*best->timing != baseline

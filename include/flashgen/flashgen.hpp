@@ -21,15 +21,13 @@
 #include "flashgen/spec.hpp"
 #include "flashgen/tune.hpp"
 #include "flashgen/types.hpp"
+#include "flashgen/version.hpp"
 #include "flashgen/warmup.hpp"
 
 // Same declaration as cuda.h, so users need not include it.
 typedef struct CUstream_st* CUstream;
 
 namespace flashgen {
-
-/// Version of the code generator; part of every cache key.
-inline constexpr const char* kGeneratorVersion = "0.1.0";
 
 /// The CUDA device current in the calling thread (its current context, else
 /// device 0's primary context, which is then made current).
@@ -58,9 +56,22 @@ bool gpu_available();
 /// ignored with one notice on stderr. Checks the problem (check_problem) and
 /// the spec (validate). Needs no GPU. Throws InvalidArgument / Unsupported.
 KernelSpec plan(const AttentionProblem& problem, int arch);
+/// plan(problem, arch) with `profile` instead of profile_for_arch(arch), so a
+/// test or a binding chooses the hardware description without the process-wide
+/// FLASHGEN_PROFILE variable. The spec is validated against `profile`, which
+/// must list `arch` (Unsupported otherwise); tune entries apply when their
+/// profile hash is this profile's (profile_hash). `profile` is only read during
+/// the call. generate(), compile() and load_kernel() validate a spec against
+/// profile_for_arch(spec.arch), so a spec planned for a profile that is not
+/// that one is compiled through them only when it is also valid there.
+/// Needs no GPU. Throws InvalidArgument / Unsupported.
+KernelSpec plan(const AttentionProblem& problem, int arch, const Profile& profile);
 /// plan() for the current device (its arch and name). Throws as plan(problem,
 /// arch), plus Unavailable / DriverError without a usable GPU.
 KernelSpec plan(const AttentionProblem& problem);
+/// plan(problem) with `profile` instead of profile_for_arch of the current
+/// device's arch (see plan(problem, arch, profile)). Throws as plan(problem).
+KernelSpec plan(const AttentionProblem& problem, const Profile& profile);
 
 /// The generated CUDA source for `spec` (self-contained, deterministic; begins
 /// with a comment listing the spec; extern "C" symbol = spec.kernel_name()).

@@ -13,19 +13,16 @@
 
 namespace flashgen {
 
-/// One row of a profile's `flash:` list: the tile used for head dims
-/// <= head_dim_le (rows are sorted by head_dim_le; the first that covers the
-/// problem's max(head_dim, head_dim_v) wins).
+/// One row of a profile's `flash:` list: the tile (types.hpp) used for head
+/// dims <= head_dim_le (rows are sorted by head_dim_le; the first that covers
+/// the problem's max(head_dim, head_dim_v) wins).
 /// Rows of `wgmma_flash:` (the wgmma unit) follow stricter rules: warps 4 or
 /// 8 (one or two consumer warpgroups; the kernel adds a producer warpgroup),
 /// block_m == 16 * warps (64 query rows per warpgroup), block_n <= 256 (<= 192
 /// with warps 4), stages in [2, 4].
 struct FlashTile {
   int head_dim_le = 0;  ///< inclusive head-dim bound, elements
-  int block_m = 0;      ///< query rows per thread block (multiple of 16 * warps)
-  int block_n = 0;      ///< key rows per pipeline step (multiple of 16, at most 256)
-  int warps = 0;        ///< warps per block (wgmma: consumer warps); each owns block_m / warps query rows
-  int stages = 0;       ///< K/V shared-memory pipeline depth, [1, 4]
+  Tile tile;            ///< block_m, block_n, warps, stages
 };
 
 /// The warp-level mma.sync instruction of a profile (m16n8k16, m16n8k8 or

@@ -24,18 +24,15 @@ std::vector<int> split_head_dim(int head_dim, int min_chunk = 8);
 /// Throws InvalidArgument for a head dim the unit cannot split.
 std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
 
-/// The specialization of one generated forward kernel (a plain value type).
+/// The specialization of one generated kernel (a plain value type).
 struct KernelSpec {
+  KernelFamily family = KernelFamily::fwd;  ///< which kernel (types.hpp); only fwd is generated today
   int arch = 80;                          ///< target compute capability, 10*major+minor
   MatrixUnit unit = MatrixUnit::m16n8k16;
   DType dtype = DType::f16;               ///< Q, K, V, O element type
   int head_dim = 64;                      ///< Q/K head dim, multiple of 8 in [16, 256] (wgmma: of 16)
   int head_dim_v = 64;                    ///< V/O head dim, multiple of 8 in [16, 256] (wgmma: of 16)
-  int block_m = 64;                       ///< query rows per block: multiple of 16 * warps, <= 256 (wgmma: 16 * warps)
-  int block_n = 64;                       ///< keys per pipeline step: multiple of 16, <= 256
-  int warps = 4;                          ///< warps per block, [1, 16] and 32 * warps <= 1024 (wgmma: the consumer warps,
-                                          ///< 4 or 8; the block adds a 4-warp producer warpgroup, see threads())
-  int stages = 2;                         ///< K/V pipeline depth, [1, 4] (wgmma: [2, 4])
+  Tile tile{64, 64, 4, 2};                ///< block_m, block_n, warps, stages (types.hpp; the rules: validate())
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
@@ -46,29 +43,32 @@ struct KernelSpec {
   /// Threads per block: 32 * warps, + 128 for the wgmma unit (its producer
   /// warpgroup, which issues the TMA copies); saturated to the int range:
   /// defined for every parsed spec (KernelSpec::parse accepts any int;
-  /// validate() says which are allowed).
-  int threads() const {
-    const int64_t t = int64_t{warps} * 32 + (unit == MatrixUnit::wgmma ? 128 : 0);
-    return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
-  }
+  /// validate() says which are allowed). Throws Error(internal) for a unit
+  /// outside the MatrixUnit enumerators.
+  int threads() const;
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
   /// for the wgmma unit (its tiles are aligned to 1024 bytes).
   int64_t smem_bytes() const;
 
-  /// Canonical string, fixed field order and versioned tag, e.g.
-  /// "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1".
+  /// Canonical string: the family's versioned tag, then every field in fixed
+  /// order, e.g.
+  /// "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1"
+  /// (tags: "flashgen.fwd.v1:", "flashgen.fwd_split.v1:", "flashgen.combine.v1:").
   std::string canonical() const;
-  /// Parse a canonical string; throws InvalidArgument naming the bad field.
+  /// Parse a canonical string of any family; throws InvalidArgument naming the
+  /// bad tag or field.
   static KernelSpec parse(const std::string& text);
   /// Readable name, the extern "C" symbol, NVRTC program name and cache stem, e.g.
   /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_bias16" for an
-  /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse).
+  /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse); the
+  /// prefix is "flashgen_<family>" ("flashgen_fwd_split_...", "flashgen_combine_...").
   std::string kernel_name() const;
 
   bool operator==(const KernelSpec&) const = default;
 };
 
 /// Every rule `spec` breaks for `profile`, one sentence each (empty = valid).
+/// A family that is not generated yet (fwd_split, combine) is one such rule.
 std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile);
 /// Throws Unsupported (listing every broken rule) if validate() is non-empty.
 void require_valid(const KernelSpec& spec, const Profile& profile);

@@ -64,16 +64,6 @@ int64_t seqlen_q_bucket(int64_t seqlen_q);
 /// The class of `p` (does not check the problem).
 ProblemClass problem_class(const AttentionProblem& p);
 
-/// A tile: block_m x block_n, warps, K/V pipeline stages (see FlashTile).
-struct TileShape {
-  int block_m = 0;
-  int block_n = 0;
-  int warps = 0;
-  int stages = 0;
-  bool operator==(const TileShape&) const = default;
-  std::string str() const;  ///< "bm128 bn64 w8 s2"
-};
-
 struct TuneEntry {
   std::string device;        ///< device name (cuDeviceGetName), non-empty
   int arch = 0;              ///< compute capability, 10*major+minor
@@ -81,7 +71,7 @@ struct TuneEntry {
   std::string profile_hash;  ///< profile_hash(profile) when measured, 16 lowercase hex digits
   std::string generator;     ///< kGeneratorVersion of the library that measured it
   ProblemClass problem;
-  TileShape tile;
+  Tile tile;                 ///< the measured tile
   double tflops = 0.0;       ///< measured throughput, 10^12 FLOP/s, >= 0
 };
 
@@ -131,7 +121,7 @@ std::vector<std::string> tune_file_paths();
 /// is ignored with one notice. Does not validate the tile against the profile
 /// (plan() does, and ignores an entry whose tile is invalid, with a notice).
 struct TunedTile {
-  TileShape tile;
+  Tile tile;
   std::string file;
   TuneEntry entry;
 };

@@ -11,6 +11,18 @@
 
 namespace flashgen {
 
+/// The kind of kernel a KernelSpec describes. Each family has its own
+/// canonical tag ("flashgen.<family>.v1:") and kernel-name prefix
+/// ("flashgen_<family>_").
+///  - fwd:       the dense forward kernel (one launch computes O and LSE).
+///  - fwd_split: split-KV forward: blocks over parts of the key range write
+///               partial O (fp32) and LSE into a workspace. Not generated yet.
+///  - combine:   merges the partial results of fwd_split into O and LSE. Not
+///               generated yet.
+/// validate() refuses the families that are not generated yet (Unsupported);
+/// backward families (bwd_*) come later.
+enum class KernelFamily { fwd, fwd_split, combine };
+
 /// Element type of Q, K, V and O. fp16 is IEEE binary16, bf16 is bfloat16
 /// (8-bit exponent, 7-bit mantissa). Accumulation is always float32.
 enum class DType { f16, bf16 };
@@ -39,6 +51,7 @@ enum class BiasKind { none, input, f32 };
 ///              are compiled for the arch-specific target sm_90a.
 enum class MatrixUnit { m16n8k16, m16n8k8, m8n8k4, wgmma };
 
+std::string_view to_string(KernelFamily);  ///< "fwd" | "fwd_split" | "combine"
 std::string_view to_string(DType);       ///< "f16" | "bf16"
 std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr"
 std::string_view to_string(BiasKind);    ///< "none" | "input" | "f32"
@@ -51,6 +64,25 @@ DType parse_dtype(std::string_view text, std::string_view what = "dtype");
 MaskKind parse_mask(std::string_view text, std::string_view what = "mask");
 BiasKind parse_bias(std::string_view text, std::string_view what = "bias");
 MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what = "matrix_unit");
+KernelFamily parse_kernel_family(std::string_view text, std::string_view what = "family");
+
+/// The tile of a forward kernel: the query rows and keys one thread block
+/// works on per step, its warps and its K/V pipeline depth. A value type; a
+/// default-constructed Tile is all zero (no tile). The rules a tile must
+/// follow depend on the matrix unit and the profile: validate() (spec.hpp)
+/// states them, one sentence per broken rule.
+struct Tile {
+  int block_m = 0;  ///< query rows per thread block: a positive multiple of 16 * warps, at most 256
+                    ///< (wgmma: exactly 16 * warps, 64 query rows per consumer warpgroup)
+  int block_n = 0;  ///< keys per pipeline step: a positive multiple of 16, at most 256 (wgmma with warps 4: 192)
+  int warps = 0;    ///< warps per block, [1, 16] (wgmma: the consumer warps, 4 or 8; the kernel adds a
+                    ///< 4-warp producer warpgroup); each warp owns block_m / warps query rows
+  int stages = 0;   ///< K/V shared-memory pipeline depth, [1, 4] (wgmma: [2, 4])
+
+  bool operator==(const Tile&) const = default;
+  /// e.g. "bm128 bn64 w8 s2"
+  std::string str() const;
+};
 
 /// Size in bytes of one element of `d` (2 for both f16 and bf16).
 constexpr int dtype_bytes(DType) { return 2; }

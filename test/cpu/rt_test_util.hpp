@@ -156,10 +156,7 @@ inline KernelSpec spec_for(const Profile& profile, int arch, DType dtype, int d,
   s.dtype = dtype;
   s.head_dim = d;
   s.head_dim_v = dv;
-  s.block_m = t.block_m;
-  s.block_n = t.block_n;
-  s.warps = t.warps;
-  s.stages = t.stages;
+  s.tile = t.tile;
   s.mask = mask;
   s.bias = bias;
   s.has_lse = lse;

@@ -429,7 +429,7 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
   e.profile_hash = profile_hash(profile_for_arch(90));
   e.generator = kGeneratorVersion;
   e.problem = problem_class(cli::to_problem(cli::parse_problem_text(llama)));
-  e.tile = TileShape{128, 32, 8, 2};
+  e.tile = Tile{128, 32, 8, 2};
   e.tflops = 300;
   save_tune_file(tune, TuneFile{{e}});
   std::ofstream(work.path() + "/p.yml") << "problems:\n  - {dtype: f16, seqlen: 4096, heads_q: 32, heads_kv: 8, "
@@ -786,11 +786,11 @@ TEST_CASE("cli problems: an alias and a key it sets are refused together, in eit
 }
 
 TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate instead of wrapping") {
-  TileShape t;
+  Tile t;
   CHECK_FALSE(cli::parse_tile_text("--tile", "default", &t));
   CHECK_FALSE(cli::parse_tile_text("--tile", "", &t));
   REQUIRE(cli::parse_tile_text("--tile", "256x256x16x4", &t));
-  CHECK(t == TileShape{256, 256, 16, 4});
+  CHECK(t == Tile{256, 256, 16, 4});
   const char* names[] = {"BLOCK_M", "BLOCK_N", "WARPS", "STAGES"};
   const int his[] = {256, 256, 16, 4};
   for (int field = 0; field < 4; ++field) {

@@ -20,12 +20,12 @@ TEST_CASE("fuzz regression: threads() of a parsed spec with an extreme warp coun
       "mask=none,bias=none,lse=1";
   const KernelSpec s = KernelSpec::parse(input);
   CHECK(s.canonical() == input);
-  CHECK(s.warps == INT32_MIN);
+  CHECK(s.tile.warps == INT32_MIN);
   CHECK(s.threads() == INT32_MIN);
   KernelSpec big = s;
-  big.warps = INT32_MAX;
+  big.tile.warps = INT32_MAX;
   CHECK(big.threads() == INT32_MAX);
-  big.warps = 4;
+  big.tile.warps = 4;
   CHECK(big.threads() == 128);
   // validate() refuses it, in sentences, without overflowing either.
   const auto errors = validate(s, builtin_profiles().front());

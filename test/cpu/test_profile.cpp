@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flashgen/flashgen.hpp"
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
 
@@ -150,9 +151,9 @@ TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves")
     for (const auto& t : p.flash) {
       KernelSpec worst;
       worst.head_dim = worst.head_dim_v = t.head_dim_le;
-      worst.block_m = t.block_m;
-      worst.block_n = t.block_n;
-      worst.stages = t.stages;
+      worst.tile.block_m = t.tile.block_m;
+      worst.tile.block_n = t.tile.block_n;
+      worst.tile.stages = t.tile.stages;
       CHECK(worst.smem_bytes() <= p.smem_per_block);
     }
     for (int d = 16; d <= 256; d += 8) {
@@ -165,10 +166,7 @@ TEST_CASE("builtin profiles: every tile row fits, for every head dim it serves")
           s.dtype = dtype;
           s.head_dim = d;
           s.head_dim_v = dv;
-          s.block_m = t.block_m;
-          s.block_n = t.block_n;
-          s.warps = t.warps;
-          s.stages = t.stages;
+          s.tile = t.tile;
           s.mask = MaskKind::causal_bottom_right;
           s.bias = BiasKind::f32;
           s.has_lse = true;
@@ -199,7 +197,7 @@ TEST_CASE("Profile::tile_for and supports_dtype") {
   CHECK(p.tile_for(16).head_dim_le == 64);
   CHECK(p.tile_for(64).head_dim_le == 64);
   CHECK(p.tile_for(72).head_dim_le == 128);
-  CHECK(p.tile_for(128).block_n == 32);
+  CHECK(p.tile_for(128).tile.block_n == 32);
   CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("head_dim (136)"), Unsupported);
   CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("at most 128"), Unsupported);
   CHECK(p.supports_dtype(DType::f16));
@@ -365,6 +363,34 @@ TEST_CASE("FLASHGEN_PROFILE overrides the built-in profiles") {
   std::filesystem::remove(path);
 }
 
+TEST_CASE("plan(problem, arch, profile): an explicit profile instead of FLASHGEN_PROFILE") {
+  ScopedEnv env("FLASHGEN_PROFILE", nullptr);
+  const Profile p = parse_profile(kBase, kOrigin);
+  alignas(16) static char buf[16];
+  const AttentionProblem prob =
+      make_bshd_problem(DType::f16, 1, 100, 100, 4, 4, 128, 128, MaskKind::none, buf, buf, buf, buf);
+  const KernelSpec s = plan(prob, 75, p);
+  CHECK(s.arch == 75);
+  CHECK(s.unit == MatrixUnit::m16n8k8);
+  CHECK(s.tile == p.tile_for(128).tile);
+  CHECK(validate(s, p).empty());
+  // The same spec as selecting the file through the environment variable.
+  const auto path = temp_file("flashgen-test-profile-plan", kBase);
+  {
+    ScopedEnv file("FLASHGEN_PROFILE", path.c_str());
+    CHECK(plan(prob, 75) == s);
+  }
+  std::filesystem::remove(path);
+  // Without the variable, plan(problem, arch) still uses the built-in profile.
+  CHECK(plan(prob, 75) == plan(prob, 75, profile_for_arch(75)));
+  // The profile must list the arch; bad input is refused before the profile matters.
+  CHECK_THROWS_WITH_AS(plan(prob, 80, p), Contains("arch (sm_80) is not a compute capability of profile testgen"),
+                       Unsupported);
+  AttentionProblem bad = prob;
+  bad.head_dim = 12;
+  CHECK_THROWS_AS(plan(bad, 75, p), InvalidArgument);
+}
+
 TEST_CASE("builtin profiles from Volta to Blackwell, selected by compute capability") {
   ScopedEnv env("FLASHGEN_PROFILE", nullptr);
   const std::vector<std::pair<int, std::string>> want = {
@@ -380,8 +406,8 @@ TEST_CASE("builtin profiles from Volta to Blackwell, selected by compute capabil
   const Profile& volta = profile_for_arch(70);
   CHECK(volta.matrix_unit.shape == MatrixUnit::m8n8k4);
   CHECK(volta.matrix_unit.operand_dtypes == std::vector<DType>{DType::f16});
-  CHECK(volta.tile_for(256).block_m == 64);
-  CHECK(volta.tile_for(256).block_n == 32);
+  CHECK(volta.tile_for(256).tile.block_m == 64);
+  CHECK(volta.tile_for(256).tile.block_n == 32);
   CHECK(volta.smem_per_block == 98304);
   const Profile& turing = profile_for_arch(75);
   CHECK(turing.matrix_unit.shape == MatrixUnit::m16n8k8);

@@ -32,10 +32,10 @@ KernelSpec example_spec() {
   s.dtype = DType::f16;
   s.head_dim = 96;
   s.head_dim_v = 96;
-  s.block_m = 128;
-  s.block_n = 64;
-  s.warps = 4;
-  s.stages = 2;
+  s.tile.block_m = 128;
+  s.tile.block_n = 64;
+  s.tile.warps = 4;
+  s.tile.stages = 2;
   s.mask = MaskKind::causal_bottom_right;
   s.bias = BiasKind::none;
   s.has_lse = true;
@@ -136,7 +136,7 @@ TEST_CASE("KernelSpec derived quantities") {
   CHECK(s.smem_bytes() == 2 * (128 * 128 + 2 * 64 * (64 + 128)));
   s.head_dim = 256;
   s.head_dim_v = 32;
-  s.stages = 3;
+  s.tile.stages = 3;
   CHECK(s.smem_bytes() == 2 * (128 * 256 + 3 * 64 * (256 + 32)));
 }
 
@@ -167,10 +167,10 @@ TEST_CASE("canonical string: round trip and distinct kernel names over a grid") 
                     s.dtype = dtype;
                     s.head_dim = d;
                     s.head_dim_v = dv;
-                    s.block_m = bm;
-                    s.block_n = bn;
-                    s.warps = w;
-                    s.stages = st;
+                    s.tile.block_m = bm;
+                    s.tile.block_n = bn;
+                    s.tile.warps = w;
+                    s.tile.stages = st;
                     s.mask = mask;
                     s.bias = bias;
                     s.has_lse = lse;
@@ -192,7 +192,7 @@ TEST_CASE("canonical string: round trip and distinct kernel names over a grid") 
 TEST_CASE("canonical string: out-of-range numbers still round trip") {
   KernelSpec s = example_spec();
   s.arch = -1;
-  s.block_m = 0;
+  s.tile.block_m = 0;
   s.head_dim = 2147483647;
   s.head_dim_v = -2147483647 - 1;
   CHECK(KernelSpec::parse(s.canonical()) == s);
@@ -306,6 +306,40 @@ TEST_CASE("kernel names") {
   CHECK(s.kernel_name() == "flashgen_fwd_sm80_bf16_d64v128_m16n8k8_bm128_bn64_w4_s2_none");
 }
 
+TEST_CASE("kernel families: tag, kernel name, round trip, not generated yet") {
+  const std::string body =
+      "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";
+  // Today's tag is the fwd family's and reads back unchanged.
+  CHECK(KernelSpec::parse(kExampleCanonical).family == KernelFamily::fwd);
+  CHECK(example_spec().kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr_lse");
+  for (auto [family, tag, prefix] :
+       {std::tuple{KernelFamily::fwd_split, "flashgen.fwd_split.v1:", "flashgen_fwd_split_sm90_"},
+        std::tuple{KernelFamily::combine, "flashgen.combine.v1:", "flashgen_combine_sm90_"}}) {
+    CAPTURE(tag);
+    KernelSpec s = example_spec();
+    s.family = family;
+    CHECK(s.canonical() == std::string(tag) + body);
+    CHECK(KernelSpec::parse(s.canonical()) == s);
+    CHECK(s.kernel_name().rfind(prefix, 0) == 0);
+    CHECK(s.kernel_name() != example_spec().kernel_name());
+    const auto errors = validate(s, test_profile());
+    REQUIRE(errors.size() == 1);
+    CHECK(errors[0].find(std::string("family (") + std::string(to_string(family)) + ") is not generated yet") !=
+          std::string::npos);
+    CHECK_THROWS_AS(require_valid(s, test_profile()), Unsupported);
+  }
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("flashgen.combine.v2:" + body),
+                       Contains("version 'v2' is not supported; allowed: the tag 'flashgen.combine.v1:'"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(KernelSpec::parse("flashgen.bwd.v1:" + body),
+                       Contains("'flashgen.fwd.v1:', 'flashgen.fwd_split.v1:' or 'flashgen.combine.v1:'"),
+                       InvalidArgument);
+  CHECK(to_string(KernelFamily::fwd_split) == "fwd_split");
+  CHECK(parse_kernel_family("combine") == KernelFamily::combine);
+  CHECK_THROWS_WITH_AS(parse_kernel_family("bwd"), Contains("family: 'bwd' is not a known kernel family"),
+                       InvalidArgument);
+}
+
 TEST_CASE("enum names") {
   CHECK(to_string(DType::f16) == "f16");
   CHECK(to_string(DType::bf16) == "bf16");
@@ -342,13 +376,13 @@ TEST_CASE("validate: a valid spec gives no sentence") {
   s.mask = MaskKind::causal_top_left;
   s.head_dim = 16;
   s.head_dim_v = 256;
-  s.warps = 1;
-  s.block_m = 16;
-  s.block_n = 256;
-  s.stages = 1;
+  s.tile.warps = 1;
+  s.tile.block_m = 16;
+  s.tile.block_n = 256;
+  s.tile.stages = 1;
   CHECK(validate(s, test_profile()).empty());
-  s.block_n = 16;
-  s.stages = 4;
+  s.tile.block_n = 16;
+  s.tile.stages = 4;
   CHECK(validate(s, test_profile()).empty());
 }
 
@@ -386,45 +420,45 @@ TEST_CASE("validate: each rule produces its sentence") {
   }
   SUBCASE("warps") {
     s = valid_spec();
-    s.warps = 0;
-    s.block_m = 64;
+    s.tile.warps = 0;
+    s.tile.block_m = 64;
     check_single_sentence(s, {"warps (0)", "[1, 16]"});
-    s.warps = 17;
-    s.block_m = 16 * 17;  // > 256 as well, so two sentences
+    s.tile.warps = 17;
+    s.tile.block_m = 16 * 17;  // > 256 as well, so two sentences
     CHECK(validate(s, test_profile()).size() == 2);
   }
   SUBCASE("block_m not a multiple of 16 * warps") {
     s = valid_spec();
-    s.block_m = 96;  // warps 4 -> multiple of 64
+    s.tile.block_m = 96;  // warps 4 -> multiple of 64
     check_single_sentence(s, {"block_m (96)", "multiple of 16 * warps (64)", "at most 256"});
   }
   SUBCASE("block_m too large") {
     s = valid_spec();
-    s.block_m = 320;
-    s.warps = 4;
+    s.tile.block_m = 320;
+    s.tile.warps = 4;
     check_single_sentence(s, {"block_m (320)", "at most 256"});
   }
   SUBCASE("block_n") {
     s = valid_spec();
-    s.block_n = 24;
+    s.tile.block_n = 24;
     check_single_sentence(s, {"block_n (24)", "positive multiple of 16 and at most 256"});
-    s.block_n = 0;
+    s.tile.block_n = 0;
     check_single_sentence(s, {"block_n (0)"});
-    s.block_n = 272;
-    s.stages = 1;  // keep shared memory within the limit
+    s.tile.block_n = 272;
+    s.tile.stages = 1;  // keep shared memory within the limit
     check_single_sentence(s, {"block_n (272)"});
   }
   SUBCASE("stages") {
     s = valid_spec();
-    s.stages = 0;
+    s.tile.stages = 0;
     check_single_sentence(s, {"stages (0)", "[1, 4]"});
-    s.stages = 5;
+    s.tile.stages = 5;
     check_single_sentence(s, {"stages (5)", "[1, 4]"});
   }
   SUBCASE("threads") {
     s = valid_spec();
-    s.warps = 40;
-    s.block_m = 16;
+    s.tile.warps = 40;
+    s.tile.block_m = 16;
     const auto errors = validate(s, test_profile());
     REQUIRE(errors.size() == 2);
     CHECK(errors[0].find("warps (40)") != std::string::npos);
@@ -434,10 +468,10 @@ TEST_CASE("validate: each rule produces its sentence") {
     s = valid_spec();
     s.head_dim = 256;
     s.head_dim_v = 256;
-    s.block_m = 256;
-    s.warps = 16;
-    s.block_n = 128;
-    s.stages = 4;
+    s.tile.block_m = 256;
+    s.tile.warps = 16;
+    s.tile.block_n = 128;
+    s.tile.stages = 4;
     check_single_sentence(s, {"smem_bytes (" + std::to_string(s.smem_bytes()) + " = ", "(232448)",
                               "smem_per_block"});
   }
@@ -448,18 +482,18 @@ TEST_CASE("validate: each rule produces its sentence") {
     s.dtype = DType::bf16;
     s.head_dim = 12;
     s.head_dim_v = 300;
-    s.warps = 0;
-    s.block_m = 8;
-    s.block_n = 8;
-    s.stages = 9;
+    s.tile.warps = 0;
+    s.tile.block_m = 8;
+    s.tile.block_n = 8;
+    s.tile.stages = 9;
     CHECK(validate(s, test_profile()).size() == 9);
   }
 }
 
 TEST_CASE("require_valid: Unsupported listing every sentence") {
   KernelSpec s = valid_spec();
-  s.stages = 0;
-  s.block_n = 24;
+  s.tile.stages = 0;
+  s.tile.block_n = 24;
   const auto errors = validate(s, test_profile());
   REQUIRE(errors.size() == 2);
   const std::string expected = "kernel spec " + s.canonical() +

@@ -115,7 +115,7 @@ TEST_CASE("tune: a tune file round-trips through format and parse") {
   CHECK(e.problem.bias == BiasKind::f32);
   CHECK(e.problem.has_lse);
   CHECK(e.problem.seqlen_q_le == 131072);
-  CHECK(e.tile == TileShape{64, 64, 4, 3});
+  CHECK(e.tile == Tile{64, 64, 4, 3});
   CHECK(e.tflops == doctest::Approx(345.2));
 
   const std::string text = format_tune_file(f);
@@ -147,12 +147,12 @@ TEST_CASE("tune: a tune file round-trips through format and parse") {
   save_tune_file(path, f);
   TuneFile loaded = load_tune_file(path);
   TuneEntry changed = loaded.entries[0];
-  changed.tile = TileShape{64, 32, 4, 2};
+  changed.tile = Tile{64, 32, 4, 2};
   TuneEntry added = loaded.entries[0];
   added.device = "Another GPU";
   merge_tune_entries(loaded, {changed, added});
   REQUIRE(loaded.entries.size() == 3);
-  CHECK(loaded.entries[0].tile == TileShape{64, 32, 4, 2});
+  CHECK(loaded.entries[0].tile == Tile{64, 32, 4, 2});
   CHECK(loaded.entries[2].device == "Another GPU");
   CHECK_THROWS_AS(load_tune_file(dir.path() + "/missing.yml"), IoError);
 }
@@ -257,14 +257,14 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
     std::ofstream(path) << "version: 1\nentries:\n" << entries;
     rt::tune_reset_for_tests();
   };
-  auto tile_of = [](const KernelSpec& s) { return TileShape{s.block_m, s.block_n, s.warps, s.stages}; };
+  auto tile_of = [](const KernelSpec& s) { return s.tile; };
 
   SUBCASE("an entry of this device, arch, profile and class is used") {
     write(entry_text("Test GPU", 90, hash, kTile));
     StderrCapture err;
     const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
     CHECK(err.stop().empty());
-    CHECK(tile_of(s) == TileShape{128, 32, 8, 2});
+    CHECK(tile_of(s) == Tile{128, 32, 8, 2});
     CHECK(s.dtype == def.dtype);
     CHECK(s.head_dim == def.head_dim);
     CHECK(s.mask == def.mask);
@@ -344,11 +344,11 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
     CHECK(default_tune_file_path() == cache.path() + "/tune.yml");
     std::ofstream(cache.path() + "/tune.yml") << "version: 1\nentries:\n" << entry_text("Test GPU", 90, hash, kTile);
     rt::tune_reset_for_tests();
-    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == TileShape{128, 32, 8, 2});
+    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == Tile{128, 32, 8, 2});
     std::ofstream(cache.path() + "/tune.yml")
         << "version: 1\nentries:\n"
         << entry_text("Test GPU", 90, hash, "{block_m: 64, block_n: 32, warps: 4, stages: 3}") << "# changed\n";
-    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == TileShape{64, 32, 4, 3});
+    CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == Tile{64, 32, 4, 3});
   }
   rt::tune_reset_for_tests();
 }
@@ -358,7 +358,7 @@ TEST_CASE("warmup: compiles a list on a thread pool, reports progress, and isola
   std::vector<KernelSpec> specs = {test::simple_spec(80, 16), test::simple_spec(90, 16),
                                    test::simple_spec(80, 16, MaskKind::causal_top_left)};
   KernelSpec bad = test::simple_spec(90, 16);
-  bad.block_m = 96;  // not a multiple of 16 * warps
+  bad.tile.block_m = 96;  // not a multiple of 16 * warps
   specs.insert(specs.begin() + 1, bad);
   specs.push_back(specs[0]);  // a duplicate compiles once
 
@@ -426,9 +426,9 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(cli::problem_flops(p) == doctest::Approx(2.0 * 32 * pairs * 256));
   // The model's arithmetic on a one-warpgroup tile (64 rows, 4 warps).
   KernelSpec m64 = def;
-  m64.block_m = 64;
-  m64.block_n = 96;
-  m64.warps = 4;
+  m64.tile.block_m = 64;
+  m64.tile.block_n = 96;
+  m64.tile.warps = 4;
   REQUIRE(validate(m64, prof).empty());
   const cli::TileModel m = cli::model_tile(m64, p, prof, dev);
   CHECK(m.unique_bytes == doctest::Approx(2.0 * (4096.0 * 32 * 128 * 2 + 4096.0 * 8 * 256)));
@@ -446,7 +446,7 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(m.blocks == 64 * 32);
   // More rows per warp raise the shared-memory intensity.
   KernelSpec wide = m64;
-  wide.block_m = 128;
+  wide.tile.block_m = 128;
   CHECK(cli::model_tile(wide, p, prof, dev).ai_smem > m.ai_smem);
   // Measured registers change the occupancy; spills cost.
   const cli::TileModel measured = cli::model_tile(m64, p, prof, dev, 255, 0);
@@ -455,9 +455,9 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(cli::model_tile(m64, p, prof, dev, 255, 512).score < measured.score);
   // A tile over the budget does not fit.
   KernelSpec huge = def;
-  huge.block_m = 256;
-  huge.block_n = 128;
-  huge.stages = 4;
+  huge.tile.block_m = 256;
+  huge.tile.block_n = 128;
+  huge.tile.stages = 4;
   CHECK_FALSE(cli::model_tile(huge, p, prof, dev).fits);
 }
 

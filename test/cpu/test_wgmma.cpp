@@ -12,6 +12,7 @@
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
 
@@ -31,10 +32,10 @@ KernelSpec wgmma_spec() {
   s.arch = 90;
   s.unit = MatrixUnit::wgmma;
   s.head_dim = s.head_dim_v = 128;
-  s.block_m = 64;
-  s.block_n = 96;
-  s.warps = 4;
-  s.stages = 2;
+  s.tile.block_m = 64;
+  s.tile.block_n = 96;
+  s.tile.warps = 4;
+  s.tile.stages = 2;
   return s;
 }
 
@@ -57,10 +58,10 @@ TEST_CASE("wgmma: plan picks it on sm_90 for head dims that are multiples of 16,
       const bool by16 = d % 16 == 0 && dv % 16 == 0;
       CHECK(s.unit == (by16 ? MatrixUnit::wgmma : MatrixUnit::m16n8k16));
       const FlashTile& t = hopper.tile_for(std::max(d, dv), s.unit);
-      CHECK(s.block_m == t.block_m);
-      CHECK(s.block_n == t.block_n);
+      CHECK(s.tile.block_m == t.tile.block_m);
+      CHECK(s.tile.block_n == t.tile.block_n);
       CHECK(validate(s, hopper).empty());
-      if (by16) CHECK(s.block_m == 16 * s.warps);
+      if (by16) CHECK(s.tile.block_m == 16 * s.tile.warps);
     }
   }
   // Other archs never get it.
@@ -116,36 +117,36 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   CHECK(mentions(e, "head_dim (72) must be a multiple of 16 for the wgmma unit"));
 
   s = wgmma_spec();
-  s.block_m = 128;  // 4 warps = one warpgroup = 64 rows
+  s.tile.block_m = 128;  // 4 warps = one warpgroup = 64 rows
   e = validate(s, hopper);
   CHECK(mentions(e, "block_m (128) and warps (4) must give one or two consumer warpgroups (4 warps each) 64 query "
                     "rows apiece for the wgmma unit: warps 4 or 8"));
 
   s = wgmma_spec();
-  s.warps = 16;  // four consumer warpgroups: more than the kernel has
-  s.block_m = 256;
+  s.tile.warps = 16;  // four consumer warpgroups: more than the kernel has
+  s.tile.block_m = 256;
   CHECK(mentions(validate(s, hopper), "warps (16) must give one or two consumer warpgroups"));
 
   s = wgmma_spec();
-  s.block_n = 208;  // with one warpgroup (two blocks per SM) ptxas cannot fit it in 128 registers
+  s.tile.block_n = 208;  // with one warpgroup (two blocks per SM) ptxas cannot fit it in 128 registers
   CHECK(mentions(validate(s, hopper), "block_n (208) must be at most 192 for the wgmma unit with warps 4"));
-  s.warps = 8;
-  s.block_m = 128;
+  s.tile.warps = 8;
+  s.tile.block_m = 128;
   s.head_dim = s.head_dim_v = 64;  // (128 x 64 Q + 2 x 2 x 208 x 64 K/V fits the shared memory)
   CHECK(validate(s, hopper).empty());
 
   s = wgmma_spec();
-  s.warps = 64;
-  s.block_m = 1024;
+  s.tile.warps = 64;
+  s.tile.block_m = 1024;
   CHECK(mentions(validate(s, hopper), "threads (32 * warps + 128 producer threads = 2176) must be at most 1024"));
 
   s = wgmma_spec();
-  s.warps = 2;
-  s.block_m = 32;
+  s.tile.warps = 2;
+  s.tile.block_m = 32;
   CHECK(mentions(validate(s, hopper), "warps (2)"));
 
   s = wgmma_spec();
-  s.block_n = 272;
+  s.tile.block_n = 272;
   CHECK(mentions(validate(s, hopper), "block_n (272) must be a positive multiple of 16 and at most 256"));
 
   s = wgmma_spec();
@@ -153,7 +154,7 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   CHECK(mentions(validate(s, hopper), "arch (sm_89) must be sm_90 for the wgmma unit"));
 
   s = wgmma_spec();
-  s.stages = 1;
+  s.tile.stages = 1;
   CHECK(mentions(validate(s, hopper), "stages (1) must be at least 2 for the wgmma unit"));
 
   // A profile without wgmma tiles refuses the unit.
@@ -167,7 +168,7 @@ TEST_CASE("wgmma: shared memory counts the 1024-byte alignment and the padded st
   // Q 64x128, 2 stages of K and V 96x128 (12288 elements, already a multiple of 512), + 1024.
   CHECK(s.smem_bytes() == 2 * (64 * 128 + 2 * 2 * 96 * 128) + 1024);
   s.head_dim = s.head_dim_v = 80;
-  s.block_n = 80;  // 6400 elements per stage -> 6656
+  s.tile.block_n = 80;  // 6400 elements per stage -> 6656
   CHECK(s.smem_bytes() == 2 * (64 * 80 + 2 * 2 * 6656) + 1024);
   s.unit = MatrixUnit::m16n8k16;
   CHECK(s.smem_bytes() == 2 * (64 * 80 + 2 * 2 * 80 * 80));
@@ -250,4 +251,46 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(s.kernel_name() == "flashgen_fwd_sm90_bf16_d96v96_wgmma_bm64_bn96_w4_s2_none");
   const rt::CompileInputs in = rt::compile_inputs(s);
   CHECK(in.options.front() == "--gpu-architecture=sm_90a");
+}
+
+TEST_CASE("unit traits: one row per unit, and the spec's derived sizes follow it") {
+  for (MatrixUnit unit : {MatrixUnit::m16n8k16, MatrixUnit::m16n8k8, MatrixUnit::m8n8k4, MatrixUnit::wgmma}) {
+    CAPTURE(to_string(unit));
+    const gen::UnitTraits& u = gen::unit_traits(unit);
+    CHECK(u.unit == unit);
+    KernelSpec s;
+    s.unit = unit;
+    s.tile.warps = 8;
+    CHECK(s.threads() == 32 * (8 + u.producer_warps));
+    CHECK(rt::kernel_nvrtc_options(s) == rt::nvrtc_options(s.arch, !u.arch_suffix.empty()));
+    for (int w : head_dim_chunks(80, unit)) {
+      CHECK(w >= u.min_chunk);
+      if (u.max_chunk != 0) CHECK(w <= u.max_chunk);
+    }
+  }
+  const gen::UnitTraits& w = gen::unit_traits(MatrixUnit::wgmma);
+  CHECK(w.only_arch == 90);
+  CHECK(w.arch_suffix == "a");
+  CHECK(w.producer_warps == 4);
+  CHECK(w.head_dim_multiple == 16);
+  CHECK(w.smem_align == 1024);
+  CHECK(w.tile_list == "wgmma_flash");
+  for (MatrixUnit unit : {MatrixUnit::m16n8k16, MatrixUnit::m16n8k8, MatrixUnit::m8n8k4}) {
+    const gen::UnitTraits& u = gen::unit_traits(unit);
+    CHECK(u.instruction == "mma.sync.aligned." + std::string(to_string(unit)));
+    CHECK(u.arch_suffix.empty());
+    CHECK(u.producer_warps == 0);
+    CHECK(u.head_dim_multiple == 8);
+    CHECK(u.tile_list == "flash");
+  }
+  CHECK(gen::unit_traits(MatrixUnit::m8n8k4).bf16_min_arch == 0);
+  CHECK(gen::unit_traits(MatrixUnit::m16n8k8).min_arch == 75);
+
+  // A value outside the enum: an internal error from the table, one sentence from validate().
+  CHECK_THROWS_AS(gen::unit_traits(static_cast<MatrixUnit>(9)), Error);
+  KernelSpec bad = wgmma_spec();
+  bad.unit = static_cast<MatrixUnit>(9);
+  const auto errors = validate(bad, profile_for_arch(90));
+  REQUIRE(errors.size() == 1);
+  CHECK(errors[0] == "unit (9) is not a matrix unit; allowed: m16n8k16, m16n8k8, m8n8k4, wgmma.");
 }

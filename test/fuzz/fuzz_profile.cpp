@@ -38,10 +38,7 @@ void check_profile(const flashgen::Profile& p) {
     s.unit = p.matrix_unit.shape;
     s.dtype = p.matrix_unit.operand_dtypes.front();
     s.head_dim = s.head_dim_v = std::max(16, t.head_dim_le / 8 * 8);
-    s.block_m = t.block_m;
-    s.block_n = t.block_n;
-    s.warps = t.warps;
-    s.stages = t.stages;
+    s.tile = t.tile;
     const auto errors = flashgen::validate(s, p);
     if (!errors.empty()) finding("flash row " + std::to_string(i) + " gives an invalid spec: " + errors.front());
   }

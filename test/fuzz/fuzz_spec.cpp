@@ -40,8 +40,8 @@ void check_spec(const std::string& text, const flashgen::KernelSpec& s) {
   volatile int64_t sink = s.smem_bytes();
   sink = s.threads();
   const int64_t producer = s.unit == flashgen::MatrixUnit::wgmma ? 128 : 0;
-  if (s.warps >= 0 && s.warps <= (1 << 20) && sink != int64_t{s.warps} * 32 + producer)
-    finding("threads() is not 32 * warps (+ 128 for wgmma) for warps = " + std::to_string(s.warps));
+  if (s.tile.warps >= 0 && s.tile.warps <= (1 << 20) && sink != int64_t{s.tile.warps} * 32 + producer)
+    finding("threads() is not 32 * warps (+ 128 for wgmma) for warps = " + std::to_string(s.tile.warps));
   try {
     (void)s.qk_chunks();
     (void)s.v_chunks();

@@ -151,10 +151,7 @@ FLASHGEN_GPU_FAULT_TEST("faults: a cubin for another architecture is a DriverErr
     const flashgen::Profile& p = flashgen::profile_for_arch(other);
     const flashgen::FlashTile& t = p.tile_for(64);
     spec.unit = p.matrix_unit.shape;
-    spec.block_m = t.block_m;
-    spec.block_n = t.block_n;
-    spec.warps = t.warps;
-    spec.stages = t.stages;
+    spec.tile = t.tile;
     try {
       (void)flashgen::load_kernel(spec);
       FAIL("an sm_" << other << " cubin loaded on an sm_" << arch << " device");

@@ -81,20 +81,20 @@ TEST_CASE("tune: tiles from a tune file are planned for this device and match th
     const flashgen::cli::ProblemDesc d = desc_of(c);
     const auto ranked = flashgen::cli::rank_tiles(d, dev.arch, profile, flashgen::cli::DeviceShape{dev.sm_count, 0});
     std::set<std::string> shapes;
-    std::vector<flashgen::TileShape> tiles;
+    std::vector<flashgen::Tile> tiles;
     for (const auto& m : ranked) {  // one per block shape first
-      const std::string key = fmt::format("{}x{}x{}", m.spec.block_m, m.spec.block_n, m.spec.warps);
+      const std::string key = fmt::format("{}x{}x{}", m.spec.tile.block_m, m.spec.tile.block_n, m.spec.tile.warps);
       if (tiles.size() < kTilesPerClass - 2 && shapes.insert(key).second)
-        tiles.push_back({m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages});
+        tiles.push_back(m.spec.tile);
     }
     for (int stages : {1, 3}) {  // the pipeline depths around the usual 2
       for (const auto& m : ranked) {
-        if (m.spec.stages != stages) continue;
-        tiles.push_back({m.spec.block_m, m.spec.block_n, m.spec.warps, m.spec.stages});
+        if (m.spec.tile.stages != stages) continue;
+        tiles.push_back(m.spec.tile);
         break;
       }
     }
-    for (const flashgen::TileShape& t : tiles) {
+    for (const flashgen::Tile& t : tiles) {
       Item it{c, {}};
       it.entry.device = dev.name;
       it.entry.arch = dev.arch;

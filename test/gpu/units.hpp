@@ -68,8 +68,8 @@ inline std::string unit_profile_yaml(const flashgen::Profile& tiles, const flash
   y += fmt::format("matrix_unit: {{shape: {}, operand_dtypes: [{}], accumulator_dtype: float32}}\nflash:\n",
                    flashgen::to_string(tiles.matrix_unit.shape), dts);
   for (const flashgen::FlashTile& t : tiles.flash)
-    y += fmt::format("  - {{head_dim_le: {}, block_m: {}, block_n: {}, warps: {}, stages: {}}}\n", t.head_dim_le, t.block_m,
-                     t.block_n, t.warps, t.stages);
+    y += fmt::format("  - {{head_dim_le: {}, block_m: {}, block_n: {}, warps: {}, stages: {}}}\n", t.head_dim_le, t.tile.block_m,
+                     t.tile.block_n, t.tile.warps, t.tile.stages);
   y += fmt::format("resources: {{smem_per_block: {}, smem_per_sm: {}, registers_per_sm: {}, max_threads_per_sm: {}}}\n",
                    device.smem_per_block, device.smem_per_sm, device.registers_per_sm, device.max_threads_per_sm);
   y += fmt::format("ceiling: {{mma_flop_per_clock_per_sm: {}, smem_bytes_per_clock_per_sm: {}, dram_bytes_per_clock_per_sm: {}}}\n",
