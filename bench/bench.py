@@ -221,8 +221,9 @@ def main():
                 rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
                              "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec.value.decode()))
                 r = rows[-1]
+                vs_base = f", base {res['base']:.1f} (ours/base {ours_tf / res['base']:.3f})" if "base" in res else ""
                 print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
-                      f"({t_ours:.3f} ms), max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
+                      f"({t_ours:.3f} ms){vs_base}, max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
                       flush=True)
                 for tile in lib_tiles:
                     bm, bn, w, st = tile.split("x")

@@ -284,10 +284,11 @@ FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o
 // the offset `o` of the new max m: e^(m_old - m) * 2^(c - c_old), i.e.
 // 2^(K_old - K) within the LOG2E frame (exactly 1 when the max did not move).
 // 0 while the row had seen no key (m_old = -inf; O and l are 0).
+// (The -inf case is a select on the argument, so no branch splits the softmax.)
 template <bool BF16>
 FG_DEVICE float fg_corr(float m_old, float m, const FgOffset& o) {
-  const float c_old = fg_offset<BF16>(m_old).c;
-  return m_old == fg_neg_inf() ? 0.f : fg_exp2(fmaf(m_old - m, LOG2E, o.c - c_old));
+  const float x = fmaf(m_old - m, LOG2E, o.c - fg_offset<BF16>(m_old).c);
+  return fg_exp2(m_old == fg_neg_inf() ? fg_neg_inf() : x);
 }
 
 // LSE = m + (log2(l) - c) ln 2 from the row max m and the sum l of its weights
@@ -877,15 +878,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm70_f16_d
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
         m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
         const FgOffset off = fg_offset<false>(m);
-        if (__any_sync(FULL, off.shift)) {
-          if (off.shift) {
+        if (__any_sync(FULL, off.shift)) {  // rare, warp-uniform
+          const float shift = off.shift ? m : 0.f;
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
+          for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-              for (int v2 = 0; v2 < 2; ++v2)
+            for (int v2 = 0; v2 < 2; ++v2)
 #pragma unroll
-                for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= m;
-          }
+              for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= shift;
         }
         const float corr = fg_corr<false>(row_max[ms][v1], m, off);
         row_max[ms][v1] = m;

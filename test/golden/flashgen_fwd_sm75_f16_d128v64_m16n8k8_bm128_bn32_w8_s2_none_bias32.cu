@@ -284,10 +284,11 @@ FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o
 // the offset `o` of the new max m: e^(m_old - m) * 2^(c - c_old), i.e.
 // 2^(K_old - K) within the LOG2E frame (exactly 1 when the max did not move).
 // 0 while the row had seen no key (m_old = -inf; O and l are 0).
+// (The -inf case is a select on the argument, so no branch splits the softmax.)
 template <bool BF16>
 FG_DEVICE float fg_corr(float m_old, float m, const FgOffset& o) {
-  const float c_old = fg_offset<BF16>(m_old).c;
-  return m_old == fg_neg_inf() ? 0.f : fg_exp2(fmaf(m_old - m, LOG2E, o.c - c_old));
+  const float x = fmaf(m_old - m, LOG2E, o.c - fg_offset<BF16>(m_old).c);
+  return fg_exp2(m_old == fg_neg_inf() ? fg_neg_inf() : x);
 }
 
 // LSE = m + (log2(l) - c) ln 2 from the row max m and the sum l of its weights
@@ -640,13 +641,12 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
       const FgOffset off = fg_offset<IS_BF16>(m);
-      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {
-        if (off.shift) {
+      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {  // rare, warp-uniform
+        const float shift = off.shift ? m : 0.f;
 #pragma unroll
-          for (int nt = 0; nt < NT; ++nt) {
-            s[ms][nt][2 * r] -= m;
-            s[ms][nt][2 * r + 1] -= m;
-          }
+        for (int nt = 0; nt < NT; ++nt) {
+          s[ms][nt][2 * r] -= shift;
+          s[ms][nt][2 * r + 1] -= shift;
         }
       }
       corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
