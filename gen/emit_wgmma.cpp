@@ -138,8 +138,9 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
   slots["QK"] = per_chunk(
       qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");
-  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o);");
-  slots["SCAN_V"] = per_chunk(vc, "            ", "fg_scan_v<{w}, {off}>(sVs + 2 * BLOCK_N * {off}, key0, sid, bad);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o, full, zero_tile);");
+  slots["PV_BAND"] =
+      per_chunk(vc, "        ", "fg_pv_band<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o, lane, full, pm);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");

@@ -373,9 +373,12 @@ int64_t KernelSpec::smem_bytes() const {
     auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), align - 1) / align, align); };
     kv_elems = sat_mul(tile.stages, sat_add(stage(head_dim), stage(head_dim_v)));
   }
+  // The wgmma kernel with a causal mask reads the P.V steps it leaves to
+  // mma.sync from a zero tile of 16 keys x 64 columns (templates/fwd_wgmma.cu).
+  const int64_t zero_elems = u.warpgroup && mask != MaskKind::none ? 16 * 64 : 0;
   // Aligned tiles (wgmma: their swizzle acts on address bits) may skip up to
   // smem_align bytes at the start of the dynamic shared memory.
-  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
+  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(sat_add(q_elems, kv_elems), zero_elems)), u.smem_align);
 }
 
 std::string KernelSpec::canonical() const {

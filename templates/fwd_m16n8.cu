@@ -26,36 +26,6 @@ constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_
 
 @@M16_PARTS@@
 
-// D = A.B + D, m16n8k8 (used for an 8-wide head-dim chunk).
-FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
-  if constexpr (IS_BF16) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b0));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b0));
-  }
-}
-
-// D = A.B + D, m16n8k16 shape, f32 accumulate (PTX ISA: mma.sync.aligned.m16n8k16;
-// with UNIT_K == 8 two mma.sync.aligned.m16n8k8).
-FG_DEVICE void fg_mma16816(float* d, const u32* a, u32 b0, u32 b1) {
-  if constexpr (UNIT_K == 8) {
-    fg_mma1688(d, a, b0);
-    fg_mma1688(d, a + 2, b1);
-  } else if constexpr (IS_BF16) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
 // Q fragments of this warp's slices for head-dim columns [OFF, OFF+W).
 template <int W, int OFF>
 FG_DEVICE void fg_ldsm_q(const u16* sq, u32 (&qf)[M_SLICES][QF_STEPS][4], u32 (&qf8)[M_SLICES][2],
@@ -133,16 +103,13 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
 // converted in registers (the m16n8k16 C fragment of two adjacent n8 tiles is
 // the A fragment of one k16 step).
 // PM: FgPvPlain, or FgPvMask on a tile the causal mask cuts (fwd_block.cuh):
-// steps no row sees are skipped, the V fragments of steps some rows see are
-// cleaned of non-finite values (B fragment: b0, b2 hold keys 2t, 2t+1 of the
-// step, b1, b3 keys 2t+8, 2t+9).
+// steps no row of the warp sees are skipped, the V fragments of steps some
+// rows see are cleaned of non-finite values (fg_pv_step).
 template <int W, int OFF, class PM>
 FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane,
                      PM& pm) {
   const u32 base = fg_smem_addr(sv);
-  const int mi = lane >> 3;
-  // V matrices (transposed): (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi)
-  const FgLdsmOffsets<W> vo((lane & 7) + ((mi & 1) << 3), W >= 16 ? mi >> 1 : 0);
+  const FgLdsmOffsets<W> vo = fg_pv_offsets<W>(lane);
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
     bool check = false;
@@ -150,7 +117,6 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
       if (kk * 16 >= pm.skip_from) break;
       check = kk * 16 + 16 > pm.band_from;
     }
-    u32 bad_lo = 0, bad_hi = 0;
     u32 a[M_SLICES][4];
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms) {
@@ -159,39 +125,11 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
       a[ms][2] = fg_pack_in(s[ms][2 * kk + 1][0], s[ms][2 * kk + 1][1]);
       a[ms][3] = fg_pack_in(s[ms][2 * kk + 1][2], s[ms][2 * kk + 1][3]);
     }
-    if (W >= 16) {
-#pragma unroll
-      for (int dp = 0; dp < W / 16; ++dp) {
-        u32 b0, b1, b2, b3;
-        fg_ldsm_x4_trans(base + 2 * vo.at(kk * 16, dp), b0, b1, b2, b3);
-        if (PM::checked && check) {
-          fg_pv_clean<IS_BF16>(b0, bad_lo);
-          fg_pv_clean<IS_BF16>(b2, bad_lo);
-          fg_pv_clean<IS_BF16>(b1, bad_hi);
-          fg_pv_clean<IS_BF16>(b3, bad_hi);
-        }
-#pragma unroll
-        for (int ms = 0; ms < M_SLICES; ++ms) {
-          fg_mma16816(o[ms][OFF / 8 + 2 * dp], a[ms], b0, b1);
-          fg_mma16816(o[ms][OFF / 8 + 2 * dp + 1], a[ms], b2, b3);
-        }
-      }
-    } else {
-      u32 b0, b1;
-      fg_ldsm_x2_trans(base + 2 * vo.at(kk * 16, 0), b0, b1);
-      if (PM::checked && check) {
-        fg_pv_clean<IS_BF16>(b0, bad_lo);
-        fg_pv_clean<IS_BF16>(b1, bad_hi);
-      }
-#pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms) fg_mma16816(o[ms][OFF / 8], a[ms], b0, b1);
-    }
     if constexpr (PM::checked) {
-      if (check && (bad_lo | bad_hi)) {
-        const int k0 = kk * 16 + 2 * (lane & 3);
-        const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
-        pm.bad_key = min(pm.bad_key, key);
-      }
+      if (check) fg_pv_step<W, OFF, true>(base, vo, kk, a, o, lane, pm);
+      else fg_pv_step<W, OFF, false>(base, vo, kk, a, o, lane, pm);
+    } else {
+      fg_pv_step<W, OFF, false>(base, vo, kk, a, o, lane, pm);
     }
   }
 }

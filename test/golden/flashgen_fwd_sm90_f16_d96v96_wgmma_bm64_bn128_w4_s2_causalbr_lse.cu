@@ -6,7 +6,7 @@
 // dtype:       f16 (f32 accumulate)
 // head_dim:    96 = 64 + 32
 // head_dim_v:  96 = 64 + 32
-// tile:        block_m 64 block_n 128 warps 4 (+ 4 producer) stages 2 (111616 bytes of shared memory)
+// tile:        block_m 64 block_n 128 warps 4 (+ 4 producer) stages 2 (113664 bytes of shared memory)
 // mask:        causalbr   bias: none   lse: yes
 // launch:      grid (at most num_m_blocks * heads_q * batch; persistent), block (256), FwdParams and FgTmaMaps by value
 
@@ -433,7 +433,7 @@ constexpr int CTA_THREADS = THREADS + PRODUCER_THREADS;
 // file is 64K 32-bit registers per SM on every sm_90 part).
 constexpr int MIN_BLOCKS = WARPS == 4 ? 2 : 1;
 constexpr int LAUNCH_REGS = 65536 / (CTA_THREADS * MIN_BLOCKS) / 8 * 8;  // what ptxas allots at launch
-constexpr int PRODUCER_REGS = MASK != 0 ? 48 : 24;
+constexpr int PRODUCER_REGS = 24;
 constexpr int CONSUMER_REGS_ALL = (LAUNCH_REGS + (LAUNCH_REGS - PRODUCER_REGS) * PRODUCER_THREADS / THREADS) / 8 * 8;
 constexpr int CONSUMER_REGS = CONSUMER_REGS_ALL > 240 ? 240 : CONSUMER_REGS_ALL;
 constexpr int M_SLICES = 1;              // one 16-row slice per warp
@@ -447,12 +447,12 @@ constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
 constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
-constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
-// The full/empty mbarriers of the K and V stages, each V stage's "checked"
-// mbarrier, and the scan warps' lowest non-finite key per V stage (SCAN_WARPS ints).
-constexpr int SCAN_WARPS = 3;  // producer warps 1-3 (causal masks): fwd_block.cuh, "causal masks and P.V"
-constexpr int SCAN_THREADS = 32 * SCAN_WARPS;
-constexpr int BAR_BYTES = (8 * 5 * STAGES + 4 * SCAN_WARPS * STAGES + 7) / 8 * 8;
+// With a causal mask, after the V stages: 16 keys x 64 columns of zeros, the B
+// operand of the P.V steps that wgmma leaves to mma.sync (fg_pv).
+constexpr int ZERO_REGION = MASK != 0 ? 16 * 64 : 0;
+constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE) + ZERO_REGION);
+constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
+constexpr int UNIT_K = 16;  // the mma.sync steps of P.V on tiles a causal mask cuts (fwd_m16_parts.cuh)
 typedef unsigned long long u64;
 
 struct __align__(64) FgTmaMap {
@@ -706,6 +706,90 @@ FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int war
     }
 }
 
+// D = A.B + D, m16n8k8 (used for an 8-wide head-dim chunk).
+FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
+  if constexpr (IS_BF16) {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b0));
+  }
+}
+
+// D = A.B + D, m16n8k16 shape, f32 accumulate (PTX ISA: mma.sync.aligned.m16n8k16;
+// with UNIT_K == 8 two mma.sync.aligned.m16n8k8).
+FG_DEVICE void fg_mma16816(float* d, const u32* a, u32 b0, u32 b1) {
+  if constexpr (UNIT_K == 8) {
+    fg_mma1688(d, a, b0);
+    fg_mma1688(d, a + 2, b1);
+  } else if constexpr (IS_BF16) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// ldmatrix.trans offsets of the V matrices of one k16 step (transposed):
+// (keys +0..7, dv lo), (keys +8..15, dv lo), (keys +0..7, dv hi), (keys +8..15, dv hi).
+template <int W>
+FG_DEVICE FgLdsmOffsets<W> fg_pv_offsets(int lane) {
+  const int mi = lane >> 3;
+  return FgLdsmOffsets<W>((lane & 7) + ((mi & 1) << 3), W >= 16 ? mi >> 1 : 0);
+}
+
+// k16 step kk of O[:, OFF:OFF+W] += P.V with mma.sync m16n8k16: A fragments `a`
+// of this warp's slices, V fragments read with ldmatrix.trans from the
+// swizzled sub-tile at shared address `base` (fg_swz<W>). CHECK (a step some
+// rows of the warp see and others not, fwd_block.cuh "causal masks and P.V"):
+// non-finite V values are zeroed and the lowest such key lowers pm.bad_key
+// (B fragment: b0, b2 hold keys 2t, 2t+1 of the step, b1, b3 keys 2t+8, 2t+9).
+template <int W, int OFF, bool CHECK, class PM>
+FG_DEVICE void fg_pv_step(u32 base, const FgLdsmOffsets<W>& vo, int kk, const u32 (&a)[M_SLICES][4],
+                          float (&o)[M_SLICES][OT][4], int lane, PM& pm) {
+  u32 bad_lo = 0, bad_hi = 0;
+  if (W >= 16) {
+#pragma unroll
+    for (int dp = 0; dp < W / 16; ++dp) {
+      u32 b0, b1, b2, b3;
+      fg_ldsm_x4_trans(base + 2 * vo.at(kk * 16, dp), b0, b1, b2, b3);
+      if (CHECK) {
+        fg_pv_clean<IS_BF16>(b0, bad_lo);
+        fg_pv_clean<IS_BF16>(b2, bad_lo);
+        fg_pv_clean<IS_BF16>(b1, bad_hi);
+        fg_pv_clean<IS_BF16>(b3, bad_hi);
+      }
+#pragma unroll
+      for (int ms = 0; ms < M_SLICES; ++ms) {
+        fg_mma16816(o[ms][OFF / 8 + 2 * dp], a[ms], b0, b1);
+        fg_mma16816(o[ms][OFF / 8 + 2 * dp + 1], a[ms], b2, b3);
+      }
+    }
+  } else {
+    u32 b0, b1;
+    fg_ldsm_x2_trans(base + 2 * vo.at(kk * 16, 0), b0, b1);
+    if (CHECK) {
+      fg_pv_clean<IS_BF16>(b0, bad_lo);
+      fg_pv_clean<IS_BF16>(b1, bad_hi);
+    }
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms) fg_mma16816(o[ms][OFF / 8], a[ms], b0, b1);
+  }
+  if constexpr (CHECK) {
+    if (bad_lo | bad_hi) {
+      const int k0 = kk * 16 + 2 * (lane & 3);
+      const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
+      pm.bad_key = min(pm.bad_key, key);
+    }
+  }
+}
+
 // After a cut tile's P.V: the rows of this warp's slices (block rows
 // row0 + ms * 16 + g (+ 8)) that see the lowest non-finite key any lane found
 // get row_sum = NaN (fwd_block.cuh, "causal masks and P.V").
@@ -875,65 +959,36 @@ FG_DEVICE void fg_qk(u32 q_addr, u32 k_addr, float (&s)[1][NT][4]) {
     fg_wgmma_qk(s, fg_desc<W>(q_addr + 32 * ks), fg_desc<W>(k_addr + 32 * ks), OFF == 0 && ks == 0 ? 0 : 1);
 }
 
-// Causal masks (fwd_block.cuh, "causal masks and P.V"): the scan warps read
-// V tile rows [key0, BLOCK_N) of one head-dim chunk (a row is W * 2 bytes,
-// its 16-byte units permuted by the swizzle within it), zero every NaN / inf
-// they find and lower `bad` to its row (key).
-// (Shared addresses, u32: the scan warps run with PRODUCER_REGS registers.)
-FG_DEVICE U4 fg_lds128(u32 addr) {
-  U4 x;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(x.x), "=r"(x.y), "=r"(x.z), "=r"(x.w) : "r"(addr));
-  return x;
-}
-FG_DEVICE void fg_sts128(u32 addr, const U4& x) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(x.x), "r"(x.y), "r"(x.z), "r"(x.w) : "memory");
-}
-FG_DEVICE int fg_lds32(u32 addr) {
-  int x;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(x) : "r"(addr) : "memory");
-  return x;
-}
-FG_DEVICE void fg_sts32(u32 addr, int x) { asm volatile("st.shared.u32 [%0], %1;" ::"r"(addr), "r"(x) : "memory"); }
-
+// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row
+// groups). Steps from `steps` on (BLOCK_N / 16: none) read the zero tile at
+// shared address `zero` instead of V (a select of the descriptor: a branch
+// around a wgmma makes ptxas serialize them all).
 template <int W, int OFF>
-FG_DEVICE void fg_scan_v(u32 sv, int key0, int sid, int& bad) {
-  constexpr int UPR = W / 8;  // 16-byte units per row
-  constexpr int UNITS = BLOCK_N * UPR, G = 2;  // G loads in flight per thread
-  for (int u0 = key0 * UPR + sid; u0 < UNITS; u0 += G * SCAN_THREADS) {
-    U4 x[G];
+FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int steps, u32 zero) {
 #pragma unroll
-    for (int k = 0; k < G; ++k)
-      if (u0 + k * SCAN_THREADS < UNITS) x[k] = fg_lds128(sv + 16 * (u0 + k * SCAN_THREADS));
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+    FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(kk < steps ? v_addr + kk * 32 * W : zero));
+}
+
+// Causal masks (fwd_block.cuh, "causal masks and P.V"): on a V tile the mask
+// cuts for this warpgroup, wgmma runs the k16 steps every row of the
+// warpgroup sees (fg_pv), and each warp runs the others with mma.sync on its
+// own rows of O (the wgmma accumulator of warp w is the m16n8 C layout of rows
+// 16w..16w+15): steps none of its rows see are skipped, the V fragments of the
+// others are cleaned of non-finite values (fg_pv_step; also in steps all rows
+// of the warp see, which changes nothing there). V is read from the same
+// swizzled sub-tile (fg_swz<W> is the TMA swizzle mode).
+template <int W, int OFF>
+FG_DEVICE void fg_pv_band(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int lane, int from,
+                          FgPvMask& pm) {
+  const FgLdsmOffsets<W> vo = fg_pv_offsets<W>(lane);
 #pragma unroll
-    for (int k = 0; k < G; ++k) {
-      const int u = u0 + k * SCAN_THREADS;
-      if (u < UNITS) {
-        const u32 m0 = fg_nonfinite_halves<IS_BF16>(x[k].x), m1 = fg_nonfinite_halves<IS_BF16>(x[k].y);
-        const u32 m2 = fg_nonfinite_halves<IS_BF16>(x[k].z), m3 = fg_nonfinite_halves<IS_BF16>(x[k].w);
-        if (m0 | m1 | m2 | m3) {
-          x[k].x &= ~m0;
-          x[k].y &= ~m1;
-          x[k].z &= ~m2;
-          x[k].w &= ~m3;
-          fg_sts128(sv + 16 * u, x[k]);
-          bad = min(bad, u / UPR);
-        }
-      }
-    }
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+    if (kk < from) continue;
+    if (kk * 16 >= pm.skip_from) break;
+    const u32 a[1][4] = {{pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]}};
+    fg_pv_step<W, OFF, true>(v_addr, vo, kk, a, o, lane, pm);  // (one body per step: smaller code)
   }
-}
-
-// The first key of V tile j that some row of the block does not see (causal
-// masks; BLOCK_N: every row sees the whole tile, as without a mask).
-FG_DEVICE int fg_v_cut_from(const FgBlock& blk, int j) {
-  return MASK == 0 ? BLOCK_N : max(0, min(BLOCK_N, blk.m_start + blk.diag + 1 - j * BLOCK_N));
-}
-
-// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row groups).
-template <int W, int OFF>
-FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
-#pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v_addr + kk * 32 * W));
 }
 
 // The work item of this block's round r: rounds alternate direction (block i
@@ -962,9 +1017,6 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
-  auto checked_v = [&](u32 s) { return bars + 8 * (4 * STAGES + s); };  // the scan warps are done with the stage
-  // The scan warp w's lowest non-finite key of V stage s.
-  auto bad_key_at = [&](u32 s, int w) { return bars + 8 * 5 * STAGES + 4 * (s * SCAN_WARPS + w); };
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -973,7 +1025,6 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_init(empty_k(s), WARPS);   // one arrive per consumer warp
       fg_mbar_init(full_v(s), 1);
       fg_mbar_init(empty_v(s), WARPS);
-      fg_mbar_init(checked_v(s), SCAN_THREADS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
@@ -1029,35 +1080,6 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         }
         c += n;
       }
-    } else if (MASK != 0 && threadIdx.x >= THREADS + 32) {
-      // ---- scan warps: every V tile the mask cuts, once it has landed ----
-      // (arriving on `checked` for every tile keeps its phases those of `full`;
-      // waiting for `full` first keeps them from running a phase ahead of the
-      // consumers, whose release of the stage the next tile's copy waits for)
-      const int sid = threadIdx.x - THREADS - 32;
-      u32 c = 0;
-      for (i64 r = 0;; ++r) {
-        const i64 item = fg_work_item(r);
-        if (item >= n_items) break;
-        const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
-        for (int j = 0; j < blk.n_tiles; ++j) {
-          const u32 cv = c + j, s = cv % STAGES;
-          fg_mbar_wait(full_v(s), (cv / STAGES) & 1);
-          const int key0 = fg_v_cut_from(blk, j);
-          if (key0 < BLOCK_N) {
-            const u32 sVs = fg_smem_addr(sV) + 2 * s * V_STAGE;
-            int bad = BLOCK_N;
-            fg_scan_v<64, 0>(sVs + 2 * BLOCK_N * 0, key0, sid, bad);
-            fg_scan_v<32, 64>(sVs + 2 * BLOCK_N * 64, key0, sid, bad);
-#pragma unroll
-            for (int d = 1; d < 32; d <<= 1) bad = min(bad, __shfl_xor_sync(0xffffffffu, bad, d));
-            if ((threadIdx.x & 31) == 0) fg_sts32(bad_key_at(s, sid >> 5), bad);
-            fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
-          }
-          fg_mbar_arrive(checked_v(s));
-        }
-        c += blk.n_tiles;
-      }
     }
     return;
   }
@@ -1067,6 +1089,13 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
+  const u32 zero_tile = fg_smem_addr(sV + STAGES * V_STAGE);
+  if (MASK != 0) {
+    // The zero tile, before the first barrier of the item loop (its Q stores'
+    // fence orders these for wgmma too).
+    for (int u = tid; u < ZERO_REGION / 8; u += THREADS)
+      reinterpret_cast<U4*>(sV + STAGES * V_STAGE)[u] = U4{0u, 0u, 0u, 0u};
+  }
   const float scale = (float)p.softmax_scale;
   auto release = [&](u32 bar) {
     if (lane == 0) fg_mbar_arrive(bar);
@@ -1151,13 +1180,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       qk(ck);
       fg_rescale_o(o, corr);
-      // A V tile the mask cuts is read once the scan warps have cleaned it.
-      const bool cut = MASK != 0 && fg_v_cut_from(blk, j) < BLOCK_N;
-      if (cut) fg_mbar_wait(checked_v(cv % STAGES), (cv / STAGES) & 1);
+      // A V tile the mask cuts for this warpgroup: wgmma for the steps all of
+      // its rows see (`full`), mma.sync for the rest below (fg_pv_band).
+      const int wg_first = blk.m_start + wg_row0 + blk.diag + 1 - j * BLOCK_N;  // first key row 0 of the warpgroup does not see
+      const bool cut = MASK != 0 && wg_first < BLOCK_N;
+      const int full = cut ? max(0, wg_first) / 16 : BLOCK_N / 16;
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
-    fg_pv<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o);
-    fg_pv<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o);
+    fg_pv<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o, full, zero_tile);
+    fg_pv<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o, full, zero_tile);
       fg_wgmma_commit();
       fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
       fg_reg_fence(s);
@@ -1168,17 +1199,12 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_wgmma_wait<0>();  // P.V of tile j complete
       fg_reg_fence(o);
       if (cut) {
-        // The rows that see the tile's lowest non-finite V key become NaN
-        // (read before the stage is released: its next tile's scan rewrites it).
-        int bad = BLOCK_N;
-#pragma unroll
-        for (int w = 0; w < SCAN_WARPS; ++w) bad = min(bad, fg_lds32(bad_key_at(cv % STAGES, w)));
-        if (bad < BLOCK_N) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r)
-            if (blk.m_start + warp * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + bad)
-              row_sum[0][r] = __int_as_float(0x7fffffff);
-        }
+        // The steps of P.V this warpgroup's wgmma left out, per warp; the rows
+        // that see a non-finite V value of the tile become NaN.
+        FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * 16, warp * 16 + 15);
+        fg_pv_band<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o, lane, full, pm);
+        fg_pv_band<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o, lane, full, pm);
+        fg_pv_poison(pm, blk, j, warp * 16, g, row_sum);
       }
       release(empty_v(cv % STAGES));
       if (next) to_p();
