@@ -186,7 +186,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
       spec.dtype == DType::bf16 ? "true" : "false", qk_ahead(spec) ? "true" : "false", u.k, u.k,
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
-  slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
+  slots["M16_PARTS"] = template_text("fwd_rows.cuh") + "\n" + template_text("fwd_m16_parts.cuh");
   slots["LOAD_K"] = per_chunk(
       qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
   slots["LOAD_V"] = per_chunk(

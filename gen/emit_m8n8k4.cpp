@@ -25,6 +25,7 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   std::map<std::string, std::string> slots;
   slots["CONSTANTS"] = spec_constants(spec);
   slots["KERNEL_NAME"] = spec.kernel_name();
+  slots["ROW_PARTS"] = template_text("fwd_rows.cuh");
   slots["LOAD_KV"] =
       per_chunk(qk, "    ",
                 "fg_load_kslab<{w}, {off}, BLOCK_N, false>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, 1.f, tid);") +

@@ -109,7 +109,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
       "\nconstexpr bool IS_BF16 = {};",
       spec.dtype == DType::bf16 ? "true" : "false");
   slots["KERNEL_NAME"] = spec.kernel_name();
-  slots["M16_PARTS"] = template_text("fwd_m16_parts.cuh");
+  slots["M16_PARTS"] = template_text("fwd_rows.cuh") + "\n" + template_text("fwd_m16_parts.cuh");
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
   // One TMA box per head-dim chunk, through the tensor map of its width.
   auto tma_lines = [](const std::vector<int>& chunks, const char* maps) {

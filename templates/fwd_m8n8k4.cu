@@ -50,6 +50,18 @@ constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 64;
 constexpr int QF_STEPS = Q_IN_REGS ? HEAD_DIM / 4 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
 constexpr u32 FULL = 0xffffffffu;
+constexpr bool IS_BF16 = false;  // the unit takes f16 only
+
+// The accumulator layout for fwd_rows.cuh: element e = v0 + 2*v1 + 4*v2 of an
+// n16 tile is row rbase + 2*v1, key cbase + v0 + 4*v2 (the lane's row r = v1,
+// its elements v0 + 2*v2); a row's other lanes are ^2 and ^8.
+struct FgFragM8 {
+  static constexpr int NW = 16, E = 4, ROW_STEP = 2, X0 = 2, X1 = 8;
+  static FG_DEVICE constexpr int reg(int r, int e) { return (e & 1) + 2 * r + 4 * (e >> 1); }
+  static FG_DEVICE constexpr int col(int e) { return (e & 1) + 4 * (e >> 1); }
+};
+
+@@ROW_PARTS@@
 
 struct __align__(8) U2 { u32 x, y; };
 
@@ -334,8 +346,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int cbase = 8 * qn + 2 * a1;          // accumulator columns cbase + v0 + 4*v2
 
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
-  const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
-  const int diag = blk.diag, n_tiles = blk.n_tiles;
+  const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
+  const int n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;
   const u16* const q_ptr = blk.q;
   const u16* const k_ptr = blk.k;
@@ -402,7 +414,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     }
     const u16* sKc = sK + (j % STAGES) * BLOCK_N * HEAD_DIM;
     const u16* sVc = sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V;
-    const int n_start = j * BLOCK_N;
 
     // ---- S = Qs . K^T ----
     float s[M_SLICES][NT][8];
@@ -414,87 +425,16 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         for (int e = 0; e < 8; ++e) s[ms][i][e] = 0.f;
 @@QK@@
 
-    // ---- bias and masks (element e = v0 + 2*v1 + 4*v2: row rbase + 2*v1, key cbase + v0 + 4*v2) ----
-    if (BIAS_KIND != 0) {
-#pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-        for (int v1 = 0; v1 < 2; ++v1) {
-          const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
-          if (qi < seqlen_q) {
-            const i64 row_off = b * p.bias_stride_batch + h * p.bias_stride_head + (i64)qi * p.bias_stride_q;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-              for (int v2 = 0; v2 < 2; ++v2)
-#pragma unroll
-                for (int v0 = 0; v0 < 2; ++v0) {
-                  const int kj = n_start + nt * 16 + cbase + v0 + 4 * v2;
-                  if (kj < seqlen_k) {
-                    const i64 off = row_off + (i64)kj * p.bias_stride_k;
-                    const float bv = BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
-                                                    : fg_f16_to_f32(static_cast<const u16*>(p.bias)[off]);
-                    s[ms][nt][v0 + 2 * v1 + 4 * v2] += bv;
-                  }
-                }
-          }
-        }
-    }
-    const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > m_start + diag);
-    if (need_mask) {
-#pragma unroll
-      for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-        for (int v1 = 0; v1 < 2; ++v1) {
-          const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
-          const int limit = MASK != 0 ? min(seqlen_k - 1, qi + diag) : seqlen_k - 1;  // last visible key
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int v2 = 0; v2 < 2; ++v2)
-#pragma unroll
-              for (int v0 = 0; v0 < 2; ++v0)
-                if (n_start + nt * 16 + cbase + v0 + 4 * v2 > limit) s[ms][nt][v0 + 2 * v1 + 4 * v2] = fg_neg_inf();
-        }
-    }
-
-    // ---- online softmax (exp2 domain, the offsets: fwd_block.cuh); a row spans lanes ^2 and ^8 ----
+    // ---- bias, masks and the online softmax (fwd_rows.cuh) ----
+    const int row0 = warp * M_SLICES * 16 + rbase;
+    float corr_rows[M_SLICES][2];
+    fg_bias_mask<FgFragM8>(p, blk, j, row0, cbase, s);
+    fg_online_softmax<FgFragM8>(s, row_max, row_sum, corr_rows);
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int v1 = 0; v1 < 2; ++v1) {
-        float m = row_max[ms][v1];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int v2 = 0; v2 < 2; ++v2)
-            m = fmaxf(m, fmaxf(s[ms][nt][2 * v1 + 4 * v2], s[ms][nt][2 * v1 + 4 * v2 + 1]));
-        m = fmaxf(m, __shfl_xor_sync(FULL, m, 2));
-        m = fmaxf(m, __shfl_xor_sync(FULL, m, 8));
-        const FgOffset off = fg_offset<false>(m);
-        if (__any_sync(FULL, off.shift)) {  // rare, warp-uniform
-          const float shift = off.shift ? m : 0.f;
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int v2 = 0; v2 < 2; ++v2)
-#pragma unroll
-              for (int v0 = 0; v0 < 2; ++v0) s[ms][nt][v0 + 2 * v1 + 4 * v2] -= shift;
-        }
-        const float corr = fg_corr<false>(row_max[ms][v1], m, off);
-        row_max[ms][v1] = m;
-        float sum = 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int v2 = 0; v2 < 2; ++v2)
-#pragma unroll
-            for (int v0 = 0; v0 < 2; ++v0) {
-              float& x = s[ms][nt][v0 + 2 * v1 + 4 * v2];
-              x = fg_weight(x, off);
-              sum += x;
-            }
-        row_sum[ms][v1] = row_sum[ms][v1] * corr + sum;
+        const float corr = corr_rows[ms][v1];
         // corr is exactly 1 when the row max did not move; skip the rescale
         // when that holds for every row of the warp.
         if (__any_sync(FULL, corr != 1.f)) {
@@ -520,16 +460,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       if (fg_pv_cut<BLOCK_N>(pm)) {
         plain = false;
         all_chunks(pm);
-        // The rows that see the lowest non-finite key found get row_sum = NaN.
-        const int kb = fg_pv_bad_key<BLOCK_N>(pm);
-        if (kb < BLOCK_N) {
-#pragma unroll
-          for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-            for (int v1 = 0; v1 < 2; ++v1)
-              if (m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1 + diag >= n_start + kb)
-                row_sum[ms][v1] = __int_as_float(0x7fffffff);
-        }
+        fg_pv_poison<FgFragM8>(pm, blk, j, row0, row_sum);
       }
     }
     if (plain) {
@@ -540,20 +471,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int v1 = 0; v1 < 2; ++v1) {
-      float l = row_sum[ms][v1];
-      l += __shfl_xor_sync(FULL, l, 2);
-      l += __shfl_xor_sync(FULL, l, 8);
-      inv[ms][v1] = l == 0.f ? 0.f : 1.f / l;  // a row that saw no key: O = 0; NaN stays NaN
-      if (HAS_LSE && a1 == 0 && qn == 0) {
-        const int qi = m_start + (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
-        if (qi < seqlen_q)
-          p.lse[b * p.lse_stride_batch + h * p.lse_stride_head + qi] = fg_lse<false>(row_max[ms][v1], l);
-      }
-    }
+  fg_finish_rows<FgFragM8>(p, blk, warp * M_SLICES * 16 + rbase, a1 == 0 && qn == 0, row_max, row_sum, inv);
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
   u16* const sO = sQ;
 @@STAGE_O@@

@@ -422,6 +422,168 @@ constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
 
+// ---- a lane's rows of S and O, for every accumulator layout (templates/fwd_rows.cuh) ----
+// Bias, masks and the online softmax of a key tile, the rows a non-finite V
+// value reaches, and the rows' normalisation and LSE, written once for every
+// kernel. A kernel's accumulator layout is a type F:
+//   F::NW        keys per n-tile of S
+//   F::E         elements of one row a lane holds per n-tile
+//   F::reg(r, e) register of the lane's row r (0, 1), element e, in an n-tile
+//   F::col(e)    column of element e in the n-tile, past the lane's first column
+//   F::ROW_STEP  block rows between the lane's rows 0 and 1
+//   F::X0, X1    lane xor masks of the other lanes that hold the same row
+// A lane passes `row0`, the block row of its row 0 in slice 0 (slice ms adds
+// 16 ms), and `col0`, its first column in an n-tile. The layouts: FgFragM16
+// (fwd_m16_parts.cuh, the mma.sync m16n8 and wgmma C fragments) and FgFragM8
+// (fwd_m8n8k4.cu, the Volta quadpair). Each template defines before this:
+// M_SLICES, NT (n-tiles of S per slice), BLOCK_N, MASK, BIAS_KIND, HAS_LSE,
+// IS_BF16.
+
+FG_DEVICE float fg_in16_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
+
+// S of key tile j (+ bias, masks): the bias of each visible (row, key) is
+// added, keys past seqlen_k and those the causal mask hides become -inf.
+template <class F, int R>
+FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int row0, int col0,
+                            float (&s)[M_SLICES][NT][R]) {
+  const int n_start = j * BLOCK_N;
+  const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
+  if (BIAS_KIND != 0) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        if (qi < seqlen_q) {
+          // Element (qi, kj) of this lane's first key; with a contiguous key
+          // dimension the other offsets are constants (no registers for them),
+          // otherwise one running offset per n-tile.
+          const i64 first = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q +
+                            (i64)(n_start + col0) * p.bias_stride_k;
+          auto bias_at = [&](i64 off) {
+            return BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
+                                  : fg_in16_to_f32(static_cast<const u16*>(p.bias)[off]);
+          };
+          const bool whole = n_start + BLOCK_N <= seqlen_k;
+          if (p.bias_stride_k == 1 && whole) {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+              for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] += bias_at(first + nt * F::NW + F::col(e));
+          } else {
+            i64 off = first;  // this n-tile's first element
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+              for (int e = 0; e < F::E; ++e)
+                if (n_start + col0 + nt * F::NW + F::col(e) < seqlen_k)
+                  s[ms][nt][F::reg(r, e)] += bias_at(off + F::col(e) * p.bias_stride_k);
+              off += F::NW * p.bias_stride_k;
+            }
+          }
+        }
+      }
+  }
+  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > blk.m_start + blk.diag);
+  if (need_mask) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < F::E; ++e)
+            if (n_start + col0 + nt * F::NW + F::col(e) > limit) s[ms][nt][F::reg(r, e)] = fg_neg_inf();
+      }
+  }
+}
+
+// The online softmax of one key tile (exp2 domain; the offsets:
+// fwd_block.cuh): `s` becomes P (unnormalised), row_max and row_sum move to
+// the new offsets, corr is the factor for the O rows (exactly 1 when the row
+// max did not move).
+template <class F, int R>
+FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M_SLICES][2],
+                                 float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float m = row_max[ms][r];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < F::E; e += 2)
+          m = fmaxf(m, fmaxf(s[ms][nt][F::reg(r, e)], s[ms][nt][F::reg(r, e + 1)]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, F::X0));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, F::X1));
+      const FgOffset off = fg_offset<IS_BF16>(m);
+      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {  // rare, warp-uniform
+        const float shift = off.shift ? m : 0.f;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] -= shift;
+      }
+      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
+      row_max[ms][r] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < F::E; e += 2) {
+          const float p0 = fg_weight(s[ms][nt][F::reg(r, e)], off);
+          const float p1 = fg_weight(s[ms][nt][F::reg(r, e + 1)], off);
+          s[ms][nt][F::reg(r, e)] = p0;
+          s[ms][nt][F::reg(r, e + 1)] = p1;
+          sum += p0 + p1;
+        }
+      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
+    }
+}
+
+// After the P.V of a tile the causal mask cuts (fwd_block.cuh, "causal masks
+// and P.V"): the lane's rows that see the lowest non-finite V key any lane of
+// the warp found get row_sum = NaN.
+template <class F>
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, float (&row_sum)[M_SLICES][2]) {
+  const int k = fg_pv_bad_key<BLOCK_N>(m);
+  if (k < BLOCK_N) {
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
+          row_sum[ms][r] = __int_as_float(0x7fffffff);
+  }
+}
+
+// Row sums across the lanes of each row, 1 / sum for the normalisation (0 for
+// a row that saw no key: O = 0; NaN stays NaN) and, with HAS_LSE, LSE (-inf
+// for a row that saw no key), written by the lanes with `lse_lane`.
+template <class F>
+FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, bool lse_lane,
+                              const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
+                              float (&inv)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = row_sum[ms][r];
+      l += __shfl_xor_sync(0xffffffffu, l, F::X0);
+      l += __shfl_xor_sync(0xffffffffu, l, F::X1);
+      inv[ms][r] = l == 0.f ? 0.f : 1.f / l;
+      if (HAS_LSE && lse_lane) {
+        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        if (qi < blk.seqlen_q)
+          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
+      }
+    }
+}
+
 // ---- pieces of the kernels whose accumulators have the m16n8 C layout ------
 // (templates/fwd_m16_parts.cuh: the mma.sync m16n8k16/m16n8k8 kernel and the
 // wgmma kernel; PTX ISA "Matrix Fragments for mma.m16n8k16" and "Register
@@ -567,103 +729,6 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
 }
 
 
-// Bias, masks and the online softmax of key tile j (exp2 domain): `s` holds
-// S = Qs.K^T of this warp's slices and becomes P (unnormalised); row_max and
-// row_sum are updated; corr is the factor the O rows must be scaled by
-// (exactly 1 when the row max did not move). Rows of slice ms: block row
-// (warp * M_SLICES + ms) * 16 + g (+ 8).
-FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
-                          float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
-                          float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
-  const int n_start = j * BLOCK_N;
-  const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
-  // ---- bias and masks ----
-  if (BIAS_KIND != 0) {
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-        if (qi < seqlen_q) {
-          // Element (qi, kj) of this lane's first key, then every 8 keys: with a
-          // contiguous key dimension the offsets are constants (no registers for
-          // them); otherwise one running offset.
-          const i64 first = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q +
-                            (i64)(n_start + 2 * t) * p.bias_stride_k;
-          auto bias_at = [&](i64 off) {
-            return BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
-                                  : fg_in_to_f32(static_cast<const u16*>(p.bias)[off]);
-          };
-          const bool whole = n_start + BLOCK_N <= seqlen_k;
-          if (p.bias_stride_k == 1 && whole) {
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              s[ms][nt][2 * r] += bias_at(first + nt * 8);
-              s[ms][nt][2 * r + 1] += bias_at(first + nt * 8 + 1);
-            }
-          } else {
-            i64 off = first;
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-              const int kj = n_start + nt * 8 + 2 * t;
-              if (kj < seqlen_k) s[ms][nt][2 * r] += bias_at(off);
-              if (kj + 1 < seqlen_k) s[ms][nt][2 * r + 1] += bias_at(off + p.bias_stride_k);
-              off += 8 * p.bias_stride_k;
-            }
-          }
-        }
-      }
-  }
-  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > blk.m_start + blk.diag);
-  if (need_mask) {
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-        const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            if (n_start + nt * 8 + 2 * t + e > limit) s[ms][nt][2 * r + e] = fg_neg_inf();
-      }
-  }
-
-  // ---- online softmax (exp2 domain; the offsets: fwd_block.cuh) ----
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float m = row_max[ms][r];
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) m = fmaxf(m, fmaxf(s[ms][nt][2 * r], s[ms][nt][2 * r + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const FgOffset off = fg_offset<IS_BF16>(m);
-      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {  // rare, warp-uniform
-        const float shift = off.shift ? m : 0.f;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          s[ms][nt][2 * r] -= shift;
-          s[ms][nt][2 * r + 1] -= shift;
-        }
-      }
-      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
-      row_max[ms][r] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        const float p0 = fg_weight(s[ms][nt][2 * r], off);
-        const float p1 = fg_weight(s[ms][nt][2 * r + 1], off);
-        s[ms][nt][2 * r] = p0;
-        s[ms][nt][2 * r + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
-    }
-}
-
 // D = A.B + D, m16n8k8 (used for an 8-wide head-dim chunk).
 FG_DEVICE void fg_mma1688(float* d, const u32* a, u32 b0) {
   if constexpr (IS_BF16) {
@@ -748,22 +813,6 @@ FG_DEVICE void fg_pv_step(u32 base, const FgLdsmOffsets<W>& vo, int kk, const u3
   }
 }
 
-// After a cut tile's P.V: the rows of this warp's slices (block rows
-// row0 + ms * 16 + g (+ 8)) that see the lowest non-finite key any lane found
-// get row_sum = NaN (fwd_block.cuh, "causal masks and P.V").
-FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
-                            float (&row_sum)[M_SLICES][2]) {
-  const int k = fg_pv_bad_key<BLOCK_N>(m);
-  if (k < BLOCK_N) {
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (blk.m_start + row0 + ms * 16 + g + 8 * r + blk.diag >= j * BLOCK_N + k)
-          row_sum[ms][r] = __int_as_float(0x7fffffff);
-  }
-}
-
 // O rows *= corr; skipped for a row pair when corr is exactly 1 on every lane
 // of the warp (the row maxima did not move).
 FG_DEVICE void fg_rescale_o(float (&o)[M_SLICES][OT][4], const float (&corr)[M_SLICES][2]) {
@@ -780,25 +829,29 @@ FG_DEVICE void fg_rescale_o(float (&o)[M_SLICES][OT][4], const float (&corr)[M_S
       }
 }
 
-// Row sums across the quad, 1 / sum for the normalisation (0 for a row that
-// saw no key: O = 0) and, with HAS_LSE, LSE = max + ln(sum) (-inf for such a row).
+// Bias, masks and the online softmax of key tile j, the rows' LSE and
+// normalisation, for this warp's slices in the m16n8 C layout (rows
+// (warp * M_SLICES + ms) * 16 + g (+ 8), columns 2t, 2t+1 of each n8 tile):
+// fwd_rows.cuh.
+struct FgFragM16 {
+  static constexpr int NW = 8, E = 2, ROW_STEP = 8, X0 = 1, X1 = 2;
+  static FG_DEVICE constexpr int reg(int r, int e) { return 2 * r + e; }
+  static FG_DEVICE constexpr int col(int e) { return e; }
+};
+FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
+                          float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
+                          float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+  fg_bias_mask<FgFragM16>(p, blk, j, warp * M_SLICES * 16 + g, 2 * t, s);
+  fg_online_softmax<FgFragM16>(s, row_max, row_sum, corr);
+}
 FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, int g, int t,
                               const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
                               float (&inv)[M_SLICES][2]) {
-#pragma unroll
-  for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[ms][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      inv[ms][r] = l == 0.f ? 0.f : 1.f / l;  // NaN stays NaN
-      if (HAS_LSE && t == 0) {
-        const int qi = blk.m_start + (warp * M_SLICES + ms) * 16 + g + 8 * r;
-        if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
-      }
-    }
+  fg_finish_rows<FgFragM16>(p, blk, warp * M_SLICES * 16 + g, t == 0, row_max, row_sum, inv);
+}
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+                            float (&row_sum)[M_SLICES][2]) {
+  fg_pv_poison<FgFragM16>(m, blk, j, row0 + g, row_sum);
 }
 
 
