@@ -23,6 +23,9 @@ constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
+// Shared memory: Q (then O), STAGES K tiles, STAGES V tiles (fg_smem below).
+static_assert(2 * (Q_REGION + STAGES * BLOCK_N * (HEAD_DIM + HEAD_DIM_V)) == SMEM_BYTES,
+              "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 
 @@M16_PARTS@@
 

@@ -433,6 +433,7 @@ constexpr int STAGES = 2;
 constexpr int MASK = 2;        // 0 none, 1 causal top-left, 2 causal bottom-right
 constexpr int BIAS_KIND = 0;   // 0 none, 1 input dtype, 2 float32
 constexpr bool HAS_LSE = true;
+constexpr int SMEM_BYTES = 36864;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 
 constexpr int THREADS = WARPS * 32;
 constexpr int M_SLICES = BLOCK_M / (16 * WARPS);
@@ -443,6 +444,9 @@ constexpr int OT = (HEAD_DIM_V + 15) / 16;  // n16 tiles of O per slice (an 8-wi
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 64;
 constexpr int QF_STEPS = Q_IN_REGS ? HEAD_DIM / 4 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
+// Shared memory: Q (then O), STAGES K tiles, STAGES V tiles (fg_smem below).
+static_assert(2 * (Q_REGION + STAGES * BLOCK_N * (HEAD_DIM + HEAD_DIM_V)) == SMEM_BYTES,
+              "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 constexpr u32 FULL = 0xffffffffu;
 constexpr bool IS_BF16 = false;  // the unit takes f16 only
 

@@ -405,6 +405,7 @@ constexpr int STAGES = 2;
 constexpr int MASK = 0;        // 0 none, 1 causal top-left, 2 causal bottom-right
 constexpr int BIAS_KIND = 2;   // 0 none, 1 input dtype, 2 float32
 constexpr bool HAS_LSE = false;
+constexpr int SMEM_BYTES = 57344;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 constexpr bool IS_BF16 = false;
 constexpr bool QK_AHEAD = false;  // Q.K^T of the next tile overlaps this tile's softmax
 constexpr int UNIT_K = 8;     // mma.sync.aligned.m16n8k8
@@ -421,6 +422,9 @@ constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
+// Shared memory: Q (then O), STAGES K tiles, STAGES V tiles (fg_smem below).
+static_assert(2 * (Q_REGION + STAGES * BLOCK_N * (HEAD_DIM + HEAD_DIM_V)) == SMEM_BYTES,
+              "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 
 // ---- a lane's rows of S and O, for every accumulator layout (templates/fwd_rows.cuh) ----
 // Bias, masks and the online softmax of a key tile, the rows a non-finite V

@@ -424,6 +424,7 @@ constexpr int STAGES = 2;
 constexpr int MASK = 0;        // 0 none, 1 causal top-left, 2 causal bottom-right
 constexpr int BIAS_KIND = 2;   // 0 none, 1 input dtype, 2 float32
 constexpr bool HAS_LSE = false;
+constexpr int SMEM_BYTES = 132096;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 constexpr bool IS_BF16 = true;
 
 constexpr int THREADS = WARPS * 32;          // consumer threads (what the shared parts call THREADS)
@@ -452,6 +453,11 @@ constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
 constexpr int ZERO_REGION = MASK != 0 ? 16 * 64 : 0;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE) + ZERO_REGION);
 constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
+// The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
+// mbarriers go into the skipped part or after the tiles (then fewer than
+// BAR_BYTES were skipped).
+static_assert(TILE_BYTES + 1024 == SMEM_BYTES, "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
+static_assert(BAR_BYTES <= 512, "the mbarriers must fit beside the alignment");
 constexpr int UNIT_K = 16;  // the mma.sync steps of P.V on tiles a causal mask cuts (fwd_m16_parts.cuh)
 typedef unsigned long long u64;
 
