@@ -5,8 +5,8 @@
 // checked to be non-empty ELF cubins whose ptxas report shows no spill stores
 // (and, for the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at
 // all). The exceptions (spill_limit_bytes): sm_120/121 kernels with head_dim >
-// 128 may spill up to 64 bytes, sm_90's m16n8k16 kernels up to 8; every kernel
-// with spills is listed in the summary.
+// 128 and sm_90a wgmma kernels with a causal mask may spill up to 64 bytes;
+// every kernel with spills is listed in the summary.
 //
 // Coverage (not a full cross product; every value of every factor at every arch):
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
@@ -67,15 +67,14 @@ std::vector<Combo> all_combos() {
 // Spill bytes a kernel may report (listed in the summary); 0 unless noted.
 //  - sm_120/121, head dims above 128: 12-36 bytes at 255 registers (the same
 //    source fits for sm_89); bounded at 64.
-//  - sm_90's m16n8k16 kernels (Hopper's fallback for head dims that are not
-//    multiples of 16 and for K/V with stride_seq 0): the bf16 d128 causaltl one
-//    reports 8 bytes at 255 registers since the softmax's FFMA/SUB vote
-//    (templates/fwd_block.cuh); its SASS stores the two values before the key
-//    loop and loads them after it (no local-memory access inside the loop).
-//    Bounded at 8.
+//  - sm_90a wgmma kernels with a causal mask: the P.V steps a warpgroup
+//    leaves to mma.sync on cut tiles (templates/fwd_wgmma.cu, fg_pv_band) cost
+//    registers; the D80/D96/D128 tiles report 4-36 bytes, whose SASS stores
+//    and loads sit at an item's start and in its epilogue (none inside the key
+//    loop). Bounded at 64.
 int64_t spill_limit_bytes(const KernelSpec& s) {
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 64;
-  if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 8;
+  if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 64;
   return 0;
 }
 
