@@ -5,7 +5,8 @@ Calls libflashgen through its C ABI (ctypes, flashgen_forward) on PyTorch
 tensors, and PyTorch's scaled_dot_product_attention with the flash, cuDNN and
 memory-efficient backends on views of the very same memory. Every time is the
 median of --runs launches, each bracketed by CUDA events, after --warmup
-launches; the inputs rotate over --sets independent input sets so that no run
+launches and at least 200 ms of back-to-back calls (the SM clock idles at
+345 MHz between shapes and takes that long to rise); the inputs rotate over --sets independent input sets so that no run
 finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
@@ -13,12 +14,14 @@ usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
                 [--baseline OTHER/libflashgen.so]
 
 --baseline times a second build of libflashgen (e.g. the commit before a
-kernel change) in the same loop, on the same inputs, right after ours: the
-table gains its TFLOP/s ("base") and ours/base.
+kernel change) on the same inputs, its calls taking turns with ours call by
+call (a clock change then hits both alike): the table gains its TFLOP/s
+("base") and ours/base.
 """
 import argparse
 import ctypes
 import statistics
+import time
 import sys
 
 import torch
@@ -76,18 +79,39 @@ def check(lib, status, what):
         raise RuntimeError(f"{what}: status {status}: {lib.flashgen_last_error().decode()}")
 
 
+def spin_up(fn, sets, warmup, min_ms=200.0):
+    """At least `warmup` calls and about `min_ms` of back-to-back work, so the SM
+    clock has left its idle state (345 MHz on the H200) before anything is timed."""
+    t0 = time.perf_counter()
+    i = 0
+    while i < warmup or (time.perf_counter() - t0) * 1e3 < min_ms:
+        fn(sets[i % len(sets)])
+        i += 1
+        if i % 8 == 0:
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+
+
 def median_ms(fn, sets, warmup, runs):
     """Median of `runs` event-timed calls of fn(set), rotating over the input sets."""
-    for i in range(warmup):
-        fn(sets[i % len(sets)])
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(runs)]
+    return median_ms_pair([fn], sets, warmup, runs)[0]
+
+
+def median_ms_pair(fns, sets, warmup, runs):
+    """Medians of `runs` event-timed calls of each fn(set), the functions taking
+    turns call by call (so a clock change hits them alike), rotating over the
+    input sets."""
+    for fn in fns:
+        spin_up(fn, sets, warmup)
+    ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
+          for _ in fns]
     for i in range(runs):
-        starts[i].record()
-        fn(sets[i % len(sets)])
-        ends[i].record()
+        for f, fn in enumerate(fns):
+            ev[f][i][0].record()
+            fn(sets[i % len(sets)])
+            ev[f][i][1].record()
     torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return [statistics.median(s.elapsed_time(e) for s, e in ev[f]) for f in range(len(fns))]
 
 
 def main():
@@ -165,7 +189,6 @@ def main():
                 ok = err == err and err < (2e-2 if dtype == torch.bfloat16 else 4e-3)
                 failures += 0 if ok else 1
 
-                t_ours = median_ms(ours, idx, args.warmup, args.runs)
                 res = {}
                 if base is not None:
                     o.fill_(float("nan"))
@@ -175,7 +198,11 @@ def main():
                     if not (e_base == e_base and e_base < (2e-2 if dtype == torch.bfloat16 else 4e-3)):
                         failures += 1
                         print(f"  baseline MISMATCH {e_base:.2e}", flush=True)
-                    res["base"] = flops / (median_ms(baseline, idx, args.warmup, args.runs) * 1e-3) / 1e12
+                    # Interleaved with ours, call by call.
+                    t_ours, t_base = median_ms_pair([ours, baseline], idx, args.warmup, args.runs)
+                    res["base"] = flops / (t_base * 1e-3) / 1e12
+                else:
+                    t_ours = median_ms(ours, idx, args.warmup, args.runs)
                 for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                                       ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
                     def sdpa(i, backend=backend):
@@ -194,8 +221,9 @@ def main():
                 rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
                              "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec.value.decode()))
                 r = rows[-1]
+                vs_base = f", base {res['base']:.1f} (ours/base {ours_tf / res['base']:.3f})" if "base" in res else ""
                 print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
-                      f"({t_ours:.3f} ms), max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
+                      f"({t_ours:.3f} ms){vs_base}, max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
                       flush=True)
                 for tile in lib_tiles:
                     bm, bn, w, st = tile.split("x")
