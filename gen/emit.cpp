@@ -125,11 +125,11 @@ std::string spec_comment(const KernelSpec& spec) {
 
 std::string spec_constants(const KernelSpec& spec) {
   std::string out;
-  for (const SpecField& f : spec_fields()) {
-    if (f.constant.empty()) continue;
+  for (const SpecField* f : spec_fields(spec.family)) {
+    if (f->constant.empty()) continue;
     if (!out.empty()) out += '\n';
-    out += fmt::format("constexpr {} {} = {};{}", f.constant_type, f.constant, f.constant_value(spec),
-                       f.constant_comment);
+    out += fmt::format("constexpr {} {} = {};{}", f->constant_type, f->constant, f->constant_value(spec),
+                       f->constant_comment);
   }
   // The shared-memory layout is computed once (KernelSpec::smem_bytes, which
   // the launch gives the kernel); each template static_asserts that its own

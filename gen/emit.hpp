@@ -23,6 +23,31 @@ namespace flashgen::gen {
 /// Throws Unsupported for a family other than fwd (not generated yet).
 std::string emit_forward(const KernelSpec& spec);
 
+/// The generated CUDA source of `spec`, by its family: emit_forward (fwd) or
+/// emit_combine (combine). Does not validate. Throws Unsupported for a family
+/// that is not generated yet (fwd_split).
+std::string emit(const KernelSpec& spec);
+
+/// How a combine kernel splits its work (templates/combine.cu, which
+/// static_asserts the values the generator writes): row_lanes lanes of a warp
+/// own one (b, i, h) row (the power of two at least head_dim_v / 8, at most
+/// 32), each holding chunks_per_lane 8-element chunks; rows_per_block =
+/// threads / row_lanes rows per block and grid step.
+struct CombineShape {
+  int row_lanes = 0;
+  int chunks_per_lane = 0;
+  int rows_per_block = 0;
+};
+CombineShape combine_shape(const KernelSpec& spec);
+
+/// The combine kernel (a merge of attention states) for a combine `spec`:
+/// self-contained source, extern "C" symbol spec.kernel_name(), block
+/// (spec.threads(), 1, 1), no dynamic shared memory, one `CombineParams`
+/// (gen/params.hpp) by value; any grid size from 1 covers every row (the
+/// block strides over the rows). Does not validate. Throws Error(internal)
+/// for a spec of another family.
+std::string emit_combine(const KernelSpec& spec);
+
 /// Which of the three tensor maps of a tensor (FwdTmaMaps, gen/params.hpp) the
 /// wgmma kernel reads a chunk of this width through: 64 -> 0, 32 -> 1, 16 -> 2.
 int tma_map_index(int chunk_width);

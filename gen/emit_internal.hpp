@@ -29,10 +29,11 @@ std::string load_q_lines(const std::vector<int>& chunks);
 /// unit, dtype, head-dim splits, tile, mask/bias/LSE, launch shape).
 std::string spec_comment(const KernelSpec& spec);
 
-/// The constants every forward template starts from, one per field of the
-/// spec's field table that has one (gen/spec_fields.hpp: HEAD_DIM, HEAD_DIM_V,
-/// BLOCK_M, BLOCK_N, WARPS, STAGES, MASK, BIAS_KIND, HAS_LSE), one per line,
-/// no trailing newline.
+/// The constants every template starts from, one per field of the spec's
+/// family in the field table that has one (gen/spec_fields.hpp; fwd:
+/// HEAD_DIM, HEAD_DIM_V, BLOCK_M, BLOCK_N, WARPS, STAGES, MASK, BIAS_KIND,
+/// HAS_LSE; combine: PARTIAL_DTYPE, OUT_DTYPE, HEAD_DIM_V, HAS_LSE), one per
+/// line, no trailing newline.
 std::string spec_constants(const KernelSpec& spec);
 
 /// The whole generated source: spec comment, templates/common.cuh, the

@@ -41,7 +41,50 @@
   X(int64_t, long long, num_m_blocks)                           \
   X(double, double, softmax_scale)
 
+// The combine kernel's single by-value argument (templates/combine.cu): a
+// merge of attention states (MergeProblem, merge.hpp). rows = batch *
+// seqlen_q * heads; row r is (b, i, h) with r = (b * seqlen_q + i) * heads + h.
+// X(type_host, type_device, name)
+#define FLASHGEN_COMBINE_PARAMS(X)                              \
+  X(const void*, const void*, o_partial)                        \
+  X(const float*, const float*, lse_partial)                    \
+  X(void*, void*, o)                                            \
+  X(float*, float*, lse)                                        \
+  X(int64_t, long long, op_stride_state)                        \
+  X(int64_t, long long, op_stride_batch)                        \
+  X(int64_t, long long, op_stride_seq)                          \
+  X(int64_t, long long, op_stride_head)                         \
+  X(int64_t, long long, lp_stride_state)                        \
+  X(int64_t, long long, lp_stride_batch)                        \
+  X(int64_t, long long, lp_stride_head)                         \
+  X(int64_t, long long, lp_stride_seq)                          \
+  X(int64_t, long long, o_stride_batch)                         \
+  X(int64_t, long long, o_stride_seq)                           \
+  X(int64_t, long long, o_stride_head)                          \
+  X(int64_t, long long, lse_stride_batch)                       \
+  X(int64_t, long long, lse_stride_head)                        \
+  X(int64_t, long long, num_states)                             \
+  X(int64_t, long long, seqlen_q)                               \
+  X(int64_t, long long, heads)                                  \
+  X(int64_t, long long, rows)
+
 namespace flashgen::detail {
+
+struct CombineParams {
+#define FLASHGEN_X(th, td, name) th name;
+  FLASHGEN_COMBINE_PARAMS(FLASHGEN_X)
+#undef FLASHGEN_X
+};
+
+/// The same struct as CUDA source text ("struct CombineParams { ... };").
+inline std::string combine_params_source() {
+  std::string s = "struct CombineParams {\n";
+#define FLASHGEN_X(th, td, name) s += "  " #td " " #name ";\n";
+  FLASHGEN_COMBINE_PARAMS(FLASHGEN_X)
+#undef FLASHGEN_X
+  s += "};\n";
+  return s;
+}
 
 struct FwdParams {
 #define FLASHGEN_X(th, td, name) th name;

@@ -1,4 +1,5 @@
-// AttentionProblem: default scale, contiguous BSHD construction, argument checks.
+// AttentionProblem and MergeProblem: default scale, contiguous construction,
+// argument checks (both share the stride, offset and overlap rules below).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "flashgen/merge.hpp"
 #include "flashgen/problem.hpp"
 
 namespace flashgen {
@@ -335,6 +337,202 @@ void check_problem(const AttentionProblem& p) {
                              {"stride_head", l.stride_head, p.heads_q, "heads_q"}},
                             p.seqlen_q, "seqlen_q");
     }
+  }
+}
+
+// ---- MergeProblem ------------------------------------------------------------
+
+namespace {
+
+// The byte range [begin, end) a view spans (end = begin + largest byte offset).
+struct ByteRange {
+  const char* name;
+  uintptr_t begin;
+  uintptr_t end;
+};
+
+void check_disjoint(const ByteRange& out, const ByteRange& other) {
+  if (out.begin < other.end && other.begin < out.end) {
+    fail(fmt::format("{} (bytes [{:#x}, {:#x})) overlaps {} (bytes [{:#x}, {:#x})); the outputs of a merge must "
+                     "not overlap its inputs or each other",
+                     out.name, out.begin, out.end, other.name, other.begin, other.end));
+  }
+}
+
+void check_state_dtype(const char* name, StateDType d) {
+  if (d != StateDType::f32 && d != StateDType::f16 && d != StateDType::bf16) {
+    fail(fmt::format("{} ({}) is not a state dtype; allowed: f32, f16, bf16", name, static_cast<int>(d)));
+  }
+}
+
+}  // namespace
+
+MergeProblem make_merge_problem(StateDType partial_dtype, StateDType out_dtype, int64_t num_states,
+                                int64_t batch, int64_t seqlen_q, int64_t heads, int64_t head_dim_v,
+                                const void* o_partial, const float* lse_partial, void* o, float* lse) {
+  MergeProblem p;
+  p.partial_dtype = partial_dtype;
+  p.out_dtype = out_dtype;
+  p.num_states = num_states;
+  p.batch = batch;
+  p.seqlen_q = seqlen_q;
+  p.heads = heads;
+  p.head_dim_v = head_dim_v;
+  p.o_partial.data = o_partial;
+  p.o_partial.stride_head = head_dim_v;
+  p.o_partial.stride_seq = sat_mul(heads, head_dim_v);
+  p.o_partial.stride_batch = sat_mul(seqlen_q, p.o_partial.stride_seq);
+  p.o_partial.stride_state = sat_mul(batch, p.o_partial.stride_batch);
+  p.lse_partial.data = lse_partial;
+  p.lse_partial.stride_seq = 1;
+  p.lse_partial.stride_head = seqlen_q;
+  p.lse_partial.stride_batch = sat_mul(heads, seqlen_q);
+  p.lse_partial.stride_state = sat_mul(batch, p.lse_partial.stride_batch);
+  p.o.data = o;
+  p.o.stride_head = head_dim_v;
+  p.o.stride_seq = p.o_partial.stride_seq;
+  p.o.stride_batch = p.o_partial.stride_batch;
+  p.lse.data = lse;
+  p.lse.stride_head = seqlen_q;
+  p.lse.stride_batch = p.lse_partial.stride_batch;
+  return p;
+}
+
+void check_merge_problem(const MergeProblem& p) {
+  check_state_dtype("partial_dtype", p.partial_dtype);
+  check_state_dtype("out_dtype", p.out_dtype);
+  if (p.num_states < 1 || p.num_states > kMaxMergeStates) {
+    fail(fmt::format("num_states ({}) must be in [1, {}]", p.num_states, kMaxMergeStates));
+  }
+  if (p.batch < 0) fail(fmt::format("batch ({}) must be >= 0", p.batch));
+  if (p.seqlen_q < 0) fail(fmt::format("seqlen_q ({}) must be >= 0", p.seqlen_q));
+  if (p.heads < 0) fail(fmt::format("heads ({}) must be >= 0", p.heads));
+  if (p.head_dim_v < kMergeHeadDimMultiple || p.head_dim_v > kMaxMergeHeadDim ||
+      p.head_dim_v % kMergeHeadDimMultiple != 0) {
+    fail(fmt::format("head_dim_v ({}) must be a multiple of {} in [{}, {}]", p.head_dim_v, kMergeHeadDimMultiple,
+                     kMergeHeadDimMultiple, kMaxMergeHeadDim));
+  }
+  const bool has_rows = p.batch > 0 && p.seqlen_q > 0 && p.heads > 0;
+  const int64_t part_bytes = dtype_bytes(p.partial_dtype);
+  const int64_t out_bytes = dtype_bytes(p.out_dtype);
+
+  // Strides: >= 0; O tensors' strides multiples of 16 bytes (the kernel's
+  // 16-byte vectors).
+  struct Stride {
+    const char* field;
+    int64_t value;
+    int64_t extent;
+    const char* extent_name;
+  };
+  auto check_strides = [](const char* name, std::initializer_list<Stride> strides, int64_t elem_bytes,
+                          bool vector, bool output, bool needed) {
+    for (const Stride& s : strides) {
+      if (s.value < 0) {
+        fail(fmt::format("{}.{} ({}) must be >= 0; negative strides are not supported", name, s.field, s.value));
+      }
+      if (vector && s.value % (16 / elem_bytes) != 0) {
+        fail(fmt::format("{}.{} ({}) must be a multiple of {} elements (16 bytes of {}-byte elements) or 0", name,
+                         s.field, s.value, 16 / elem_bytes, elem_bytes));
+      }
+    }
+    if (!output || !needed) return;
+    for (const Stride& s : strides) {
+      if (s.value == 0 && s.extent > 1) {
+        fail(fmt::format("{}.{} (0) must be positive when {} ({}) > 1: an output cannot broadcast", name, s.field,
+                         s.extent_name, s.extent));
+      }
+    }
+  };
+  auto check_pointer = [](const char* name, const void* data, int64_t align) {
+    if (data == nullptr) {
+      fail(fmt::format("{}.data is null; a non-empty merge (batch, seqlen_q and heads > 0) needs a device pointer",
+                       name));
+    }
+    if (reinterpret_cast<uintptr_t>(data) % static_cast<uintptr_t>(align) != 0) {
+      fail(fmt::format("{}.data ({}) must be {}-byte aligned", name, ptr_text(data), align));
+    }
+  };
+  auto span = [](const char* name, std::initializer_list<Dim> dims, int64_t elem_bytes, const void* data,
+                 const char* formula) {
+    int64_t bytes = 0;
+    if (!max_byte_offset(dims, elem_bytes, &bytes)) {
+      std::string values;
+      for (const Dim& d : dims) values += fmt::format("{}({}-1)*{}", values.empty() ? "" : " + ", d.extent, d.stride);
+      fail(fmt::format("{}: the largest offset {} = {} elements overflows a signed 64-bit byte offset", name, formula,
+                       values));
+    }
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+    return ByteRange{name, begin, begin + static_cast<uintptr_t>(bytes)};
+  };
+
+  const StatesRef& op = p.o_partial;
+  const StatesLseRef& lp = p.lse_partial;
+  check_strides("o_partial",
+                {{"stride_state", op.stride_state, p.num_states, "num_states"},
+                 {"stride_batch", op.stride_batch, p.batch, "batch"},
+                 {"stride_seq", op.stride_seq, p.seqlen_q, "seqlen_q"},
+                 {"stride_head", op.stride_head, p.heads, "heads"}},
+                part_bytes, true, false, has_rows);
+  check_strides("lse_partial",
+                {{"stride_state", lp.stride_state, p.num_states, "num_states"},
+                 {"stride_batch", lp.stride_batch, p.batch, "batch"},
+                 {"stride_head", lp.stride_head, p.heads, "heads"},
+                 {"stride_seq", lp.stride_seq, p.seqlen_q, "seqlen_q"}},
+                4, false, false, has_rows);
+  check_strides("o",
+                {{"stride_batch", p.o.stride_batch, p.batch, "batch"},
+                 {"stride_seq", p.o.stride_seq, p.seqlen_q, "seqlen_q"},
+                 {"stride_head", p.o.stride_head, p.heads, "heads"}},
+                out_bytes, true, true, has_rows);
+  const bool has_lse = p.lse.data != nullptr;
+  if (has_lse) {
+    check_strides("lse",
+                  {{"stride_batch", p.lse.stride_batch, p.batch, "batch"},
+                   {"stride_head", p.lse.stride_head, p.heads, "heads"}},
+                  4, false, true, has_rows);
+  }
+  if (!has_rows) return;  // nothing is read or written
+
+  check_pointer("o_partial", op.data, 16);
+  check_pointer("lse_partial", lp.data, 4);
+  check_pointer("o", p.o.data, 16);
+  if (has_lse) check_pointer("lse", p.lse.data, 4);
+
+  const ByteRange r_op =
+      span("o_partial",
+           {{p.num_states, op.stride_state}, {p.batch, op.stride_batch}, {p.seqlen_q, op.stride_seq},
+            {p.heads, op.stride_head}, {p.head_dim_v, 1}},
+           part_bytes, op.data,
+           "(num_states-1)*stride_state + (batch-1)*stride_batch + (seqlen_q-1)*stride_seq + (heads-1)*stride_head + "
+           "head_dim_v-1");
+  const ByteRange r_lp = span("lse_partial",
+                              {{p.num_states, lp.stride_state}, {p.batch, lp.stride_batch}, {p.heads, lp.stride_head},
+                               {p.seqlen_q, lp.stride_seq}},
+                              4, lp.data,
+                              "(num_states-1)*stride_state + (batch-1)*stride_batch + (heads-1)*stride_head + "
+                              "(seqlen_q-1)*stride_seq");
+  const ByteRange r_o = span("o",
+                             {{p.batch, p.o.stride_batch}, {p.seqlen_q, p.o.stride_seq}, {p.heads, p.o.stride_head},
+                              {p.head_dim_v, 1}},
+                             out_bytes, p.o.data,
+                             "(batch-1)*stride_batch + (seqlen_q-1)*stride_seq + (heads-1)*stride_head + head_dim_v-1");
+  check_no_self_overlap("o",
+                        {{"stride_batch", p.o.stride_batch, p.batch, "batch"},
+                         {"stride_seq", p.o.stride_seq, p.seqlen_q, "seqlen_q"},
+                         {"stride_head", p.o.stride_head, p.heads, "heads"}},
+                        p.head_dim_v, "head_dim_v");
+  check_disjoint(r_o, r_op);
+  check_disjoint(r_o, r_lp);
+  if (has_lse) {
+    const ByteRange r_l = span("lse", {{p.batch, p.lse.stride_batch}, {p.heads, p.lse.stride_head}, {p.seqlen_q, 1}},
+                               4, p.lse.data, "(batch-1)*stride_batch + (heads-1)*stride_head + seqlen_q-1");
+    check_no_self_overlap("lse",
+                          {{"stride_batch", p.lse.stride_batch, p.batch, "batch"},
+                           {"stride_head", p.lse.stride_head, p.heads, "heads"}},
+                          p.seqlen_q, "seqlen_q");
+    check_disjoint(r_l, r_op);
+    check_disjoint(r_l, r_lp);
+    check_disjoint(r_l, r_o);
   }
 }
 

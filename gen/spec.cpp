@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "flashgen/merge.hpp"
 #include "flashgen/spec.hpp"
 #include "gen/limits.hpp"
 #include "gen/spec_fields.hpp"
@@ -164,6 +165,7 @@ SpecField name_field(std::string_view key, std::string_view name, SpecFieldGroup
     return "";
   };
   f.set_name = [](KernelSpec& s, std::string_view text, std::string_view what) { Ref{}(s) = Parse{}(text, what); };
+  f.get_code = [](const KernelSpec& s) { return static_cast<int>(Ref{}(s)); };
   f.name_rank = name_rank;
   f.name_part = name_part;
   return f;
@@ -201,10 +203,35 @@ std::vector<SpecField> make_spec_fields() {
       "d", "head_dim", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 2,
       [](const KernelSpec& s) { return "_d" + name_int(s.head_dim); }, "HEAD_DIM",
       [](auto& s) -> auto& { return s.head_dim; }));
+  // combine: the element types of the partial O_s and of the merged O.
+  for (const bool partial : {true, false}) {
+    SpecField f = partial ? name_field(
+                                "part", "partial_dtype", G::variant, 2,
+                                [](const KernelSpec& s) { return "_p" + std::string(to_string(s.partial_dtype)); },
+                                [](auto& s) -> auto& { return s.partial_dtype; },
+                                [](std::string_view v, std::string_view what) {
+                                  return parse_state_dtype(v, what.empty() ? "partial_dtype" : what);
+                                })
+                          : name_field(
+                                "out", "out_dtype", G::variant, 2,
+                                [](const KernelSpec& s) { return "_o" + std::string(to_string(s.out_dtype)); },
+                                [](auto& s) -> auto& { return s.out_dtype; },
+                                [](std::string_view v, std::string_view what) {
+                                  return parse_state_dtype(v, what.empty() ? "out_dtype" : what);
+                                });
+    f.constant = partial ? "PARTIAL_DTYPE" : "OUT_DTYPE";
+    f.constant_type = "int";
+    if (partial)
+      f.constant_value = [](const KernelSpec& s) { return std::to_string(state_dtype_code(s.partial_dtype)); };
+    else
+      f.constant_value = [](const KernelSpec& s) { return std::to_string(state_dtype_code(s.out_dtype)); };
+    f.constant_comment = "  // 0 f32, 1 f16, 2 bf16";
+    t.push_back(f);
+  }
   t.push_back(int_field(
       "dv", "head_dim_v", G::variant, kMinHeadDim, kMaxHeadDim, kHeadDimMultiple, 3,
-      [](const KernelSpec& s) { return "v" + name_int(s.head_dim_v); }, "HEAD_DIM_V",
-      [](auto& s) -> auto& { return s.head_dim_v; }));
+      [](const KernelSpec& s) { return (s.family == KernelFamily::combine ? "_dv" : "v") + name_int(s.head_dim_v); },
+      "HEAD_DIM_V", [](auto& s) -> auto& { return s.head_dim_v; }));
   t.push_back(int_field(
       "bm", "block_m", G::tile, 16, kMaxBlock, 16, 5, [](const KernelSpec& s) { return "_bm" + name_int(s.tile.block_m); },
       "BLOCK_M", [](auto& s) -> auto& { return s.tile.block_m; }));
@@ -268,18 +295,40 @@ std::vector<SpecField> make_spec_fields() {
     f.constant_value = [](const KernelSpec& s) { return std::string(s.has_lse ? "true" : "false"); };
     t.push_back(f);
   }
+  // The families of each field: the forward families have every field but the
+  // combine's element types; combine has arch, its element types, head_dim_v, lse.
+  const unsigned fwd = family_bit(KernelFamily::fwd) | family_bit(KernelFamily::fwd_split);
+  const unsigned combine = family_bit(KernelFamily::combine);
+  for (SpecField& f : t) {
+    if (f.key == "part" || f.key == "out") {
+      f.families = combine;
+    } else if (f.key == "sm" || f.key == "dv" || f.key == "lse") {
+      f.families = fwd | combine;
+    } else {
+      f.families = fwd;
+    }
+  }
   return t;
 }
 
-// The fields in kernel_name() order.
-const std::vector<const SpecField*>& name_order() {
-  static const std::vector<const SpecField*> order = [] {
-    std::vector<const SpecField*> v;
-    for (const SpecField& f : spec_fields()) v.push_back(&f);
-    std::stable_sort(v.begin(), v.end(), [](const SpecField* a, const SpecField* b) { return a->name_rank < b->name_rank; });
-    return v;
+size_t family_index(KernelFamily f) {
+  for (size_t i = 0; i < kFamilies.size(); ++i)
+    if (kFamilies[i] == f) return i;
+  throw Error(ErrorCode::internal, fmt::format("kernel family {} is not a KernelFamily", static_cast<int>(f)));
+}
+
+// The fields of each family in kernel_name() order.
+const std::vector<const SpecField*>& name_order(KernelFamily family) {
+  static const auto orders = [] {
+    std::array<std::vector<const SpecField*>, kFamilies.size()> o;
+    for (size_t i = 0; i < kFamilies.size(); ++i) {
+      o[i] = spec_fields(kFamilies[i]);
+      std::stable_sort(o[i].begin(), o[i].end(),
+                       [](const SpecField* a, const SpecField* b) { return a->name_rank < b->name_rank; });
+    }
+    return o;
   }();
-  return order;
+  return orders[family_index(family)];
 }
 
 }  // namespace
@@ -289,17 +338,28 @@ std::span<const SpecField> spec_fields() {
   return fields;
 }
 
+const std::vector<const SpecField*>& spec_fields(KernelFamily family) {
+  static const auto per_family = [] {
+    std::array<std::vector<const SpecField*>, kFamilies.size()> v;
+    for (size_t i = 0; i < kFamilies.size(); ++i)
+      for (const SpecField& f : spec_fields())
+        if (f.applies(kFamilies[i])) v[i].push_back(&f);
+    return v;
+  }();
+  return per_family[family_index(family)];
+}
+
 const SpecField* find_spec_field(std::string_view key) {
   for (const SpecField& f : spec_fields())
     if (f.key == key) return &f;
   return nullptr;
 }
 
-std::string spec_field_list() {
+std::string spec_field_list(KernelFamily family) {
   std::string s;
-  for (const SpecField& f : spec_fields()) {
+  for (const SpecField* f : spec_fields(family)) {
     if (!s.empty()) s += ",";
-    s += f.key;
+    s += f->key;
   }
   return s;
 }
@@ -309,6 +369,15 @@ int mask_code(MaskKind m) {
     case MaskKind::none: return 0;
     case MaskKind::causal_top_left: return 1;
     case MaskKind::causal_bottom_right: return 2;
+  }
+  return 0;
+}
+
+int state_dtype_code(StateDType d) {
+  switch (d) {
+    case StateDType::f32: return 0;
+    case StateDType::f16: return 1;
+    case StateDType::bf16: return 2;
   }
   return 0;
 }
@@ -357,6 +426,7 @@ std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit) {
 }
 
 int KernelSpec::threads() const {
+  if (family == KernelFamily::combine) return kCombineThreads;
   const int64_t t = (int64_t{tile.warps} + gen::unit_traits(unit).producer_warps) * 32;
   return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
 }
@@ -364,6 +434,7 @@ int KernelSpec::threads() const {
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
   // and one V tile.
+  if (family == KernelFamily::combine) return 0;
   const gen::UnitTraits& u = gen::unit_traits(unit);
   const int64_t q_elems = sat_mul(tile.block_m, std::max(head_dim, head_dim_v));
   int64_t kv_elems = sat_mul(sat_mul(tile.stages, tile.block_n), sat_add(int64_t{head_dim}, int64_t{head_dim_v}));
@@ -384,14 +455,32 @@ int64_t KernelSpec::smem_bytes() const {
 std::string KernelSpec::canonical() const {
   std::string out = spec_tag(family);
   bool first = true;
-  for (const gen::SpecField& f : gen::spec_fields()) {
+  for (const gen::SpecField* f : gen::spec_fields(family)) {
     if (!first) out += ',';
     first = false;
-    out += f.key;
+    out += f->key;
     out += '=';
-    out += f.format(*this);
+    out += f->format(*this);
   }
   return out;
+}
+
+bool KernelSpec::operator==(const KernelSpec& o) const {
+  if (family != o.family) return false;
+  for (const gen::SpecField* f : gen::spec_fields(family)) {
+    switch (f->kind) {
+      case gen::SpecFieldKind::integer:
+        if (f->get_int(*this) != f->get_int(o)) return false;
+        break;
+      case gen::SpecFieldKind::name:
+        if (f->get_code(*this) != f->get_code(o)) return false;
+        break;
+      case gen::SpecFieldKind::flag:
+        if (f->get_flag(*this) != f->get_flag(o)) return false;
+        break;
+    }
+  }
+  return true;
 }
 
 KernelSpec KernelSpec::parse(const std::string& text) {
@@ -416,11 +505,11 @@ KernelSpec KernelSpec::parse(const std::string& text) {
   }
   if (!tagged) spec_error(text, fmt::format("does not start with the tag {}", tag_list()));
 
-  const std::span<const gen::SpecField> fields = gen::spec_fields();
-  const std::string order = gen::spec_field_list();
+  const std::vector<const gen::SpecField*>& fields = gen::spec_fields(s.family);
+  const std::string order = gen::spec_field_list(s.family);
   auto field_index = [&](std::string_view key) {
     for (size_t i = 0; i < fields.size(); ++i)
-      if (fields[i].key == key) return static_cast<int>(i);
+      if (fields[i]->key == key) return static_cast<int>(i);
     return -1;
   };
 
@@ -456,7 +545,7 @@ KernelSpec KernelSpec::parse(const std::string& text) {
                                    items[i].second));
     }
     // idx > i: the expected field is either later (out of order) or absent.
-    const auto expected = fields[i].key;
+    const auto expected = fields[i]->key;
     bool later = false;
     for (size_t j = i + 1; j < items.size(); ++j) later = later || items[j].first == expected;
     if (later) {
@@ -468,19 +557,19 @@ KernelSpec KernelSpec::parse(const std::string& text) {
                                  expected, key, i + 1, order));
   }
   if (items.size() < fields.size()) {
-    spec_error(text, fmt::format("field '{}' is missing (order: {})", fields[items.size()].key, order));
+    spec_error(text, fmt::format("field '{}' is missing (order: {})", fields[items.size()]->key, order));
   }
 
   for (size_t i = 0; i < fields.size(); ++i) {
-    const std::string why = fields[i].parse(s, items[i].second);
-    if (!why.empty()) spec_error(text, fmt::format("field '{}' has value '{}'{}", fields[i].key, items[i].second, why));
+    const std::string why = fields[i]->parse(s, items[i].second);
+    if (!why.empty()) spec_error(text, fmt::format("field '{}' has value '{}'{}", fields[i]->key, items[i].second, why));
   }
   return s;
 }
 
 std::string KernelSpec::kernel_name() const {
   std::string name = fmt::format("flashgen_{}", to_string(family));
-  for (const gen::SpecField* f : gen::name_order()) name += f->name_part(*this);
+  for (const gen::SpecField* f : gen::name_order(family)) name += f->name_part(*this);
   return name;
 }
 
@@ -488,9 +577,9 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   std::vector<std::string> errors;
   auto add = [&](std::string sentence) { errors.push_back(std::move(sentence)); };
 
-  if (spec.family != KernelFamily::fwd) {
-    add(fmt::format("family ({}) is not generated yet; allowed: fwd (the split-KV forward and its combine "
-                    "kernel are designed, not built).",
+  if (spec.family != KernelFamily::fwd && spec.family != KernelFamily::combine) {
+    add(fmt::format("family ({}) is not generated yet; allowed: fwd, combine (the split-KV forward is "
+                    "designed, not built).",
                     to_string(spec.family)));
   }
 
@@ -499,6 +588,20 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     for (int a : profile.archs) archs.push_back(fmt::format("sm_{}", a));
     add(fmt::format("arch (sm_{}) is not a compute capability of profile {}; allowed: {}.",
                     spec.arch, profile.name, fmt::join(archs, ", ")));
+  }
+  if (spec.family == KernelFamily::combine) {
+    // No matrix unit, no tile: plain fp32 arithmetic on 16-byte vectors, for every arch.
+    for (auto [field, value] : {std::pair<const char*, StateDType>{"partial_dtype", spec.partial_dtype},
+                                std::pair<const char*, StateDType>{"out_dtype", spec.out_dtype}}) {
+      if (to_string(value) == "invalid")
+        add(fmt::format("{} ({}) is not a state dtype; allowed: f32, f16, bf16.", field, static_cast<int>(value)));
+    }
+    if (spec.head_dim_v < kMergeHeadDimMultiple || spec.head_dim_v > kMaxMergeHeadDim ||
+        spec.head_dim_v % kMergeHeadDimMultiple != 0) {
+      add(fmt::format("head_dim_v ({}) must be a multiple of {} in [{}, {}] for the combine family.", spec.head_dim_v,
+                      kMergeHeadDimMultiple, kMergeHeadDimMultiple, kMaxMergeHeadDim));
+    }
+    return errors;
   }
   if (to_string(spec.unit) == "invalid") {
     // Nothing else about the unit can be checked (nor the sizes it derives).

@@ -64,6 +64,12 @@ constexpr NameTable<KernelFamily, 3> kFamilyNames{{
     {"combine", KernelFamily::combine},
 }};
 
+constexpr NameTable<StateDType, 3> kStateDTypeNames{{
+    {"f32", StateDType::f32},
+    {"f16", StateDType::f16},
+    {"bf16", StateDType::bf16},
+}};
+
 // Value outside the enumerators (only reachable through a cast); printed as
 // such so that a corrupted value is visible in messages instead of crashing.
 constexpr std::string_view kInvalidName = "invalid";
@@ -113,6 +119,19 @@ std::string_view to_string(MatrixUnit u) {
     case MatrixUnit::wgmma: return "wgmma";
   }
   return kInvalidName;
+}
+
+std::string_view to_string(StateDType d) {
+  switch (d) {
+    case StateDType::f32: return "f32";
+    case StateDType::f16: return "f16";
+    case StateDType::bf16: return "bf16";
+  }
+  return kInvalidName;
+}
+
+StateDType parse_state_dtype(std::string_view text, std::string_view what) {
+  return parse_name(kStateDTypeNames, text, what, "state dtype");
 }
 
 KernelFamily parse_kernel_family(std::string_view text, std::string_view what) {

@@ -21,6 +21,7 @@
 #include "runtime/cache.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/launch.hpp"
 #include "runtime/nvrtc.hpp"
 #include "runtime/tune_internal.hpp"
 
@@ -336,15 +337,17 @@ std::string rt::device_name_for_arch(int arch) noexcept {
 
 std::string generate(const KernelSpec& spec) {
   require_valid(spec, profile_for_arch(spec.arch));
-  return gen::emit_forward(spec);
+  return gen::emit(spec);
 }
 
 // ---- compile -------------------------------------------------------------------
 
-std::string rt::kernel_source(const KernelSpec& spec) { return gen::emit_forward(spec); }
+std::string rt::kernel_source(const KernelSpec& spec) { return gen::emit(spec); }
 
 std::vector<std::string> rt::kernel_nvrtc_options(const KernelSpec& spec) {
-  return rt::nvrtc_options(spec.arch, !gen::unit_traits(spec.unit).arch_suffix.empty());
+  // Only the forward families have a matrix unit (wgmma: the sm_90a target).
+  const bool arch_specific = spec.family != KernelFamily::combine && !gen::unit_traits(spec.unit).arch_suffix.empty();
+  return rt::nvrtc_options(spec.arch, arch_specific);
 }
 
 rt::CompileInputs rt::compile_inputs(const KernelSpec& spec) {
@@ -508,6 +511,11 @@ Kernel load_kernel(const KernelSpec& spec) {
 // ---- launch --------------------------------------------------------------------
 
 void rt::check_problem_matches_spec(const AttentionProblem& problem, const KernelSpec& s) {
+  if (s.family != KernelFamily::fwd)
+    throw InvalidArgument(fmt::format(
+        "launch: kernel.spec.family is {} but a forward attention problem needs a fwd kernel (spec {}); plan one "
+        "with flashgen::plan(problem, arch)",
+        to_string(s.family), s.canonical()));
   if (problem.dtype != s.dtype)
     throw InvalidArgument(mismatch("dtype", std::string(to_string(problem.dtype)),
                                    std::string(to_string(s.dtype)), s));
@@ -538,63 +546,129 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
         has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
 }
 
-void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream) {
-  check_problem(problem);
+// ---- launch descriptions ---------------------------------------------------------
+// Each kernel family describes its launch through rt::FamilyLaunch
+// (runtime/launch.hpp): the workspace it needs, driver-side preparation, the
+// grid and the kernel arguments. launch_family() does what every family shares:
+// the context check, then cuLaunchKernel with the spec's block and shared memory.
+
+namespace {
+
+constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
+
+// The forward family: one FwdParams by value (+ the TMA maps of K/V for the
+// wgmma unit); grid num_m_blocks * heads_q * batch, or the resident blocks for
+// a persistent kernel.
+class FwdLaunch final : public rt::FamilyLaunch {
+ public:
+  FwdLaunch(const AttentionProblem& problem, const KernelSpec& s, int64_t num_m_blocks, int64_t grid_x)
+      : problem_(problem), spec_(s), grid_x_(grid_x) {
+    params_.q = problem.q.data;
+    params_.k = problem.k.data;
+    params_.v = problem.v.data;
+    params_.o = const_cast<void*>(problem.o.data);
+    params_.bias = problem.bias.kind == BiasKind::none ? nullptr : problem.bias.data;
+    params_.lse = problem.lse.data;
+    params_.q_stride_batch = problem.q.stride_batch;
+    params_.q_stride_seq = problem.q.stride_seq;
+    params_.q_stride_head = problem.q.stride_head;
+    params_.k_stride_batch = problem.k.stride_batch;
+    params_.k_stride_seq = problem.k.stride_seq;
+    params_.k_stride_head = problem.k.stride_head;
+    params_.v_stride_batch = problem.v.stride_batch;
+    params_.v_stride_seq = problem.v.stride_seq;
+    params_.v_stride_head = problem.v.stride_head;
+    params_.o_stride_batch = problem.o.stride_batch;
+    params_.o_stride_seq = problem.o.stride_seq;
+    params_.o_stride_head = problem.o.stride_head;
+    params_.bias_stride_batch = problem.bias.stride_batch;
+    params_.bias_stride_head = problem.bias.stride_head;
+    params_.bias_stride_q = problem.bias.stride_q;
+    params_.bias_stride_k = problem.bias.stride_k;
+    params_.lse_stride_batch = problem.lse.stride_batch;
+    params_.lse_stride_head = problem.lse.stride_head;
+    params_.batch = problem.batch;
+    params_.heads_q = problem.heads_q;
+    params_.heads_kv = problem.heads_kv;
+    params_.seqlen_q = problem.seqlen_q;
+    params_.seqlen_k = problem.seqlen_k;
+    params_.num_m_blocks = num_m_blocks;
+    params_.softmax_scale = static_cast<double>(problem.scale());
+    args_[0] = &params_;
+  }
+
+  void prepare(const rt::Driver& d) override {
+    if (gen::unit_traits(spec_.unit).tma) {
+      encode_tma_maps(d, "k", problem_.k, spec_.head_dim, problem_, spec_, maps_.k, maps_.kv_coords, 0);
+      encode_tma_maps(d, "v", problem_.v, spec_.head_dim_v, problem_, spec_, maps_.v, maps_.kv_coords, 2);
+      args_[1] = &maps_;
+    }
+  }
+
+  int64_t grid(const rt::Driver& d, const Kernel& kernel) const override {
+    if (!gen::unit_traits(spec_.unit).persistent) return grid_x_;
+    // Persistent: as many blocks as are resident at once (each loops over work
+    // items), never more than there are items.
+    const int per_sm = resident_blocks_per_sm(d, kernel);
+    return std::min<int64_t>(grid_x_, int64_t{per_sm} * std::max(current_device().sm_count, 1));
+  }
+
+  void** args() override { return args_; }
+
+ private:
+  const AttentionProblem& problem_;
+  const KernelSpec& spec_;
+  int64_t grid_x_;
+  detail::FwdParams params_{};
+  detail::FwdTmaMaps maps_{};
+  void* args_[2] = {nullptr, nullptr};
+};
+
+// The combine family: one CombineParams by value; the block strides over the
+// rows, so the grid is ceil(rows / rows_per_block) capped at the x limit.
+class CombineLaunch final : public rt::FamilyLaunch {
+ public:
+  CombineLaunch(const MergeProblem& p, const KernelSpec& s) {
+    params_.o_partial = p.o_partial.data;
+    params_.lse_partial = p.lse_partial.data;
+    params_.o = const_cast<void*>(p.o.data);
+    params_.lse = p.lse.data;
+    params_.op_stride_state = p.o_partial.stride_state;
+    params_.op_stride_batch = p.o_partial.stride_batch;
+    params_.op_stride_seq = p.o_partial.stride_seq;
+    params_.op_stride_head = p.o_partial.stride_head;
+    params_.lp_stride_state = p.lse_partial.stride_state;
+    params_.lp_stride_batch = p.lse_partial.stride_batch;
+    params_.lp_stride_head = p.lse_partial.stride_head;
+    params_.lp_stride_seq = p.lse_partial.stride_seq;
+    params_.o_stride_batch = p.o.stride_batch;
+    params_.o_stride_seq = p.o.stride_seq;
+    params_.o_stride_head = p.o.stride_head;
+    params_.lse_stride_batch = p.lse.stride_batch;
+    params_.lse_stride_head = p.lse.stride_head;
+    params_.num_states = p.num_states;
+    params_.seqlen_q = p.seqlen_q;
+    params_.heads = p.heads;
+    // check_merge_problem bounded every byte offset, so the row count fits.
+    params_.rows = p.batch * p.seqlen_q * p.heads;
+    const int64_t per_block = gen::combine_shape(s).rows_per_block;
+    grid_ = std::min<int64_t>((params_.rows + per_block - 1) / per_block, kMaxGridX);
+    args_[0] = &params_;
+  }
+
+  int64_t grid(const rt::Driver&, const Kernel&) const override { return grid_; }
+  void** args() override { return args_; }
+
+ private:
+  detail::CombineParams params_{};
+  int64_t grid_ = 0;
+  void* args_[1] = {nullptr};
+};
+
+}  // namespace
+
+void rt::launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream) {
   const KernelSpec& s = kernel.spec;
-  if (kernel.function == nullptr)
-    throw InvalidArgument(
-        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
-  rt::check_problem_matches_spec(problem, s);
-  if (s.tile.block_m <= 0)
-    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
-
-  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
-
-  const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
-  constexpr int64_t kMaxGridX = 2147483647;  // 2^31 - 1
-  // num_m_blocks * heads_q * batch without overflow.
-  const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
-                       num_m_blocks * problem.heads_q > kMaxGridX / problem.batch;
-  if (too_big)
-    throw InvalidArgument(fmt::format(
-        "launch: the grid needs ceil(seqlen_q / block_m) * heads_q * batch = {} * {} * {} blocks, "
-        "more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
-        num_m_blocks, problem.heads_q, problem.batch));
-  const int64_t grid_x = num_m_blocks * problem.heads_q * problem.batch;
-
-  detail::FwdParams params{};
-  params.q = problem.q.data;
-  params.k = problem.k.data;
-  params.v = problem.v.data;
-  params.o = const_cast<void*>(problem.o.data);
-  params.bias = problem.bias.kind == BiasKind::none ? nullptr : problem.bias.data;
-  params.lse = problem.lse.data;
-  params.q_stride_batch = problem.q.stride_batch;
-  params.q_stride_seq = problem.q.stride_seq;
-  params.q_stride_head = problem.q.stride_head;
-  params.k_stride_batch = problem.k.stride_batch;
-  params.k_stride_seq = problem.k.stride_seq;
-  params.k_stride_head = problem.k.stride_head;
-  params.v_stride_batch = problem.v.stride_batch;
-  params.v_stride_seq = problem.v.stride_seq;
-  params.v_stride_head = problem.v.stride_head;
-  params.o_stride_batch = problem.o.stride_batch;
-  params.o_stride_seq = problem.o.stride_seq;
-  params.o_stride_head = problem.o.stride_head;
-  params.bias_stride_batch = problem.bias.stride_batch;
-  params.bias_stride_head = problem.bias.stride_head;
-  params.bias_stride_q = problem.bias.stride_q;
-  params.bias_stride_k = problem.bias.stride_k;
-  params.lse_stride_batch = problem.lse.stride_batch;
-  params.lse_stride_head = problem.lse.stride_head;
-  params.batch = problem.batch;
-  params.heads_q = problem.heads_q;
-  params.heads_kv = problem.heads_kv;
-  params.seqlen_q = problem.seqlen_q;
-  params.seqlen_k = problem.seqlen_k;
-  params.num_m_blocks = num_m_blocks;
-  params.softmax_scale = static_cast<double>(problem.scale());
-
   const rt::Driver& d = rt::driver();
   // The function belongs to the context it was loaded into: make that one
   // current if none is, and refuse a different one.
@@ -609,29 +683,116 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
         "thread; call flashgen::load_kernel() with the launching context current",
         static_cast<const void*>(want), static_cast<const void*>(current)));
   }
-
-  void* args[] = {&params, nullptr};
-  int64_t grid = grid_x;
-  detail::FwdTmaMaps maps{};
-  const gen::UnitTraits& unit = gen::unit_traits(s.unit);
-  if (unit.tma) {
-    encode_tma_maps(d, "k", problem.k, s.head_dim, problem, s, maps.k, maps.kv_coords, 0);
-    encode_tma_maps(d, "v", problem.v, s.head_dim_v, problem, s, maps.v, maps.kv_coords, 2);
-    args[1] = &maps;
-  }
-  if (unit.persistent) {
-    // Persistent: as many blocks as are resident at once (each loops over work
-    // items), never more than there are items.
-    const int per_sm = resident_blocks_per_sm(d, kernel);
-    grid = std::min<int64_t>(grid_x, int64_t{per_sm} * std::max(current_device().sm_count, 1));
-  }
+  launch.prepare(d);
+  const int64_t grid = launch.grid(d, kernel);
   rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
                              static_cast<unsigned>(grid), 1, 1,
                              static_cast<unsigned>(s.threads()), 1, 1,
-                             static_cast<unsigned>(s.smem_bytes()), stream, args, nullptr),
+                             static_cast<unsigned>(s.smem_bytes()), stream, launch.args(), nullptr),
             fmt::format("cuLaunchKernel({}, grid {}, block {}, smem {})", s.kernel_name(), grid,
                         s.threads(), s.smem_bytes())
                 .c_str());
+}
+
+void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream) {
+  check_problem(problem);
+  const KernelSpec& s = kernel.spec;
+  if (kernel.function == nullptr)
+    throw InvalidArgument(
+        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
+  rt::check_problem_matches_spec(problem, s);
+  if (s.tile.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
+
+  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
+
+  const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
+  // num_m_blocks * heads_q * batch without overflow.
+  const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
+                       num_m_blocks * problem.heads_q > kMaxGridX / problem.batch;
+  if (too_big)
+    throw InvalidArgument(fmt::format(
+        "launch: the grid needs ceil(seqlen_q / block_m) * heads_q * batch = {} * {} * {} blocks, "
+        "more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
+        num_m_blocks, problem.heads_q, problem.batch));
+  FwdLaunch description(problem, s, num_m_blocks, num_m_blocks * problem.heads_q * problem.batch);
+  rt::launch_family(kernel, description, stream);
+}
+
+// ---- merge of attention states ---------------------------------------------------
+
+namespace {
+
+bool is_empty_merge(const MergeProblem& p) { return p.batch == 0 || p.seqlen_q == 0 || p.heads == 0; }
+
+}  // namespace
+
+KernelSpec rt::merge_spec(const MergeProblem& problem, int arch) {
+  KernelSpec s;
+  s.family = KernelFamily::combine;
+  s.arch = arch;
+  s.partial_dtype = problem.partial_dtype;
+  s.out_dtype = problem.out_dtype;
+  s.head_dim_v = static_cast<int>(problem.head_dim_v);
+  s.has_lse = problem.lse.data != nullptr;
+  return s;
+}
+
+void rt::check_merge_matches_spec(const MergeProblem& problem, const KernelSpec& s) {
+  if (s.family != KernelFamily::combine)
+    throw InvalidArgument(fmt::format(
+        "launch: kernel.spec.family is {} but a merge of attention states needs a combine kernel (spec {}); "
+        "plan one with flashgen::plan(merge_problem, arch)",
+        to_string(s.family), s.canonical()));
+  if (problem.partial_dtype != s.partial_dtype)
+    throw InvalidArgument(mismatch("partial_dtype", std::string(to_string(problem.partial_dtype)),
+                                   std::string(to_string(s.partial_dtype)), s));
+  if (problem.out_dtype != s.out_dtype)
+    throw InvalidArgument(mismatch("out_dtype", std::string(to_string(problem.out_dtype)),
+                                   std::string(to_string(s.out_dtype)), s));
+  if (problem.head_dim_v != s.head_dim_v)
+    throw InvalidArgument(mismatch("head_dim_v", std::to_string(problem.head_dim_v),
+                                   std::to_string(s.head_dim_v), s));
+  const bool has_lse = problem.lse.data != nullptr;
+  if (has_lse != s.has_lse)
+    throw InvalidArgument(fmt::format(
+        "launch: problem.lse.data is {} but the kernel was generated {} an LSE output (spec {}); "
+        "plan a kernel for this problem (flashgen::plan) or pass a matching problem",
+        has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
+}
+
+KernelSpec plan(const MergeProblem& problem, int arch) {
+  check_merge_problem(problem);
+  const KernelSpec s = rt::merge_spec(problem, arch);
+  require_valid(s, profile_for_arch(arch));
+  return s;
+}
+
+KernelSpec plan(const MergeProblem& problem) {
+  check_merge_problem(problem);
+  return plan(problem, current_device().arch);
+}
+
+void launch(const Kernel& kernel, const MergeProblem& problem, CUstream stream) {
+  check_merge_problem(problem);
+  if (kernel.function == nullptr)
+    throw InvalidArgument(
+        "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
+  rt::check_merge_matches_spec(problem, kernel.spec);
+  if (is_empty_merge(problem)) return;  // nothing to merge, nothing launched
+  CombineLaunch description(problem, kernel.spec);
+  rt::launch_family(kernel, description, stream);
+}
+
+MergeInfo merge_states(const MergeProblem& problem, CUstream stream) {
+  MergeInfo info;
+  info.spec = plan(problem);  // checks the problem, then the device's profile
+  if (is_empty_merge(problem)) return info;
+  Kernel k = load_kernel(info.spec);
+  launch(k, problem, stream);
+  info.launched = true;
+  info.from_cache = k.from_cache;
+  return info;
 }
 
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {

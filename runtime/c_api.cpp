@@ -12,6 +12,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "runtime/compile.hpp"
+#include "runtime/launch.hpp"
 
 namespace {
 
@@ -146,6 +147,67 @@ AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
   return p;
 }
 
+StateDType to_state_dtype(int v, const char* fn, const char* what) {
+  switch (v) {
+    case FLASHGEN_STATE_F32: return StateDType::f32;
+    case FLASHGEN_STATE_F16: return StateDType::f16;
+    case FLASHGEN_STATE_BF16: return StateDType::bf16;
+    default:
+      throw InvalidArgument(fmt::format(
+          "{}: {} = {} is not a flashgen_state_dtype (allowed: FLASHGEN_STATE_F32 = 0, FLASHGEN_STATE_F16 = 1, "
+          "FLASHGEN_STATE_BF16 = 2)",
+          fn, what, v));
+  }
+}
+
+// The C struct as a MergeProblem (enums checked; the rest is checked by
+// check_merge_problem in plan / launch).
+MergeProblem to_merge_problem(const flashgen_merge_problem* c, const char* fn) {
+  require_non_null(c, fn, "problem");
+  MergeProblem p;
+  p.partial_dtype = to_state_dtype(static_cast<int>(c->partial_dtype), fn, "partial_dtype");
+  p.out_dtype = to_state_dtype(static_cast<int>(c->out_dtype), fn, "out_dtype");
+  p.num_states = c->num_states;
+  p.batch = c->batch;
+  p.seqlen_q = c->seqlen_q;
+  p.heads = c->heads;
+  p.head_dim_v = c->head_dim_v;
+  p.o_partial.data = c->o_partial.data;
+  p.o_partial.stride_state = c->o_partial.stride_state;
+  p.o_partial.stride_batch = c->o_partial.stride_batch;
+  p.o_partial.stride_seq = c->o_partial.stride_seq;
+  p.o_partial.stride_head = c->o_partial.stride_head;
+  p.lse_partial.data = c->lse_partial.data;
+  p.lse_partial.stride_state = c->lse_partial.stride_state;
+  p.lse_partial.stride_batch = c->lse_partial.stride_batch;
+  p.lse_partial.stride_head = c->lse_partial.stride_head;
+  p.lse_partial.stride_seq = c->lse_partial.stride_seq;
+  p.o = to_tensor(c->o);
+  p.lse.data = c->lse.data;
+  p.lse.stride_batch = c->lse.stride_batch;
+  p.lse.stride_head = c->lse.stride_head;
+  return p;
+}
+
+// Writes the canonical string of `spec` to spec_out (capacity spec_out_len).
+void write_spec(const KernelSpec& spec, char* spec_out, size_t spec_out_len, const char* fn) {
+  const std::string text = spec.canonical();
+  if (text.size() + 1 > spec_out_len)
+    throw InvalidArgument(fmt::format(
+        "{}: spec_out_len = {} is too small; the canonical spec \"{}\" needs {} bytes including "
+        "the terminating NUL",
+        fn, spec_out_len, text, text.size() + 1));
+  std::memcpy(spec_out, text.c_str(), text.size() + 1);
+}
+
+void check_arch_arg(int arch, const char* fn) {
+  if (arch < 0)
+    throw InvalidArgument(fmt::format(
+        "{}: arch = {} is negative; pass a compute capability as 10*major+minor (e.g. 90) or 0 "
+        "for the current device",
+        fn, arch));
+}
+
 KernelSpec parse_spec(const char* spec, const char* fn) {
   require_non_null(spec, fn, "spec");
   return KernelSpec::parse(spec);
@@ -259,6 +321,89 @@ flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* p
     if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) {
       require_valid(s, profile_for_arch(s.arch));
       return;  // empty problem: nothing to launch, no GPU needed
+    }
+    Kernel k = load_kernel(s);
+    launch(k, p, stream);
+  });
+}
+
+flashgen_status flashgen_merge_problem_init(flashgen_merge_problem* problem, flashgen_state_dtype partial_dtype,
+                                            flashgen_state_dtype out_dtype, int64_t num_states, int64_t batch,
+                                            int64_t seqlen_q, int64_t heads, int64_t head_dim_v,
+                                            const void* o_partial, const float* lse_partial, void* o, float* lse) {
+  const char* fn = "flashgen_merge_problem_init";
+  return guarded(fn, [&] {
+    require_non_null(problem, fn, "problem");
+    const StateDType pd = to_state_dtype(static_cast<int>(partial_dtype), fn, "partial_dtype");
+    const StateDType od = to_state_dtype(static_cast<int>(out_dtype), fn, "out_dtype");
+    const struct {
+      const char* name;
+      int64_t value;
+    } sizes[] = {{"num_states", num_states}, {"batch", batch},   {"seqlen_q", seqlen_q},
+                 {"heads", heads},           {"head_dim_v", head_dim_v}};
+    for (const auto& s : sizes)
+      if (s.value < 0)
+        throw InvalidArgument(fmt::format("{}: {} = {} is negative; sizes must be >= 0", fn, s.name, s.value));
+    const MergeProblem p =
+        make_merge_problem(pd, od, num_states, batch, seqlen_q, heads, head_dim_v, o_partial, lse_partial, o, lse);
+    flashgen_merge_problem c;
+    std::memset(&c, 0, sizeof c);
+    c.partial_dtype = partial_dtype;
+    c.out_dtype = out_dtype;
+    c.num_states = p.num_states;
+    c.batch = p.batch;
+    c.seqlen_q = p.seqlen_q;
+    c.heads = p.heads;
+    c.head_dim_v = p.head_dim_v;
+    c.o_partial.data = p.o_partial.data;
+    c.o_partial.stride_state = p.o_partial.stride_state;
+    c.o_partial.stride_batch = p.o_partial.stride_batch;
+    c.o_partial.stride_seq = p.o_partial.stride_seq;
+    c.o_partial.stride_head = p.o_partial.stride_head;
+    c.lse_partial.data = p.lse_partial.data;
+    c.lse_partial.stride_state = p.lse_partial.stride_state;
+    c.lse_partial.stride_batch = p.lse_partial.stride_batch;
+    c.lse_partial.stride_head = p.lse_partial.stride_head;
+    c.lse_partial.stride_seq = p.lse_partial.stride_seq;
+    c.o = from_tensor(p.o);
+    c.lse.data = p.lse.data;
+    c.lse.stride_batch = p.lse.stride_batch;
+    c.lse.stride_head = p.lse.stride_head;
+    *problem = c;
+  });
+}
+
+flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int arch, char* spec_out,
+                                    size_t spec_out_len) {
+  const char* fn = "flashgen_plan_merge";
+  return guarded(fn, [&] {
+    const MergeProblem p = to_merge_problem(problem, fn);
+    require_non_null(spec_out, fn, "spec_out");
+    check_arch_arg(arch, fn);
+    const KernelSpec spec = arch == 0 ? plan(p) : plan(p, arch);
+    write_spec(spec, spec_out, spec_out_len, fn);
+  });
+}
+
+flashgen_status flashgen_merge_states(const flashgen_merge_problem* problem, flashgen_stream stream) {
+  const char* fn = "flashgen_merge_states";
+  return guarded(fn, [&] {
+    const MergeProblem p = to_merge_problem(problem, fn);
+    merge_states(p, stream);
+  });
+}
+
+flashgen_status flashgen_launch_merge_spec(const char* spec, const flashgen_merge_problem* problem,
+                                           flashgen_stream stream) {
+  const char* fn = "flashgen_launch_merge_spec";
+  return guarded(fn, [&] {
+    const KernelSpec s = parse_spec(spec, fn);
+    const MergeProblem p = to_merge_problem(problem, fn);
+    check_merge_problem(p);
+    rt::check_merge_matches_spec(p, s);
+    if (p.batch == 0 || p.seqlen_q == 0 || p.heads == 0) {
+      require_valid(s, profile_for_arch(s.arch));
+      return;  // empty merge: nothing to launch, no GPU needed
     }
     Kernel k = load_kernel(s);
     launch(k, p, stream);

@@ -25,7 +25,7 @@ struct CompileInputs {
 };
 CompileInputs compile_inputs(const KernelSpec& spec);
 
-/// The generated CUDA source of `spec` (the generator's emit_forward, no
+/// The generated CUDA source of `spec` (the generator's emit, by family; no
 /// profile validation); throws Unsupported for a spec it cannot generate.
 std::string kernel_source(const KernelSpec& spec);
 
@@ -34,7 +34,7 @@ std::string kernel_source(const KernelSpec& spec);
 /// gen/unit_traits.hpp). Part of the cache key.
 std::vector<std::string> kernel_nvrtc_options(const KernelSpec& spec);
 
-/// gen::emit_forward(spec), then the disk cache, then NVRTC on a miss (and
+/// gen::emit(spec), then the disk cache, then NVRTC on a miss (and
 /// store). No profile validation. Concurrent calls for the same key compile
 /// once, within a process (a mutex per key) and across processes sharing the
 /// cache directory (rt::cache_claim); the others then read the fresh entry.

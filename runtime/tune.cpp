@@ -20,6 +20,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <ranges>
 #include <string>
 #include <vector>
 
@@ -175,10 +176,16 @@ void read_field(const Reader& r, const gen::SpecField& field, const YAML::Node& 
   }
 }
 
+// The fields of the forward family (tune files tune forward kernels), as references.
+auto fwd_fields() {
+  return std::views::transform(gen::spec_fields(KernelFamily::fwd),
+                               [](const gen::SpecField* f) -> const gen::SpecField& { return *f; });
+}
+
 // One tune file line "name: value" per field of `group`, as "{a: 1, b: x}" (flow mapping).
 std::string format_fields(const KernelSpec& spec, gen::SpecFieldGroup group) {
   std::string out;
-  for (const gen::SpecField& field : gen::spec_fields()) {
+  for (const gen::SpecField& field : fwd_fields()) {
     if (field.group != group) continue;
     if (!out.empty()) out += ", ";
     out += fmt::format("{}: {}", field.name,
@@ -211,12 +218,12 @@ TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string
     // The problem class: the variant fields of the spec's field table, then the seqlen bucket.
     const std::string pp = path + ".problem";
     std::vector<std::string> keys;
-    for (const gen::SpecField& field : gen::spec_fields())
+    for (const gen::SpecField& field : fwd_fields())
       if (field.group == gen::SpecFieldGroup::variant) keys.emplace_back(field.name);
     keys.emplace_back("seqlen_q_le");
     auto p = r.fields(f["problem"], pp, keys);
     KernelSpec spec;
-    for (const gen::SpecField& field : gen::spec_fields()) {
+    for (const gen::SpecField& field : fwd_fields()) {
       if (field.group != gen::SpecFieldGroup::variant) continue;
       read_field(r, field, p[std::string(field.name)], pp + "." + std::string(field.name), spec);
     }
@@ -230,11 +237,11 @@ TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string
     // The tile: the tile fields of the spec's field table.
     const std::string tp = path + ".tile";
     std::vector<std::string> keys;
-    for (const gen::SpecField& field : gen::spec_fields())
+    for (const gen::SpecField& field : fwd_fields())
       if (field.group == gen::SpecFieldGroup::tile) keys.emplace_back(field.name);
     auto t = r.fields(f["tile"], tp, keys);
     KernelSpec spec;
-    for (const gen::SpecField& field : gen::spec_fields()) {
+    for (const gen::SpecField& field : fwd_fields()) {
       if (field.group != gen::SpecFieldGroup::tile) continue;
       read_field(r, field, t[std::string(field.name)], tp + "." + std::string(field.name), spec);
     }

@@ -395,4 +395,55 @@ void forward_all(const AttentionProblem& host_problem, std::vector<double>& o_ou
   }
 }
 
+void merge_states(const MergeProblem& p, std::vector<double>& o_out, std::vector<double>& lse_out) {
+  const int64_t B = p.batch, Sq = p.seqlen_q, H = p.heads, D = p.head_dim_v, S = p.num_states;
+  o_out.assign(static_cast<size_t>(B * Sq * H * D), 0.0);
+  lse_out.assign(static_cast<size_t>(B * H * Sq), 0.0);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  auto partial = [&](int64_t s, int64_t b, int64_t i, int64_t h, int64_t d) -> double {
+    const int64_t off = s * p.o_partial.stride_state + b * p.o_partial.stride_batch + i * p.o_partial.stride_seq +
+                        h * p.o_partial.stride_head + d;
+    switch (p.partial_dtype) {
+      case StateDType::f32: return static_cast<const float*>(p.o_partial.data)[off];
+      case StateDType::f16: return half_to_float(static_cast<const uint16_t*>(p.o_partial.data)[off]);
+      case StateDType::bf16: return bf16_to_float(static_cast<const uint16_t*>(p.o_partial.data)[off]);
+    }
+    return nan;
+  };
+  std::vector<double> lse(static_cast<size_t>(S));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < Sq; ++i)
+      for (int64_t h = 0; h < H; ++h) {
+        double* o = &o_out[static_cast<size_t>(((b * Sq + i) * H + h) * D)];
+        double& l_out = lse_out[static_cast<size_t>((b * H + h) * Sq + i)];
+        double m = -inf;
+        bool bad = false;  // a NaN or +inf LSE_s
+        for (int64_t s = 0; s < S; ++s) {
+          lse[s] = p.lse_partial.data[s * p.lse_partial.stride_state + b * p.lse_partial.stride_batch +
+                                      h * p.lse_partial.stride_head + i * p.lse_partial.stride_seq];
+          bad = bad || std::isnan(lse[s]) || lse[s] == inf;
+          if (lse[s] > m) m = lse[s];
+        }
+        if (bad) {
+          l_out = nan;
+          for (int64_t d = 0; d < D; ++d) o[d] = nan;
+          continue;
+        }
+        if (m == -inf) {
+          l_out = -inf;  // o stays 0
+          continue;
+        }
+        double sum = 0.0;
+        for (int64_t s = 0; s < S; ++s)
+          if (lse[s] != -inf) sum += std::exp(lse[s] - m);
+        l_out = m + std::log(sum);
+        for (int64_t s = 0; s < S; ++s) {
+          if (lse[s] == -inf) continue;
+          const double w = std::exp(lse[s] - m) / sum;
+          for (int64_t d = 0; d < D; ++d) o[d] += w * partial(s, b, i, h, d);
+        }
+      }
+}
+
 }  // namespace flashgen::ref

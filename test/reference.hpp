@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "flashgen/merge.hpp"
 #include "flashgen/problem.hpp"
 
 namespace flashgen::ref {
@@ -57,5 +58,15 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
 /// entries ([b, i, h, d] contiguous), lse_out batch*heads_q*seqlen_q ([b, h, i]).
 void forward_all(const AttentionProblem& host_problem, std::vector<double>& o_out,
                  std::vector<double>& lse_out, int threads = 0);
+
+/// float64 reference of a merge of attention states (merge.hpp) whose o_partial
+/// and lse_partial point to HOST memory in the problem's dtypes and strides
+/// (o and lse are not used). o_out gets batch*seqlen_q*heads*head_dim_v entries
+/// ([b, i, h, d] contiguous), lse_out batch*heads*seqlen_q ([b, h, i]). Per row:
+/// partials with LSE_s = -inf are skipped (their O_s never read); none left:
+/// O = 0, LSE = -inf; a NaN or +inf LSE_s: O and LSE NaN; otherwise, with
+/// m = max LSE_s, w_s = exp(LSE_s - m) / sum_t exp(LSE_t - m), O = sum_s w_s O_s
+/// and LSE = m + log(sum_t exp(LSE_t - m)), all in float64 from the stored values.
+void merge_states(const MergeProblem& host_problem, std::vector<double>& o_out, std::vector<double>& lse_out);
 
 }  // namespace flashgen::ref

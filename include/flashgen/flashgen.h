@@ -213,6 +213,103 @@ flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_strea
 flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* problem,
                                      flashgen_stream stream);
 
+/* ---- merge of attention states (mirrors flashgen/merge.hpp) ----------------
+ *
+ * Given S partial attention states of the same queries over disjoint key sets
+ * (split-KV splits, or key-range chunks computed on other GPUs), per batch b,
+ * query row i and head h:
+ *
+ *     LSE = log(sum_s exp(LSE_s))            natural log, float32
+ *     O   = sum_s exp(LSE_s - LSE) * O_s
+ *
+ * A partial with LSE_s = -inf contributes nothing (its O_s is never read); a
+ * row whose partials are all -inf gets O = 0 and LSE = -inf; any finite LSE
+ * magnitude works; a NaN or +inf LSE_s makes that row NaN, and a NaN in an
+ * O_s that counts reaches that row only. Arithmetic is float32. */
+
+/* Element type of the partial and merged O tensors of a merge. */
+typedef enum flashgen_state_dtype {
+  FLASHGEN_STATE_F32 = 0,  /* float32 (split-KV workspaces) */
+  FLASHGEN_STATE_F16 = 1,  /* IEEE binary16 */
+  FLASHGEN_STATE_BF16 = 2, /* bfloat16 */
+  FLASHGEN_STATE_RANGE_MIN_ = -0x7FFFFFFF - 1,
+  FLASHGEN_STATE_RANGE_MAX_ = 0x7FFFFFFF
+} flashgen_state_dtype;
+
+/* The partial O tensors [num_states, batch, seqlen_q, heads, head_dim_v] in
+ * device memory: element [s, b, i, h, d] is at
+ *   data + s*stride_state + b*stride_batch + i*stride_seq + h*stride_head + d
+ * (ELEMENT strides, >= 0, multiples of 16 bytes or 0; data 16-byte aligned). */
+typedef struct flashgen_states {
+  const void* data;
+  int64_t stride_state;
+  int64_t stride_batch;
+  int64_t stride_seq;
+  int64_t stride_head;
+} flashgen_states;
+
+/* The partial LSEs [num_states, batch, heads, seqlen_q], float32, natural log,
+ * in device memory: element [s, b, h, i] is at
+ *   data + s*stride_state + b*stride_batch + h*stride_head + i*stride_seq
+ * (stride_seq is 1 for the layout flashgen_forward writes). */
+typedef struct flashgen_states_lse {
+  const float* data;
+  int64_t stride_state;
+  int64_t stride_batch;
+  int64_t stride_head;
+  int64_t stride_seq;
+} flashgen_states_lse;
+
+/* One merge (mirrors flashgen::MergeProblem). num_states in [1, 1024];
+ * head_dim_v a multiple of 8 in [8, 512]; batch, seqlen_q, heads >= 0 (an
+ * empty merge launches nothing). o [batch, seqlen_q, heads, head_dim_v] of
+ * out_dtype and lse [batch, heads, seqlen_q] (data NULL: none) are written;
+ * they must not broadcast, overlap themselves, each other or any input.
+ * Fill it with flashgen_merge_problem_init, then adjust fields. */
+typedef struct flashgen_merge_problem {
+  flashgen_state_dtype partial_dtype;
+  flashgen_state_dtype out_dtype;
+  int64_t num_states;
+  int64_t batch;
+  int64_t seqlen_q;
+  int64_t heads;
+  int64_t head_dim_v;
+  flashgen_states o_partial;
+  flashgen_states_lse lse_partial;
+  flashgen_tensor o; /* [batch, seqlen_q, heads, head_dim_v]; stride_head steps over heads */
+  flashgen_lse lse;  /* [batch, heads, seqlen_q]; data NULL: no LSE output */
+} flashgen_merge_problem;
+
+/* Fill *problem for contiguous tensors: o_partial [num_states, batch,
+ * seqlen_q, heads, head_dim_v], lse_partial [num_states, batch, heads,
+ * seqlen_q], o [batch, seqlen_q, heads, head_dim_v], lse [batch, heads,
+ * seqlen_q] (NULL: no LSE output). Only problem non-NULL, the enums and
+ * sizes >= 0 are checked here; flashgen_plan_merge / flashgen_merge_states
+ * check the rest.
+ * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT. */
+flashgen_status flashgen_merge_problem_init(flashgen_merge_problem* problem, flashgen_state_dtype partial_dtype,
+                                            flashgen_state_dtype out_dtype, int64_t num_states, int64_t batch,
+                                            int64_t seqlen_q, int64_t heads, int64_t head_dim_v,
+                                            const void* o_partial, const float* lse_partial, void* o, float* lse);
+
+/* The combine kernel's canonical spec string for *problem on `arch` (0 = the
+ * current device), written as flashgen_plan does.
+ * Errors: as flashgen_plan. */
+flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int arch, char* spec_out,
+                                    size_t spec_out_len);
+
+/* plan (current device) + compile or load from the cache + launch of the merge
+ * on `stream`, asynchronously.
+ * Errors: as flashgen_forward. */
+flashgen_status flashgen_merge_states(const flashgen_merge_problem* problem, flashgen_stream stream);
+
+/* Launch the combine kernel of canonical spec string `spec` (e.g. from
+ * flashgen_plan_merge) for *problem on `stream`; the problem must match the
+ * spec (family combine, partial and output dtypes, head_dim_v, LSE presence).
+ * Errors: as flashgen_launch_spec. */
+flashgen_status flashgen_launch_merge_spec(const char* spec, const flashgen_merge_problem* problem,
+                                           flashgen_stream stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

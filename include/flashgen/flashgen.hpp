@@ -4,7 +4,9 @@
 //   KernelSpec spec    = flashgen::plan(p);             // current device's profile
 //   Kernel kernel      = flashgen::load_kernel(spec);   // cache or NVRTC, then cuModuleLoadData
 //   flashgen::launch(kernel, p, stream);                // asynchronous on `stream`
-// or simply flashgen::forward(p, stream).
+// or simply flashgen::forward(p, stream). A merge of attention states
+// (MergeProblem, merge.hpp) goes the same way: plan(merge_problem, arch),
+// load_kernel, launch(kernel, merge_problem, stream), or merge_states(m, stream).
 //
 // The CUDA driver (libcuda.so.1) and NVRTC (libnvrtc.so.13 or .12, or the file
 // named by FLASHGEN_NVRTC_LIBRARY) are opened with dlopen on first use, so
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "flashgen/merge.hpp"
 #include "flashgen/problem.hpp"
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
@@ -128,5 +131,43 @@ struct ForwardInfo {
 
 /// plan + load_kernel + launch in one call.
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream);
+
+// ---- merge of attention states (merge.hpp) ------------------------------------
+
+/// The combine KernelSpec of `problem` on compute capability `arch`: family
+/// combine, the problem's partial_dtype, out_dtype and head_dim_v, has_lse =
+/// (problem.lse.data != nullptr). Checks the problem (check_merge_problem)
+/// and validates the spec against profile_for_arch(arch) (every profile's
+/// archs run the combine kernel). Needs no GPU. Throws InvalidArgument /
+/// Unsupported (no profile for arch).
+KernelSpec plan(const MergeProblem& problem, int arch);
+/// plan(problem, arch) for the current device's arch. Throws as that, plus
+/// Unavailable / DriverError without a usable GPU.
+KernelSpec plan(const MergeProblem& problem);
+
+/// Launch the combine `kernel` (from load_kernel of a plan(merge_problem)
+/// spec) for `problem` on `stream` (asynchronous). Checks the problem
+/// (check_merge_problem) and that it matches the kernel's spec (family
+/// combine, partial_dtype, out_dtype, head_dim_v, LSE presence) before
+/// launching; an empty merge (batch, seqlen_q or heads zero) launches
+/// nothing. Grid ceil(batch * seqlen_q * heads / rows_per_block) blocks (at
+/// most 2^31 - 1; the blocks stride over the rows), 128 threads, where
+/// rows_per_block = 128 / (lanes per row: the power of two at least
+/// head_dim_v / 8, at most 32). Reads each partial O_s whose LSE_s is not -inf
+/// once; needs no workspace. Throws InvalidArgument / DriverError.
+void launch(const Kernel& kernel, const MergeProblem& problem, CUstream stream);
+
+/// What merge_states() did.
+struct MergeInfo {
+  KernelSpec spec;
+  bool launched = false;       ///< false for an empty merge
+  bool from_cache = false;     ///< kernel image came from the disk cache
+};
+
+/// plan (current device) + load_kernel + launch of a merge of attention
+/// states in one call (merge.hpp: O = sum_s exp(LSE_s - LSE) O_s, LSE =
+/// log sum_s exp(LSE_s); -inf partials are skipped). Asynchronous on
+/// `stream`. Throws as plan(problem), load_kernel and launch.
+MergeInfo merge_states(const MergeProblem& problem, CUstream stream);
 
 }  // namespace flashgen

@@ -25,8 +25,15 @@ std::vector<int> split_head_dim(int head_dim, int min_chunk = 8);
 std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
 
 /// The specialization of one generated kernel (a plain value type).
+///
+/// A family uses some of the fields (gen/spec_fields.hpp lists which):
+///  - fwd, fwd_split: arch, unit, dtype, head_dim, head_dim_v, tile, mask,
+///    bias, has_lse;
+///  - combine: arch, partial_dtype, out_dtype, head_dim_v, has_lse.
+/// The others are ignored: canonical(), kernel_name() and operator== leave
+/// them out, and parse() leaves them at their defaults.
 struct KernelSpec {
-  KernelFamily family = KernelFamily::fwd;  ///< which kernel (types.hpp); only fwd is generated today
+  KernelFamily family = KernelFamily::fwd;  ///< which kernel (types.hpp); fwd and combine are generated
   int arch = 80;                          ///< target compute capability, 10*major+minor
   MatrixUnit unit = MatrixUnit::m16n8k16;
   DType dtype = DType::f16;               ///< Q, K, V, O element type
@@ -36,18 +43,21 @@ struct KernelSpec {
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
+  StateDType partial_dtype = StateDType::f32;  ///< combine: element type of the partial O_s
+  StateDType out_dtype = StateDType::f16;      ///< combine: element type of the merged O
 
   /// Head-dim chunks of the generated sub-tiles (derived, never stored): head_dim_chunks(head_dim, unit).
   std::vector<int> qk_chunks() const { return head_dim_chunks(head_dim, unit); }
   std::vector<int> v_chunks() const { return head_dim_chunks(head_dim_v, unit); }
   /// Threads per block: 32 * warps, + 128 for the wgmma unit (its producer
-  /// warpgroup, which issues the TMA copies); saturated to the int range:
+  /// warpgroup, which issues the TMA copies); combine: kCombineThreads (128);
+  /// saturated to the int range:
   /// defined for every parsed spec (KernelSpec::parse accepts any int;
   /// validate() says which are allowed). Throws Error(internal) for a unit
   /// outside the MatrixUnit enumerators.
   int threads() const;
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
-  /// for the wgmma unit (its tiles are aligned to 1024 bytes).
+  /// for the wgmma unit (its tiles are aligned to 1024 bytes); combine: 0.
   int64_t smem_bytes() const;
 
   /// Canonical string: the family's versioned tag, then every field in fixed
@@ -62,13 +72,22 @@ struct KernelSpec {
   /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_bias16" for an
   /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse); the
   /// prefix is "flashgen_<family>" ("flashgen_fwd_split_...", "flashgen_combine_...").
+  /// combine: "flashgen_combine_sm90_pf32_of16_dv128" (+ "_lse").
   std::string kernel_name() const;
 
-  bool operator==(const KernelSpec&) const = default;
+  /// Same family and equal values of every field the family uses (the
+  /// canonical strings are equal).
+  bool operator==(const KernelSpec&) const;
 };
 
+/// Threads per block of a combine kernel.
+inline constexpr int kCombineThreads = 128;
+
 /// Every rule `spec` breaks for `profile`, one sentence each (empty = valid).
-/// A family that is not generated yet (fwd_split, combine) is one such rule.
+/// A family that is not generated yet (fwd_split) is one such rule. A combine
+/// spec needs an arch of the profile, a partial_dtype and out_dtype of f32,
+/// f16 or bf16 and a head_dim_v that is a multiple of 8 in [8, 512]; it runs
+/// on every arch (no matrix unit).
 std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile);
 /// Throws Unsupported (listing every broken rule) if validate() is non-empty.
 void require_valid(const KernelSpec& spec, const Profile& profile);

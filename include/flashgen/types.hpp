@@ -17,15 +17,24 @@ namespace flashgen {
 ///  - fwd:       the dense forward kernel (one launch computes O and LSE).
 ///  - fwd_split: split-KV forward: blocks over parts of the key range write
 ///               partial O (fp32) and LSE into a workspace. Not generated yet.
-///  - combine:   merges the partial results of fwd_split into O and LSE. Not
-///               generated yet.
-/// validate() refuses the families that are not generated yet (Unsupported);
-/// backward families (bwd_*) come later.
+///  - combine:   merges S partial attention states (O_s, LSE_s) over disjoint
+///               key sets into O and LSE (merge_states, flashgen.hpp; the merge
+///               step of split-KV). Generated (templates/combine.cu).
+/// validate() refuses the families that are not generated yet (fwd_split:
+/// Unsupported); backward families (bwd_*) come later.
 enum class KernelFamily { fwd, fwd_split, combine };
 
 /// Element type of Q, K, V and O. fp16 is IEEE binary16, bf16 is bfloat16
 /// (8-bit exponent, 7-bit mantissa). Accumulation is always float32.
 enum class DType { f16, bf16 };
+
+/// Element type of the O tensors of a merge of attention states
+/// (MergeProblem, merge.hpp): the partial O_s and the merged O.
+///  - f32:  float32 (what a split-KV workspace holds).
+///  - f16:  IEEE binary16.
+///  - bf16: bfloat16.
+/// Arithmetic is float32 whatever the element types.
+enum class StateDType { f32, f16, bf16 };
 
 /// Attention mask applied on top of the optional additive bias.
 ///  - none:                every query row sees every key.
@@ -56,6 +65,7 @@ std::string_view to_string(DType);       ///< "f16" | "bf16"
 std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr"
 std::string_view to_string(BiasKind);    ///< "none" | "input" | "f32"
 std::string_view to_string(MatrixUnit);  ///< "m16n8k16" | "m16n8k8" | "m8n8k4" | "wgmma"
+std::string_view to_string(StateDType);  ///< "f32" | "f16" | "bf16"
 
 /// Parse the names printed by to_string (DType also accepts "float16",
 /// "fp16", "bfloat16", "bf16"). Throws InvalidArgument naming `what` on an
@@ -65,6 +75,8 @@ MaskKind parse_mask(std::string_view text, std::string_view what = "mask");
 BiasKind parse_bias(std::string_view text, std::string_view what = "bias");
 MatrixUnit parse_matrix_unit(std::string_view text, std::string_view what = "matrix_unit");
 KernelFamily parse_kernel_family(std::string_view text, std::string_view what = "family");
+/// Exactly the names to_string(StateDType) prints ("f32", "f16", "bf16").
+StateDType parse_state_dtype(std::string_view text, std::string_view what = "dtype");
 
 /// The tile of a forward kernel: the query rows and keys one thread block
 /// works on per step, its warps and its K/V pipeline depth. A value type; a
@@ -86,6 +98,8 @@ struct Tile {
 
 /// Size in bytes of one element of `d` (2 for both f16 and bf16).
 constexpr int dtype_bytes(DType) { return 2; }
+/// Size in bytes of one element of `d` (f32: 4, f16 and bf16: 2).
+constexpr int dtype_bytes(StateDType d) { return d == StateDType::f32 ? 4 : 2; }
 
 /// Error categories; the C ABI returns these numbers (see flashgen.h).
 enum class ErrorCode {

@@ -216,10 +216,10 @@ TEST_CASE("c_api: generate and free") {
   CHECK(flashgen_generate(bad.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(contains(last(), "70"));
   // A family that is not generated yet.
-  KernelSpec combine = s;
-  combine.family = KernelFamily::combine;
-  CHECK(flashgen_generate(combine.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
-  CHECK(contains(last(), "family (combine) is not generated yet"));
+  KernelSpec split = s;
+  split.family = KernelFamily::fwd_split;
+  CHECK(flashgen_generate(split.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
+  CHECK(contains(last(), "family (fwd_split) is not generated yet"));
 }
 
 TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVAILABLE") {

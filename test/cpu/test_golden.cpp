@@ -1,5 +1,5 @@
-// Golden generated sources: generate(spec) for a fixed set of specs (every
-// matrix unit, head-dim splits with two to four chunks, both causal masks,
+// Golden generated sources: generate(spec) for a fixed set of specs (a
+// combine kernel, and for the forward every matrix unit, head-dim splits with two to four chunks, both causal masks,
 // both bias kinds, LSE, d != dv, bf16) must equal test/golden/<kernel>.cu byte
 // for byte. A refactor of the generator or the templates proves itself by
 // leaving them unchanged; a deliberate change of the generated code
@@ -29,6 +29,8 @@ const char* const kGoldenSpecs[] = {
     "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=bf16,d=128,dv=64,bm=128,bn=128,w=8,s=2,mask=none,bias=f32,lse=0",
     "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=f16,d=256,dv=256,bm=128,bn=64,w=8,s=2,mask=causaltl,bias=none,lse=0",
     "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=72,dv=72,bm=64,bn=64,w=4,s=2,mask=none,bias=none,lse=0",
+    // The merge of attention states (combine family).
+    "flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1",
 };
 
 std::string golden_path(const KernelSpec& spec) {
