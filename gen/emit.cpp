@@ -134,8 +134,9 @@ std::string spec_constants(const KernelSpec& spec) {
   // The shared-memory layout is computed once (KernelSpec::smem_bytes, which
   // the launch gives the kernel); each template static_asserts that its own
   // layout takes exactly this much.
-  out += fmt::format("\nconstexpr int SMEM_BYTES = {};  // dynamic shared memory per block (KernelSpec::smem_bytes)",
-                     spec.smem_bytes());
+  if (spec.family == KernelFamily::fwd)
+    out += fmt::format("\nconstexpr int SMEM_BYTES = {};  // dynamic shared memory per block (KernelSpec::smem_bytes)",
+                       spec.smem_bytes());
   return out;
 }
 
