@@ -5,8 +5,9 @@
 // checked to be non-empty ELF cubins whose ptxas report shows no spill stores
 // (and, for the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at
 // all). The exceptions (spill_limit_bytes): sm_120/121 kernels with head_dim >
-// 128 and sm_90a wgmma kernels with a causal mask may spill up to 64 bytes;
-// every kernel with spills is listed in the summary.
+// 128 and sm_90a wgmma kernels with a causal mask may spill up to 64 bytes,
+// sm_90's m16n8k16 kernels up to 16; every kernel with spills is listed in
+// the summary.
 //
 // Coverage (not a full cross product; every value of every factor at every arch):
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
@@ -72,9 +73,15 @@ std::vector<Combo> all_combos() {
 //    registers; the D80/D96/D128 tiles report 4-36 bytes, whose SASS stores
 //    and loads sit at an item's start and in its epilogue (none inside the key
 //    loop). Bounded at 64.
+//  - sm_90's m16n8k16 kernels (Hopper's fallback for head dims that are not
+//    multiples of 16 and for K/V with stride_seq 0): the d256 causal kernels
+//    with a bias report 4-12 bytes at 255 registers (the causal P.V steps and
+//    the shared row parts, templates/fwd_rows.cuh; where the SASS puts them is
+//    not checked yet). Bounded at 16.
 int64_t spill_limit_bytes(const KernelSpec& s) {
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 64;
   if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 64;
+  if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 16;
   return 0;
 }
 
