@@ -235,15 +235,18 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // (FlashAttention's online softmax, Dao et al. 2022, sec. 3.1). The argument
 // is one FFMA per logit, fma(s, a, -K), with a per-row offset that is a
 // function of m alone (fg_offset), chosen without a branch:
-//  - |m| <= 2^27 (bf16: 2^29): a = LOG2E, K = m * LOG2E rounded to nearest
-//    (bf16: up). Every weight carries the factor 2^c, c = m * LOG2E - K, exact
-//    in fp32 and |c| <= ulp(K) / 2 <= 8 (bf16: c in (-64, 0], so no weight
-//    exceeds 1 and a V near the bf16 limit cannot overflow O), inside what P
-//    rounded to f16 (bf16) can hold. The rescale between tiles and LSE take c
-//    out again (fg_corr, fg_lse), so it cancels.
-//  - f16, 2^27 < |m| <= 2^29 (no f16 P range for that c): a = LOG2E, K = 0
-//    and the kernels first subtract m from the row's logits (exact; rare, a
-//    warp-uniform branch; fg_offset's `shift`).
+//  - the LOG2E frame, |m| <= 2^26 (f16) or 2^29 (bf16): a = LOG2E, K = m *
+//    LOG2E rounded down (f16) or up (bf16). Every weight carries the factor
+//    2^c, c = m * LOG2E - K, an exact fp32 residual: f16 c in [0, ulp(K)) <=
+//    [0, 8), so the max's weight lies in [1, 256), inside f16 and never lower
+//    than 1 (P rounded to f16 keeps its relative precision down to the
+//    smallest weight that matters); bf16 c in (-ulp(K), 0], so no weight
+//    exceeds 1 (a V near the bf16 limit cannot overflow O) and bf16 P has the
+//    fp32 exponent range. The rescale between tiles and LSE take c out again
+//    (fg_corr, fg_lse), so it cancels.
+//  - f16, 2^26 < |m| <= 2^29: a = LOG2E, K = 0, and the kernels first
+//    subtract m from the row's logits (exact for every weight that is not 0;
+//    rare, a warp-uniform branch; fg_offset's `shift`).
 //  - |m| > 2^29 (and m = -inf): a = 1, K = m, P = 2^(s - m). fp32 logits there
 //    are at least 64 apart unless equal, so any logit below the max has an
 //    exact weight under e^-64 of the max's: P (2^-64) keeps the result exact to
@@ -253,7 +256,7 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 // m = -inf, K = -FLT_MAX and P = exp2(-inf) = 0, never inf - inf.
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
-constexpr float FG_NEAR_MAX = 134217728.f;  // 2^27
+constexpr float FG_NEAR_MAX_F16 = 67108864.f;  // 2^26
 constexpr float FG_WIDE_MIN = 536870912.f;  // 2^29
 constexpr float FG_F32_MAX = 3.40282347e+38f;
 
@@ -261,7 +264,7 @@ struct FgOffset {
   float a;      // LOG2E, or 1 beyond 2^29
   float neg_k;  // -K
   float c;      // log2 of every weight's common factor (0 for a shifted row)
-  bool shift;   // f16, 2^27 < |m| <= 2^29: the row's logits are used as s - m
+  bool shift;   // f16, 2^26 < |m| <= 2^29: the row's logits are used as s - m
 };
 
 template <bool BF16>
@@ -269,9 +272,9 @@ FG_DEVICE FgOffset fg_offset(float m) {
   const float am = fabsf(m);
   const bool wide = !(am <= FG_WIDE_MIN);  // also -inf (NaN: a row that reads a NaN)
   FgOffset o;
-  o.shift = !BF16 && am > FG_NEAR_MAX && !wide;
+  o.shift = !BF16 && am > FG_NEAR_MAX_F16 && !wide;
   o.a = wide ? 1.f : LOG2E;
-  const float k = BF16 ? __fmul_ru(m, LOG2E) : __fmul_rn(m, LOG2E);
+  const float k = BF16 ? __fmul_ru(m, LOG2E) : __fmul_rd(m, LOG2E);
   o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
   o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
   return o;

@@ -71,7 +71,9 @@ std::vector<Case> bias_shift_cases() {
   std::vector<Case> v;
   int k = 0;
   for (DType dt : {DType::f16, DType::bf16}) {
-    for (double m : {1e2, 1e4, 1e6, 1e10, 1e20, 1e30, 3e38}) {
+    // 3e7, 1.2e8, 3e8: where the softmax offsets change frame (2^26, 2^27, 2^29) and fp32 logits
+    // are 2-32 apart, so the keys one step below the max still weigh e^-2 .. e^-32.
+    for (double m : {1e2, 1e4, 1e6, 3e7, 1.2e8, 3e8, 1e10, 1e20, 1e30, 3e38}) {
       for (double sign : {1.0, -1.0}) {
         Case c = shaped("logits bias", dt, k++);
         c.bias = BiasKind::f32;
