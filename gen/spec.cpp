@@ -714,8 +714,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
         "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
         smem,
-        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
-                                        u.smem_align, u.smem_align, unit_name)
+        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment{}",
+                                        u.smem_align, u.smem_align, unit_name,
+                                        u.warpgroup && spec.mask != MaskKind::none ? ", + 2048 for the causal mask's zero tile"
+                                                                                  : "")
                           : std::string(),
         profile.name, profile.smem_per_block));
   }
