@@ -324,7 +324,7 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                                  smem, d,
                                  u.smem_align != 0
                                      ? fmt::format(", stages padded to {} bytes, + {}{}", u.smem_align, u.smem_align,
-                                                   u.warpgroup ? ", + 2048 for the causal masks' zero tile" : "")
+                                                   u.warpgroup ? ", + 1024 for the causal masks' zero tile" : "")
                                      : std::string(),
                                  p.smem_per_block));
       }

@@ -52,9 +52,10 @@ constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
 constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
-// With a causal mask, after the V stages: 16 keys x 64 columns of zeros, the B
-// operand of the P.V steps that wgmma leaves to mma.sync (fg_pv).
-constexpr int ZERO_REGION = MASK != 0 ? 16 * 64 : 0;
+// With a causal mask, after the V stages: 8 keys x 64 columns of zeros (one
+// 1024-byte swizzle atom), the B operand of the P.V steps that wgmma leaves to
+// mma.sync (fg_pv; its descriptor reads the atom for both 8-key groups).
+constexpr int ZERO_REGION = MASK != 0 ? 8 * 64 : 0;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE) + ZERO_REGION);
 constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
@@ -149,14 +150,17 @@ FG_DEVICE void fg_qk(u32 q_addr, u32 k_addr, float (&s)[1][NT][4]) {
 }
 
 // O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row
-// groups). Steps from `steps` on (BLOCK_N / 16: none) read the zero tile at
+// groups). Steps from `steps` on (BLOCK_N / 16: none) read the zero atom at
 // shared address `zero` instead of V (a select of the descriptor: a branch
 // around a wgmma makes ptxas serialize them all).
 template <int W, int OFF>
 FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int steps, u32 zero) {
+  // The zero tile's descriptor: stride byte offset 0, so the step's second
+  // 8-key group reads the same zero atom as its first.
+  const u64 zero_desc = fg_desc<W>(zero) & ~(0x3FFFull << 32);
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-    FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(kk < steps ? v_addr + kk * 32 * W : zero));
+    FgPv<W>::template mma<OFF / 8>(o, pa[kk], kk < steps ? fg_desc<W>(v_addr + kk * 32 * W) : zero_desc);
 }
 
 // Causal masks (fwd_block.cuh, "causal masks and P.V"): on a V tile the mask
