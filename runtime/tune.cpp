@@ -20,7 +20,6 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <ranges>
 #include <string>
 #include <vector>
 
@@ -176,10 +175,13 @@ void read_field(const Reader& r, const gen::SpecField& field, const YAML::Node& 
   }
 }
 
-// The fields of the forward family (tune files tune forward kernels), as references.
-auto fwd_fields() {
-  return std::views::transform(gen::spec_fields(KernelFamily::fwd),
-                               [](const gen::SpecField* f) -> const gen::SpecField& { return *f; });
+// The fields of the forward family (tune files tune forward kernels), as
+// references (a plain vector: clang with libstdc++ 12, the fuzz build, rejects
+// std::views::transform over it).
+std::vector<std::reference_wrapper<const gen::SpecField>> fwd_fields() {
+  std::vector<std::reference_wrapper<const gen::SpecField>> out;
+  for (const gen::SpecField* f : gen::spec_fields(KernelFamily::fwd)) out.emplace_back(*f);
+  return out;
 }
 
 // One tune file line "name: value" per field of `group`, as "{a: 1, b: x}" (flow mapping).
