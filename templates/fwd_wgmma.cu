@@ -163,6 +163,33 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
     FgPv<W>::template mma<OFF / 8>(o, pa[kk], kk < steps ? fg_desc<W>(v_addr + kk * 32 * W) : zero_desc);
 }
 
+// Non-finite values of V sub-tile `sub` (W columns, BLOCK_N keys; the swizzle
+// moves 16-byte units only within a key's row) at keys from `from` on,
+// gathered into `bad` by the warpgroup's thread `i` (of 128).
+template <int W>
+FG_DEVICE void fg_v_scan(const u16* sub, int from, int i, u32& bad) {
+  const U4* u = reinterpret_cast<const U4*>(sub);
+  for (int k = from * W / 8 + i; k < BLOCK_N * W / 8; k += 128) {
+    const U4 x = u[k];
+    bad |= fg_nonfinite_halves<IS_BF16>(x.x) | fg_nonfinite_halves<IS_BF16>(x.y) |
+           fg_nonfinite_halves<IS_BF16>(x.z) | fg_nonfinite_halves<IS_BF16>(x.w);
+  }
+}
+
+// Whether `v` holds for any thread of warpgroup `wg` (named barrier 2 + wg of
+// 128 threads with an OR reduction; PTX ISA "bar.red"). Every thread of the
+// warpgroup calls it.
+FG_DEVICE bool fg_warpgroup_any(bool v, int wg) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.or.pred q, %2, 128, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"((u32)v), "r"(2 + wg)
+      : "memory");
+  return r != 0u;
+}
+
 // Causal masks (fwd_block.cuh, "causal masks and P.V"): on a V tile the mask
 // cuts for this warpgroup, wgmma runs the k16 steps every row of the
 // warpgroup sees (fg_pv), and each warp runs the others with mma.sync on its
@@ -352,12 +379,16 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
       to_p();
     }
-    // Iteration j: entering, P of tile j is in `pa` and corr holds the factor
-    // for O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of
-    // tile j issued, and the softmax of tile j+1 runs while P.V does. On the
-    // last tile an S is computed on whatever the next stage holds and never
-    // read (a branch around the wgmma would make ptxas serialize them).
-    for (int j = 0; j < n_tiles; ++j) {
+    // Tile j: entering, P of tile j is in `pa` and corr holds the factor for
+    // O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of tile
+    // j issued, and the softmax of tile j+1 runs while P.V does. On the last
+    // tile an S is computed on whatever the next stage holds and never read (a
+    // branch around the wgmma would make ptxas serialize them). Nothing is in
+    // flight between tiles, so the tiles a causal mask cuts for some row of the
+    // block (BAND) run in a loop of their own: the others issue P.V with
+    // constant descriptors.
+    auto tile = [&](int j, auto band) {
+      constexpr bool BAND = decltype(band)::value;
       const u32 ck = c + j + 1, cv = c + j;
       const bool next = j + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
@@ -367,7 +398,16 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       // A V tile the mask cuts for this warpgroup: wgmma for the steps all of
       // its rows see (`full`), mma.sync for the rest below (fg_pv_band).
       const int wg_first = blk.m_start + wg_row0 + blk.diag + 1 - j * BLOCK_N;  // first key row 0 of the warpgroup does not see
-      const bool cut = MASK != 0 && wg_first < BLOCK_N;
+      bool cut = BAND && MASK != 0 && wg_first < BLOCK_N;
+      if (cut) {
+        // Whether V has a non-finite value at a key of a step some row of the
+        // warpgroup does not see (rare); if not, wgmma runs every step (the
+        // hidden keys' weights are 0 and their V finite).
+        const int scan_from = max(0, wg_first) / 16 * 16;
+        u32 bad = 0;
+@@V_SCAN@@
+        cut = fg_warpgroup_any(bad != 0u, warp >> 2);
+      }
       const int full = cut ? max(0, wg_first) / 16 : BLOCK_N / 16;
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
@@ -390,7 +430,14 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       release(empty_v(cv % STAGES));
       if (next) to_p();
-    }
+    };
+    // The first tile the mask cuts for row 0 of the block (cut first): the
+    // least j with j * BLOCK_N + BLOCK_N - 1 > m_start + diag.
+    const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1) / BLOCK_N)) : n_tiles;
+    int j = 0;
+    for (; j < band_from; ++j) tile(j, FgBool<false>{});
+    if (MASK != 0)
+      for (; j < n_tiles; ++j) tile(j, FgBool<true>{});
     c += n_tiles;
     if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
 

@@ -19,6 +19,12 @@ struct __align__(16) U4 { u32 x, y, z, w; };
 
 #define FG_DEVICE __device__ __forceinline__
 
+// A bool as a type, to pick a compile-time variant of a generic lambda.
+template <bool B>
+struct FgBool {
+  static constexpr bool value = B;
+};
+
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
 // Generic -> shared state space address (PTX ISA: cvta).

@@ -22,6 +22,12 @@ struct __align__(16) U4 { u32 x, y, z, w; };
 
 #define FG_DEVICE __device__ __forceinline__
 
+// A bool as a type, to pick a compile-time variant of a generic lambda.
+template <bool B>
+struct FgBool {
+  static constexpr bool value = B;
+};
+
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
 // Generic -> shared state space address (PTX ISA: cvta).
@@ -515,35 +521,51 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
 template <class F, int R>
 FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M_SLICES][2],
                                  float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+  // Every row's max and offsets first, so that one vote covers the lane's rows
+  // and the exp2 of all of them form one straight-line sequence.
+  float m[M_SLICES][2];
+  FgOffset off[M_SLICES][2];
+  bool shift = false;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float m = row_max[ms][r];
+      float x = row_max[ms][r];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < F::E; e += 2)
-          m = fmaxf(m, fmaxf(s[ms][nt][F::reg(r, e)], s[ms][nt][F::reg(r, e + 1)]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, F::X0));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, F::X1));
-      const FgOffset off = fg_offset<IS_BF16>(m);
-      if (!IS_BF16 && __any_sync(0xffffffffu, off.shift)) {  // rare, warp-uniform
-        const float shift = off.shift ? m : 0.f;
+          x = fmaxf(x, fmaxf(s[ms][nt][F::reg(r, e)], s[ms][nt][F::reg(r, e + 1)]));
+      x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, F::X0));
+      m[ms][r] = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, F::X1));
+      off[ms][r] = fg_offset<IS_BF16>(m[ms][r]);
+      shift = shift || off[ms][r].shift;
+    }
+  if (!IS_BF16 && __any_sync(0xffffffffu, shift)) {  // rare, warp-uniform
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const float by = off[ms][r].shift ? m[ms][r] : 0.f;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] -= shift;
+          for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] -= by;
       }
-      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m, off);
-      row_max[ms][r] = m;
+  }
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m[ms][r], off[ms][r]);
+      row_max[ms][r] = m[ms][r];
       float sum = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
         for (int e = 0; e < F::E; e += 2) {
-          const float p0 = fg_weight(s[ms][nt][F::reg(r, e)], off);
-          const float p1 = fg_weight(s[ms][nt][F::reg(r, e + 1)], off);
+          const float p0 = fg_weight(s[ms][nt][F::reg(r, e)], off[ms][r]);
+          const float p1 = fg_weight(s[ms][nt][F::reg(r, e + 1)], off[ms][r]);
           s[ms][nt][F::reg(r, e)] = p0;
           s[ms][nt][F::reg(r, e + 1)] = p1;
           sum += p0 + p1;
