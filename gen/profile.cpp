@@ -316,15 +316,13 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
       worst.unit = unit;
       worst.head_dim = worst.head_dim_v = d;
       worst.tile = t.tile;
-      if (u.warpgroup) worst.mask = MaskKind::causal_top_left;  // + the causal zero tile (fwd_wgmma.cu)
       const int64_t smem = worst.smem_bytes();
       if (smem > p.smem_per_block) {
         r.fail(path, fmt::format("needs {} bytes of shared memory at head dim {} (2 * (block_m * d + "
                                  "stages * block_n * 2 * d){}), more than resources.smem_per_block ({})",
                                  smem, d,
                                  u.smem_align != 0
-                                     ? fmt::format(", stages padded to {} bytes, + {}{}", u.smem_align, u.smem_align,
-                                                   u.warpgroup ? ", + 1024 for the causal masks' zero tile" : "")
+                                     ? fmt::format(", stages padded to {} bytes, + {}", u.smem_align, u.smem_align)
                                      : std::string(),
                                  p.smem_per_block));
       }

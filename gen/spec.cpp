@@ -444,12 +444,9 @@ int64_t KernelSpec::smem_bytes() const {
     auto stage = [&](int d) { return sat_mul(sat_add(sat_mul(tile.block_n, d), align - 1) / align, align); };
     kv_elems = sat_mul(tile.stages, sat_add(stage(head_dim), stage(head_dim_v)));
   }
-  // The wgmma kernel with a causal mask reads the P.V steps it leaves to
-  // mma.sync from a zero atom of 8 keys x 64 columns (templates/fwd_wgmma.cu).
-  const int64_t zero_elems = u.warpgroup && mask != MaskKind::none ? 8 * 64 : 0;
   // Aligned tiles (wgmma: their swizzle acts on address bits) may skip up to
   // smem_align bytes at the start of the dynamic shared memory.
-  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(sat_add(q_elems, kv_elems), zero_elems)), u.smem_align);
+  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
 }
 
 std::string KernelSpec::canonical() const {
@@ -714,10 +711,8 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
         "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
         "block_m, block_n or stages.",
         smem,
-        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment{}",
-                                        u.smem_align, u.smem_align, unit_name,
-                                        u.warpgroup && spec.mask != MaskKind::none ? ", + 1024 for the causal mask's zero tile"
-                                                                                  : "")
+        u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
+                                        u.smem_align, u.smem_align, unit_name)
                           : std::string(),
         profile.name, profile.smem_per_block));
   }

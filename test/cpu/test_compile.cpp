@@ -6,7 +6,7 @@
 // (and, for the m8n8k4 and m16n8k8 kernels, no stack frame: no local memory at
 // all). The exceptions (spill_limit_bytes): sm_120/121 kernels with head_dim >
 // 128 up to 80 bytes (the d256 causal ones with a bias reach 72 since the
-// causal P.V steps), sm_90a wgmma kernels with a causal mask up to 64,
+// causal P.V steps), sm_90a wgmma kernels with a causal mask up to 8,
 // sm_90's m16n8k16 kernels up to 16; every kernel with spills is listed in
 // the summary.
 //
@@ -69,11 +69,9 @@ std::vector<Combo> all_combos() {
 // Spill bytes a kernel may report (listed in the summary); 0 unless noted.
 //  - sm_120/121, head dims above 128: 12-36 bytes at 255 registers (the same
 //    source fits for sm_89); bounded at 64.
-//  - sm_90a wgmma kernels with a causal mask: the P.V steps a warpgroup
-//    leaves to mma.sync on cut tiles (templates/fwd_wgmma.cu, fg_pv_band) cost
-//    registers; the D80/D96/D128 tiles report 4-36 bytes, whose SASS stores
-//    and loads sit at an item's start and in its epilogue (none inside the key
-//    loop). Bounded at 64.
+//  - sm_90a wgmma kernels with a causal mask: the loop of the tiles the mask
+//    cuts (templates/fwd_wgmma.cu) is a second copy of the key loop; the D256
+//    bm128 bn64 w8 tile reports 8 bytes, the others 0. Bounded at 8.
 //  - sm_90's m16n8k16 kernels (Hopper's fallback for head dims that are not
 //    multiples of 16 and for K/V with stride_seq 0): the d256 causal kernels
 //    with a bias report 4-12 bytes at 255 registers (the causal P.V steps and
@@ -81,7 +79,7 @@ std::vector<Combo> all_combos() {
 //    not checked yet). Bounded at 16.
 int64_t spill_limit_bytes(const KernelSpec& s) {
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 80;
-  if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 64;
+  if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 8;
   if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 16;
   return 0;
 }

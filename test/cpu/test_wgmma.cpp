@@ -235,8 +235,10 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(src.find("wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16") != std::string::npos);  // O, 32 columns
   CHECK(src.find("fence.proxy.async.shared::cta") != std::string::npos);
   CHECK(src.find("// matrix unit: wgmma.mma_async.sync.aligned.m64nNk16 (sm_90a)") != std::string::npos);
-  // Warp-level mma only for the P.V steps a causal mask's cut tiles leave to it (fg_pv_band).
-  CHECK(src.find("fg_pv_band<") != std::string::npos);
+  // A causal mask's cut tiles: V scanned for non-finite values at the keys
+  // some rows do not see, cleaned only where found; no warp-level P.V.
+  CHECK(src.find("fg_v_scan<") != std::string::npos);
+  CHECK(src.find("fg_pv_band") == std::string::npos);
   // Warp-specialized: a producer warpgroup with TMA boxes (one map per chunk
   // width: 64 -> 0, 32 -> 1), mbarriers, setmaxnreg; no cp.async left.
   CHECK(s.threads() == 4 * 32 + 128);

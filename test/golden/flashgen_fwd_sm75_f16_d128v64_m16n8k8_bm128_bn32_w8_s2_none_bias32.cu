@@ -574,20 +574,25 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
     }
 }
 
+// The lane's rows that see key k of tile j (with causal masks: every row from
+// the first that sees it) get row_sum = NaN.
+template <class F>
+FG_DEVICE void fg_poison_rows(const FgBlock& blk, int j, int row0, int k, float (&row_sum)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
+        row_sum[ms][r] = __int_as_float(0x7fffffff);
+}
+
 // After the P.V of a tile the causal mask cuts (fwd_block.cuh, "causal masks
 // and P.V"): the lane's rows that see the lowest non-finite V key any lane of
 // the warp found get row_sum = NaN.
 template <class F>
 FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, float (&row_sum)[M_SLICES][2]) {
   const int k = fg_pv_bad_key<BLOCK_N>(m);
-  if (k < BLOCK_N) {
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
-          row_sum[ms][r] = __int_as_float(0x7fffffff);
-  }
+  if (k < BLOCK_N) fg_poison_rows<F>(blk, j, row0, k, row_sum);
 }
 
 // Row sums across the lanes of each row, 1 / sum for the normalisation (0 for

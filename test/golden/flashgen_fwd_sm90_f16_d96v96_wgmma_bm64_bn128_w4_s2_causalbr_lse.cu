@@ -6,7 +6,7 @@
 // dtype:       f16 (f32 accumulate)
 // head_dim:    96 = 64 + 32
 // head_dim_v:  96 = 64 + 32
-// tile:        block_m 64 block_n 128 warps 4 (+ 4 producer) stages 2 (112640 bytes of shared memory)
+// tile:        block_m 64 block_n 128 warps 4 (+ 4 producer) stages 2 (111616 bytes of shared memory)
 // mask:        causalbr   bias: none   lse: yes
 // launch:      grid (at most num_m_blocks * heads_q * batch; persistent), block (256), FwdParams and FgTmaMaps by value
 
@@ -433,7 +433,7 @@ constexpr int STAGES = 2;
 constexpr int MASK = 2;        // 0 none, 1 causal top-left, 2 causal bottom-right
 constexpr int BIAS_KIND = 0;   // 0 none, 1 input dtype, 2 float32
 constexpr bool HAS_LSE = true;
-constexpr int SMEM_BYTES = 112640;  // dynamic shared memory per block (KernelSpec::smem_bytes)
+constexpr int SMEM_BYTES = 111616;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 constexpr bool IS_BF16 = false;
 
 constexpr int THREADS = WARPS * 32;          // consumer threads (what the shared parts call THREADS)
@@ -457,18 +457,16 @@ constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
 constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
-// With a causal mask, after the V stages: 8 keys x 64 columns of zeros (one
-// 1024-byte swizzle atom), the B operand of the P.V steps that wgmma leaves to
-// mma.sync (fg_pv; its descriptor reads the atom for both 8-key groups).
-constexpr int ZERO_REGION = MASK != 0 ? 8 * 64 : 0;
-constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE) + ZERO_REGION);
-constexpr int BAR_BYTES = 8 * 4 * STAGES;  // full/empty mbarriers of the K and V stages
+constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
+// The full/empty mbarriers of the K and V stages, then 8 bytes for the lowest
+// non-finite V key of a tile a causal mask cuts (fg_band_clean).
+constexpr int BAR_BYTES = 8 * 4 * STAGES + 8;
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
 // BAR_BYTES were skipped).
 static_assert(TILE_BYTES + 1024 == SMEM_BYTES, "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 static_assert(BAR_BYTES <= 512, "the mbarriers must fit beside the alignment");
-constexpr int UNIT_K = 16;  // the mma.sync steps of P.V on tiles a causal mask cuts (fwd_m16_parts.cuh)
+constexpr int UNIT_K = 16;  // for fwd_m16_parts.cuh's warp-level P.V steps (not called here)
 typedef unsigned long long u64;
 
 struct __align__(64) FgTmaMap {
@@ -619,20 +617,25 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
     }
 }
 
+// The lane's rows that see key k of tile j (with causal masks: every row from
+// the first that sees it) get row_sum = NaN.
+template <class F>
+FG_DEVICE void fg_poison_rows(const FgBlock& blk, int j, int row0, int k, float (&row_sum)[M_SLICES][2]) {
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+      if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
+        row_sum[ms][r] = __int_as_float(0x7fffffff);
+}
+
 // After the P.V of a tile the causal mask cuts (fwd_block.cuh, "causal masks
 // and P.V"): the lane's rows that see the lowest non-finite V key any lane of
 // the warp found get row_sum = NaN.
 template <class F>
 FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, float (&row_sum)[M_SLICES][2]) {
   const int k = fg_pv_bad_key<BLOCK_N>(m);
-  if (k < BLOCK_N) {
-#pragma unroll
-    for (int ms = 0; ms < M_SLICES; ++ms)
-#pragma unroll
-      for (int r = 0; r < 2; ++r)
-        if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
-          row_sum[ms][r] = __int_as_float(0x7fffffff);
-  }
+  if (k < BLOCK_N) fg_poison_rows<F>(blk, j, row0, k, row_sum);
 }
 
 // Row sums across the lanes of each row, 1 / sum for the normalisation (0 for
@@ -941,6 +944,16 @@ FG_DEVICE void fg_wgmma_wait() {
 // Shared memory written through the generic proxy (st.shared) is read by wgmma
 // through the async proxy: each writer fences before the barrier.
 FG_DEVICE void fg_fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+// One s32 in shared memory at shared address `a` (PTX ISA: ld, st, atom).
+FG_DEVICE int fg_ld_shared_s32(u32 a) {
+  int v;
+  asm volatile("ld.shared.s32 %0, [%1];" : "=r"(v) : "r"(a) : "memory");
+  return v;
+}
+FG_DEVICE void fg_st_shared_s32(u32 a, int v) { asm volatile("st.shared.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
+FG_DEVICE void fg_atom_min_shared_s32(u32 a, int v) {
+  asm volatile("red.shared.min.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
+}
 // Keeps the compiler from moving accesses to accumulators across wgmma issue/wait.
 template <int N>
 FG_DEVICE void fg_reg_fence(float (&r)[1][N][4]) {
@@ -1044,66 +1057,60 @@ FG_DEVICE void fg_qk(u32 q_addr, u32 k_addr, float (&s)[1][NT][4]) {
     fg_wgmma_qk(s, fg_desc<W>(q_addr + 32 * ks), fg_desc<W>(k_addr + 32 * ks), OFF == 0 && ks == 0 ? 0 : 1);
 }
 
-// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row
-// groups). Steps from `steps` on (BLOCK_N / 16: none) read the zero atom at
-// shared address `zero` instead of V (a select of the descriptor: a branch
-// around a wgmma makes ptxas serialize them all).
+// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row groups).
 template <int W, int OFF>
-FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int steps, u32 zero) {
-  // The zero tile's descriptor: stride byte offset 0, so the step's second
-  // 8-key group reads the same zero atom as its first.
-  const u64 zero_desc = fg_desc<W>(zero) & ~(0x3FFFull << 32);
+FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
 #pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-    FgPv<W>::template mma<OFF / 8>(o, pa[kk], kk < steps ? fg_desc<W>(v_addr + kk * 32 * W) : zero_desc);
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v_addr + kk * 32 * W));
 }
 
-// Non-finite values of V sub-tile `sub` (W columns, BLOCK_N keys; the swizzle
-// moves 16-byte units only within a key's row) at keys from `from` on,
-// gathered into `bad` by the warpgroup's thread `i` (of 128).
-template <int W>
-FG_DEVICE void fg_v_scan(const u16* sub, int from, int i, u32& bad) {
-  const U4* u = reinterpret_cast<const U4*>(sub);
-  for (int k = from * W / 8 + i; k < BLOCK_N * W / 8; k += 128) {
-    const U4 x = u[k];
-    bad |= fg_nonfinite_halves<IS_BF16>(x.x) | fg_nonfinite_halves<IS_BF16>(x.y) |
-           fg_nonfinite_halves<IS_BF16>(x.z) | fg_nonfinite_halves<IS_BF16>(x.w);
+// ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
+// On a tile the mask cuts for some row of the block, the consumers look for a
+// non-finite V value at the keys row 0 of the block does not see (fg_v_scan,
+// fg_consumers_any); almost always there is none, and wgmma reads the tile as
+// it is (the hidden keys' weights are 0). Otherwise fg_band_clean finds the
+// lowest such key k, zeroes those values in shared memory (wgmma then reads the
+// cleaned tile), and the rows that see k get NaN (fg_poison_rows): with causal
+// masks a row that sees a key sees every lower one, so the other rows see no
+// cleaned value. The decisions are the block's (every consumer thread takes
+// part), and nothing of it is a warp-level mma: mma.sync code in this kernel
+// makes ptxas keep the key loop's descriptor arithmetic out of the uniform
+// datapath (an R2UR before every wgmma; bench/NOTES.md).
+
+// Sub-tile `sub` of a V stage (W columns, BLOCK_N keys; the swizzle moves
+// 16-byte units only within a key's row) at keys from `from` on, 16 bytes at
+// a time, by consumer thread `i` (of THREADS): `bad` gathers the non-finite
+// halves, `lowest` the lowest key that has one, and with CLEAN they are zeroed.
+template <int W, bool CLEAN>
+FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest) {
+  U4* const u = reinterpret_cast<U4*>(sub);
+  for (int k = from * W / 8 + i; k < BLOCK_N * W / 8; k += THREADS) {
+    U4 x = u[k];
+    const U4 m = {fg_nonfinite_halves<IS_BF16>(x.x), fg_nonfinite_halves<IS_BF16>(x.y),
+                  fg_nonfinite_halves<IS_BF16>(x.z), fg_nonfinite_halves<IS_BF16>(x.w)};
+    const u32 any = m.x | m.y | m.z | m.w;
+    bad |= any;
+    if (any != 0u) {
+      lowest = min(lowest, k / (W / 8));
+      if (CLEAN) {
+        x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
+        u[k] = x;
+      }
+    }
   }
 }
 
-// Whether `v` holds for any thread of warpgroup `wg` (named barrier 2 + wg of
-// 128 threads with an OR reduction; PTX ISA "bar.red"). Every thread of the
-// warpgroup calls it.
-FG_DEVICE bool fg_warpgroup_any(bool v, int wg) {
+// Whether `v` holds for any consumer thread (named barrier 2 of THREADS
+// threads with an OR reduction; PTX ISA "bar.red"). Every consumer calls it.
+FG_DEVICE bool fg_consumers_any(bool v) {
   u32 r;
   asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.or.pred q, %2, 128, p;\n"
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.or.pred q, 2, %2, p;\n"
       " selp.u32 %0, 1, 0, q;\n}"
       : "=r"(r)
-      : "r"((u32)v), "r"(2 + wg)
+      : "r"((u32)v), "n"(THREADS)
       : "memory");
   return r != 0u;
-}
-
-// Causal masks (fwd_block.cuh, "causal masks and P.V"): on a V tile the mask
-// cuts for this warpgroup, wgmma runs the k16 steps every row of the
-// warpgroup sees (fg_pv), and each warp runs the others with mma.sync on its
-// own rows of O (the wgmma accumulator of warp w is the m16n8 C layout of rows
-// 16w..16w+15): steps none of its rows see are skipped, the V fragments of the
-// others are cleaned of non-finite values (fg_pv_step; also in steps all rows
-// of the warp see, which changes nothing there). V is read from the same
-// swizzled sub-tile (fg_swz<W> is the TMA swizzle mode).
-template <int W, int OFF>
-FG_DEVICE void fg_pv_band(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int lane, int from,
-                          FgPvMask& pm) {
-  const FgLdsmOffsets<W> vo = fg_pv_offsets<W>(lane);
-#pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
-    if (kk < from) continue;
-    if (kk * 16 >= pm.skip_from) break;
-    const u32 a[1][4] = {{pa[kk][0], pa[kk][1], pa[kk][2], pa[kk][3]}};
-    fg_pv_step<W, OFF, true>(v_addr, vo, kk, a, o, lane, pm);  // (one body per step: smaller code)
-  }
 }
 
 // The work item of this block's round r: rounds alternate direction (block i
@@ -1132,6 +1139,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
+  const u32 band_key = bars + 8 * 4 * STAGES;  // fg_band_clean's lowest key (an s32)
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -1204,13 +1212,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
-  const u32 zero_tile = fg_smem_addr(sV + STAGES * V_STAGE);
-  if (MASK != 0) {
-    // The zero tile, before the first barrier of the item loop (its Q stores'
-    // fence orders these for wgmma too).
-    for (int u = tid; u < ZERO_REGION / 8; u += THREADS)
-      reinterpret_cast<U4*>(sV + STAGES * V_STAGE)[u] = U4{0u, 0u, 0u, 0u};
-  }
+  if (MASK != 0 && tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (before the item loop's first barrier)
   const float scale = (float)p.softmax_scale;
   auto release = [&](u32 bar) {
     if (lane == 0) fg_mbar_arrive(bar);
@@ -1299,25 +1301,33 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       qk(ck);
       fg_rescale_o(o, corr);
-      // A V tile the mask cuts for this warpgroup: wgmma for the steps all of
-      // its rows see (`full`), mma.sync for the rest below (fg_pv_band).
-      const int wg_first = blk.m_start + wg_row0 + blk.diag + 1 - j * BLOCK_N;  // first key row 0 of the warpgroup does not see
-      bool cut = BAND && MASK != 0 && wg_first < BLOCK_N;
-      if (cut) {
-        // Whether V has a non-finite value at a key of a step some row of the
-        // warpgroup does not see (rare); if not, wgmma runs every step (the
-        // hidden keys' weights are 0 and their V finite).
-        const int scan_from = max(0, wg_first) / 16 * 16;
-        u32 bad = 0;
-        fg_v_scan<64>(sV + (cv % STAGES) * V_STAGE + BLOCK_N * 0, scan_from, tid & 127, bad);
-        fg_v_scan<32>(sV + (cv % STAGES) * V_STAGE + BLOCK_N * 64, scan_from, tid & 127, bad);
-        cut = fg_warpgroup_any(bad != 0u, warp >> 2);
+      // A tile the mask cuts for row 0 of the block: its V at the keys row 0
+      // does not see, scanned for non-finite values (see fg_v_scan).
+      int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
+      if (BAND && MASK != 0) {
+        const int scan_from = max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
+        u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
+        u32 bad = 0u;
+        int lowest = BLOCK_N;
+        auto scan = [&](auto clean) {
+          fg_v_scan<64, decltype(clean)::value>(v_stage + BLOCK_N * 0, scan_from, tid, bad, lowest);
+          fg_v_scan<32, decltype(clean)::value>(v_stage + BLOCK_N * 64, scan_from, tid, bad, lowest);
+        };
+        scan(FgBool<false>{});
+        if (fg_consumers_any(bad != 0u)) {  // rare: the block's lowest such key, then the values zeroed
+          if (lowest < BLOCK_N) fg_atom_min_shared_s32(band_key, lowest);
+          fg_consumer_sync();
+          band_k = fg_ld_shared_s32(band_key);
+          scan(FgBool<true>{});
+          fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
+          fg_consumer_sync();
+          if (tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (read by all before the barrier above)
+        }
       }
-      const int full = cut ? max(0, wg_first) / 16 : BLOCK_N / 16;
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
-    fg_pv<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o, full, zero_tile);
-    fg_pv<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o, full, zero_tile);
+    fg_pv<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o);
+    fg_pv<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o);
       fg_wgmma_commit();
       fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
       fg_reg_fence(s);
@@ -1327,14 +1337,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       fg_wgmma_wait<0>();  // P.V of tile j complete
       fg_reg_fence(o);
-      if (cut) {
-        // The steps of P.V this warpgroup's wgmma left out, per warp; the rows
-        // that see a non-finite V value of the tile become NaN.
-        FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * 16, warp * 16 + 15);
-        fg_pv_band<64, 0>(v_tile + 2 * BLOCK_N * 0, pa, o, lane, full, pm);
-        fg_pv_band<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o, lane, full, pm);
-        fg_pv_poison(pm, blk, j, warp * 16, g, row_sum);
-      }
+      if (band_k < BLOCK_N) fg_poison_rows<FgFragM16>(blk, j, warp * 16 + g, band_k, row_sum);
       release(empty_v(cv % STAGES));
       if (next) to_p();
     };
