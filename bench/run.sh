@@ -2,7 +2,7 @@
 # One device run: build libflashgen, measure the mma.sync m16n8k16 ceiling
 # (tools/mma_probe, f16 and bf16), then time our forward and PyTorch SDPA
 # (flash, cuDNN, efficient) on the same inputs (bench/bench.py). Logs under $OUT.
-#   usage: bench/run.sh [bench.py args...]
+#   usage: bench/run.sh [bench.py args...]   (BENCH_DECODE=1: + bench/bench_decode.py; BENCH_DECODE_ONLY=1: only it)
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline).
@@ -31,6 +31,15 @@ for dt in f16 bf16; do
 done
 c16=$(awk '/^achieved/ {print $2}' "$OUT/probe-f16.txt")
 c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
+if [[ "${BENCH_DECODE_ONLY:-0}" != 1 ]]; then
 PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${baseline[@]}" "$@" \
   2>&1 | tee "$OUT/bench.log"
-exit "${PIPESTATUS[0]}"
+rc=${PIPESTATUS[0]}
+fi
+# BENCH_DECODE=1: also the split-KV decode table (bench/bench_decode.py);
+# BENCH_DECODE_ONLY=1: only that.
+if [[ "${BENCH_DECODE:-0}" == 1 || "${BENCH_DECODE_ONLY:-0}" == 1 ]]; then
+  PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib build/libflashgen.so 2>&1 | tee "$OUT/bench-decode.log"
+  rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
+fi
+exit "${rc:-0}"

@@ -77,7 +77,7 @@ std::string q_chunk_lines(const std::vector<int>& chunks, QStep step, const char
   switch (step) {
     case QStep::declare: return per_chunk(chunks, indent, "FgQChunk<{w}, {off}> q_in{off};");
     case QStep::fetch:
-      return per_chunk(chunks, indent, "q_in{off}.fetch(" + q + ", p.q_stride_seq, " + rows + ", tid);");
+      return per_chunk(chunks, indent, "q_in{off}.fetch(" + q + ", p.q_stride_seq, p.q_stride_head, " + rows + ", tid);");
     case QStep::store: return per_chunk(chunks, indent, "q_in{off}.store(sQ + BLOCK_M * {off}, scale, tid);");
   }
   return "";
@@ -119,8 +119,12 @@ std::string spec_comment(const KernelSpec& spec) {
       u.persistent ? fmt::format("grid (at most num_m_blocks * heads_q * batch; persistent), block ({}), FwdParams and "
                                  "FgTmaMaps by value",
                                  spec.threads())
-                   : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
-                                 spec.threads()));
+                   : spec.family == KernelFamily::fwd_split
+                         ? fmt::format("grid (num_splits * num_m_blocks * heads_q / {} * batch; num_m_blocks over "
+                                       "seqlen_q * {} packed rows), block ({}), one FwdParams by value",
+                                       spec.pack, spec.pack, spec.threads())
+                         : fmt::format("grid (num_m_blocks * heads_q * batch), block ({}), one FwdParams by value",
+                                       spec.threads()));
 }
 
 std::string spec_constants(const KernelSpec& spec) {
@@ -134,9 +138,10 @@ std::string spec_constants(const KernelSpec& spec) {
   // The shared-memory layout is computed once (KernelSpec::smem_bytes, which
   // the launch gives the kernel); each template static_asserts that its own
   // layout takes exactly this much.
-  if (spec.family == KernelFamily::fwd)
+  if (spec.family == KernelFamily::fwd || spec.family == KernelFamily::fwd_split) {
     out += fmt::format("\nconstexpr int SMEM_BYTES = {};  // dynamic shared memory per block (KernelSpec::smem_bytes)",
                        spec.smem_bytes());
+  }
   return out;
 }
 
@@ -148,6 +153,12 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
   src += "\n";
   src += detail::fwd_params_source();
   src += "\n";
+  // The family's shape of a work item (fwd_block.cuh): the split-KV forward
+  // (fwd_split) writes fp32 partial O and LSE per key split and packs `pack`
+  // query heads of a GQA group into a tile's rows; the fwd family neither.
+  src += fmt::format("constexpr bool SPLIT = {};\nconstexpr int PACK = {};  // query heads per packed row group\n",
+                     spec.family == KernelFamily::fwd_split ? "true" : "false",
+                     spec.family == KernelFamily::fwd_split ? spec.pack : 1);
   src += template_text("fwd_block.cuh");
   src += "\n";
   src += fill_slots(template_text(template_name), slots, template_name);
@@ -205,15 +216,20 @@ std::string emit_m16n8(const KernelSpec& spec) {
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
 
+  slots["STORE_O_PARTIAL"] = per_chunk(vc, "    ", "fg_store_o_partial<{w}, {off}>(p, blk, o, inv, warp, lane);");
+
   return assemble_forward(spec, "fwd_m16n8.cu", slots);
 }
 
 }  // namespace
 
 std::string emit_forward(const KernelSpec& spec) {
-  if (spec.family != KernelFamily::fwd)
-    throw Unsupported(fmt::format("kernel spec {}: family {} is not generated yet; allowed: fwd", spec.canonical(),
-                                  to_string(spec.family)));
+  if (spec.family == KernelFamily::fwd_split && spec.unit != MatrixUnit::m16n8k16 && spec.unit != MatrixUnit::m16n8k8)
+    throw Unsupported(fmt::format("kernel spec {}: the fwd_split family is generated for the m16n8 units only",
+                                  spec.canonical()));
+  if (spec.family != KernelFamily::fwd && spec.family != KernelFamily::fwd_split)
+    throw Unsupported(fmt::format("kernel spec {}: family {} is not a forward family; allowed: fwd, fwd_split",
+                                  spec.canonical(), to_string(spec.family)));
   switch (spec.unit) {
     case MatrixUnit::m16n8k16:
     case MatrixUnit::m16n8k8: return emit_m16n8(spec);

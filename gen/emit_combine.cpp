@@ -71,12 +71,12 @@ std::string emit_combine(const KernelSpec& spec) {
 
 std::string emit(const KernelSpec& spec) {
   switch (spec.family) {
-    case KernelFamily::fwd: return emit_forward(spec);
+    case KernelFamily::fwd:
+    case KernelFamily::fwd_split: return emit_forward(spec);
     case KernelFamily::combine: return emit_combine(spec);
-    case KernelFamily::fwd_split: break;
   }
-  throw Unsupported(fmt::format("kernel spec {}: family {} is not generated yet; allowed: fwd, combine",
-                                spec.canonical(), to_string(spec.family)));
+  throw Unsupported(fmt::format("kernel spec {}: family {} is not a kernel family; allowed: fwd, fwd_split, combine",
+                                spec.canonical(), static_cast<int>(spec.family)));
 }
 
 }  // namespace flashgen::gen

@@ -14,6 +14,7 @@ constexpr int kHeadDimMultiple = 8;
 constexpr int kMaxWarps = 16;
 constexpr int kMaxBlock = 256;
 constexpr int kMaxStages = 4;
+constexpr int kMaxPack = 16;  // fwd_split: query heads packed per tile row group (KernelSpec::pack)
 constexpr int kMaxThreads = 1024;
 /// The wgmma kernel with one consumer warpgroup runs two blocks per SM, so a
 /// thread starts with 65536 / (2 * 256) = 128 registers; ptxas cannot fit a

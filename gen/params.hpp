@@ -39,7 +39,11 @@
   X(int64_t, long long, seqlen_q)                               \
   X(int64_t, long long, seqlen_k)                               \
   X(int64_t, long long, num_m_blocks)                           \
-  X(double, double, softmax_scale)
+  X(double, double, softmax_scale)                              \
+  X(float*, float*, o_partial)                                  \
+  X(float*, float*, lse_partial)                                \
+  X(int64_t, long long, num_splits)                             \
+  X(int64_t, long long, tiles_per_split)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

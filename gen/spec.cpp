@@ -244,6 +244,9 @@ std::vector<SpecField> make_spec_fields() {
   t.push_back(int_field(
       "s", "stages", G::tile, 1, kMaxStages, 1, 8, [](const KernelSpec& s) { return "_s" + name_int(s.tile.stages); },
       "STAGES", [](auto& s) -> auto& { return s.tile.stages; }));
+  t.push_back(int_field(
+      "pack", "pack", G::tile, 1, kMaxPack, 1, 8, [](const KernelSpec& s) { return "_pack" + name_int(s.pack); }, "",
+      [](auto& s) -> auto& { return s.pack; }));
   {
     SpecField f = name_field(
         "mask", "mask", G::variant, 9, [](const KernelSpec& s) { return "_" + std::string(to_string(s.mask)); },
@@ -302,6 +305,8 @@ std::vector<SpecField> make_spec_fields() {
   for (SpecField& f : t) {
     if (f.key == "part" || f.key == "out") {
       f.families = combine;
+    } else if (f.key == "pack") {
+      f.families = family_bit(KernelFamily::fwd_split);
     } else if (f.key == "sm" || f.key == "dv" || f.key == "lse") {
       f.families = fwd | combine;
     } else {
@@ -574,10 +579,10 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   std::vector<std::string> errors;
   auto add = [&](std::string sentence) { errors.push_back(std::move(sentence)); };
 
-  if (spec.family != KernelFamily::fwd && spec.family != KernelFamily::combine) {
-    add(fmt::format("family ({}) is not generated yet; allowed: fwd, combine (the split-KV forward is "
-                    "designed, not built).",
-                    to_string(spec.family)));
+  if (spec.family != KernelFamily::fwd && spec.family != KernelFamily::fwd_split &&
+      spec.family != KernelFamily::combine) {
+    add(fmt::format("family ({}) is not a kernel family; allowed: fwd, fwd_split, combine.",
+                    static_cast<int>(spec.family)));
   }
 
   if (std::find(profile.archs.begin(), profile.archs.end(), spec.arch) == profile.archs.end()) {
@@ -608,6 +613,18 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   }
   const gen::UnitTraits& u = gen::unit_traits(spec.unit);
   const std::string_view unit_name = to_string(spec.unit);
+  if (spec.family == KernelFamily::fwd_split) {
+    if (spec.unit != MatrixUnit::m16n8k16 && spec.unit != MatrixUnit::m16n8k8) {
+      add(fmt::format("unit ({}) has no split-KV forward yet; allowed for the fwd_split family: m16n8k16, m16n8k8 "
+                      "(decode is memory-bound: the mma.sync kernel serves sm_90 too).",
+                      unit_name));
+    }
+    if (spec.pack < 1 || spec.pack > gen::kMaxPack || (spec.pack & (spec.pack - 1)) != 0 ||
+        (spec.tile.block_m > 0 && spec.tile.block_m % spec.pack != 0)) {
+      add(fmt::format("pack ({}) must be a power of two in [1, {}] that divides block_m ({}).", spec.pack, gen::kMaxPack,
+                      spec.tile.block_m));
+    }
+  }
   if (spec.unit != profile.matrix_unit.shape && !(u.warpgroup && !profile.wgmma_flash.empty())) {
     add(fmt::format("unit ({}) is not a matrix unit of profile {}; allowed: {}{}.", unit_name,
                     profile.name, to_string(profile.matrix_unit.shape),

@@ -16,6 +16,7 @@
 #include "flashgen/flashgen.hpp"
 #include "flashgen/tune.hpp"
 #include "gen/emit.hpp"
+#include "gen/limits.hpp"
 #include "gen/params.hpp"
 #include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
@@ -241,24 +242,34 @@ KernelSpec rt::plan_default(const AttentionProblem& problem, int arch) {
   return plan_default(problem, arch, profile_for_arch(arch));
 }
 
+namespace {
+
+// A forward-family spec's fields that come from the problem (its variant and the arch).
+KernelSpec problem_variant(const AttentionProblem& problem, int arch) {
+  KernelSpec spec;
+  spec.arch = arch;
+  spec.dtype = problem.dtype;
+  spec.head_dim = static_cast<int>(problem.head_dim);
+  spec.head_dim_v = static_cast<int>(problem.head_dim_v);
+  spec.mask = problem.mask;
+  spec.bias = problem.bias.kind;
+  spec.has_lse = problem.lse.data != nullptr;
+  return spec;
+}
+
+}  // namespace
+
 KernelSpec rt::plan_default(const AttentionProblem& problem, int arch, const Profile& profile) {
   check_problem(problem);
   const int d = static_cast<int>(problem.head_dim);
   const int dv = static_cast<int>(problem.head_dim_v);
-  KernelSpec spec;
+  KernelSpec spec = problem_variant(problem, arch);
   spec.unit = profile.unit_for(d, dv);
   // The wgmma kernel reads K and V through TMA tensor maps, which cannot
   // repeat one row (stride_seq 0) or take strides of 2^40 bytes: the mma.sync
   // unit's copies can.
   if (gen::unit_traits(spec.unit).tma && !gen::wgmma_kv_refusal(problem).empty()) spec.unit = profile.matrix_unit.shape;
   spec.tile = profile.tile_for(std::max(d, dv), spec.unit).tile;
-  spec.arch = arch;
-  spec.dtype = problem.dtype;
-  spec.head_dim = d;
-  spec.head_dim_v = dv;
-  spec.mask = problem.mask;
-  spec.bias = problem.bias.kind;
-  spec.has_lse = problem.lse.data != nullptr;
   require_valid(spec, profile);
   return spec;
 }
@@ -596,6 +607,13 @@ class FwdLaunch final : public rt::FamilyLaunch {
     params_.softmax_scale = static_cast<double>(problem.scale());
     args_[0] = &params_;
   }
+  /// The fwd_split family's extra arguments: the workspace's partials and the split of the key range.
+  void set_split(float* o_partial, float* lse_partial, int64_t num_splits, int64_t tiles_per_split) {
+    params_.o_partial = o_partial;
+    params_.lse_partial = lse_partial;
+    params_.num_splits = num_splits;
+    params_.tiles_per_split = tiles_per_split;
+  }
 
   void prepare(const rt::Driver& d) override {
     if (gen::unit_traits(spec_.unit).tma) {
@@ -792,6 +810,241 @@ MergeInfo merge_states(const MergeProblem& problem, CUstream stream) {
   launch(k, problem, stream);
   info.launched = true;
   info.from_cache = k.from_cache;
+  return info;
+}
+
+// ---- split-KV decode (decode.hpp) ---------------------------------------------------
+
+namespace {
+
+StateDType state_dtype_of(DType d) { return d == DType::bf16 ? StateDType::bf16 : StateDType::f16; }
+
+// Key tiles of `block_n` keys the problem's rows may see (every key; a causal
+// mask cuts per block inside the kernel).
+int64_t key_tiles(const AttentionProblem& p, int block_n) { return (p.seqlen_k + block_n - 1) / block_n; }
+
+int64_t split_tiles(const AttentionProblem& p, const DecodePlan& dp) {
+  const int64_t n = key_tiles(p, dp.split.tile.block_n);
+  return (n + dp.num_splits - 1) / dp.num_splits;
+}
+
+// Blocks of the fwd_split launch without the split: m blocks over the packed
+// rows, row groups, batch (saturated at int64's limit).
+int64_t split_blocks(const AttentionProblem& p, const KernelSpec& s) {
+  const int64_t rows = p.seqlen_q * s.pack;
+  const int64_t m_blocks = (rows + s.tile.block_m - 1) / s.tile.block_m;
+  const int64_t groups = p.heads_q / s.pack;
+  if (m_blocks > INT64_MAX / std::max<int64_t>(groups, 1) / std::max<int64_t>(p.batch, 1)) return INT64_MAX;
+  return m_blocks * groups * p.batch;
+}
+
+// The library's workspace: one device buffer per (context, stream), grown to
+// the largest size asked for and kept (decode calls on one stream run in
+// order, so they may share it; calls on other streams get their own).
+struct WorkspaceSlot {
+  CUdeviceptr ptr = 0;
+  int64_t bytes = 0;
+};
+std::mutex& workspace_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::pair<CUcontext, CUstream>, WorkspaceSlot>& workspaces() {
+  static auto* w = new std::map<std::pair<CUcontext, CUstream>, WorkspaceSlot>();  // never destroyed: the driver may be gone at exit
+  return *w;
+}
+
+void* library_workspace(int64_t bytes, CUstream stream) {
+  const rt::Driver& d = rt::driver();
+  CUcontext ctx = nullptr;
+  rt::check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  std::lock_guard<std::mutex> lock(workspace_mutex());
+  WorkspaceSlot& slot = workspaces()[{ctx, stream}];
+  if (slot.bytes < bytes) {
+    if (slot.ptr != 0) {
+      // Earlier calls on this stream may still read the old buffer.
+      rt::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize (before growing the decode workspace)");
+      rt::check(d.cuMemFree(slot.ptr), "cuMemFree (decode workspace)");
+      slot = WorkspaceSlot{};
+    }
+    CUdeviceptr p = 0;
+    rt::check(d.cuMemAlloc(&p, static_cast<size_t>(bytes)),
+              fmt::format("cuMemAlloc({} bytes of decode workspace)", bytes).c_str());
+    slot.ptr = p;
+    slot.bytes = bytes;
+  }
+  return reinterpret_cast<void*>(slot.ptr);
+}
+
+// The decode plan fits the problem: its kernels are of the problem's class.
+void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
+  const KernelSpec& s = dp.split;
+  if (s.family != KernelFamily::fwd_split)
+    throw InvalidArgument(fmt::format("decode: options.plan->split.family is {}; a decode plan's split kernel is "
+                                      "of family fwd_split (plan_decode makes one)",
+                                      to_string(s.family)));
+  if (dp.num_splits < 1 || dp.num_splits > kMaxDecodeSplits)
+    throw InvalidArgument(fmt::format("decode: options.plan->num_splits ({}) must be in [1, {}]", dp.num_splits,
+                                      kMaxDecodeSplits));
+  KernelSpec fwd = s;  // the fields a forward kernel must match (LSE: the combine's, below)
+  fwd.family = KernelFamily::fwd;
+  fwd.has_lse = problem.lse.data != nullptr;
+  rt::check_problem_matches_spec(problem, fwd);
+  if (s.pack < 1 || problem.heads_q / problem.heads_kv % s.pack != 0)
+    throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",
+                                      s.pack, problem.heads_q / problem.heads_kv));
+  const KernelSpec& c = dp.combine;
+  const bool has_lse = problem.lse.data != nullptr;
+  if (c.family != KernelFamily::combine || c.partial_dtype != StateDType::f32 ||
+      c.out_dtype != state_dtype_of(problem.dtype) || c.head_dim_v != problem.head_dim_v || c.has_lse != has_lse)
+    throw InvalidArgument(fmt::format("decode: options.plan->combine ({}) is not the combine kernel of this problem "
+                                      "(partial f32, out {}, head_dim_v {}, lse {}); plan with plan_decode",
+                                      c.canonical(), to_string(problem.dtype), problem.head_dim_v, has_lse ? 1 : 0));
+}
+
+}  // namespace
+
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits) {
+  check_problem(problem);
+  if (sm_count < 1)
+    throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
+  if (num_splits < 0 || num_splits > kMaxDecodeSplits)
+    throw InvalidArgument(fmt::format("plan_decode: num_splits ({}) must be 0 (chosen) or in [1, {}]", num_splits,
+                                      kMaxDecodeSplits));
+  const Profile& profile = profile_for_arch(arch);
+  const MatrixUnit unit = profile.matrix_unit.shape;
+  if (unit != MatrixUnit::m16n8k16 && unit != MatrixUnit::m16n8k8)
+    throw Unsupported(fmt::format("plan_decode: profile {} (sm_{}) has matrix unit {}; the split-KV forward is "
+                                  "generated for m16n8k16 and m16n8k8 only",
+                                  profile.name, arch, to_string(unit)));
+  const int d = static_cast<int>(problem.head_dim), dv = static_cast<int>(problem.head_dim_v);
+  DecodePlan dp;
+  KernelSpec& s = dp.split;
+  s = problem_variant(problem, arch);
+  s.family = KernelFamily::fwd_split;
+  s.unit = unit;
+  s.has_lse = false;  // the split kernel always writes partial LSE; the combine writes the problem's
+  s.tile = profile.tile_for(std::max(d, dv), unit).tile;
+  s.tile.block_m = 16 * s.tile.warps;  // one 16-row slice per warp: decode has few rows
+  const int64_t g = problem.heads_q / problem.heads_kv;
+  s.pack = 1;
+  while (s.pack * 2 <= gen::kMaxPack && g % (s.pack * 2) == 0 && s.tile.block_m % (s.pack * 2) == 0) s.pack *= 2;
+  if (problem.seqlen_q > INT32_MAX / s.pack)
+    throw InvalidArgument(fmt::format("plan_decode: seqlen_q * pack = {} * {} must fit an int32 (decode packs the "
+                                      "query heads of a GQA group as rows); split the query rows into smaller calls",
+                                      problem.seqlen_q, s.pack));
+  require_valid(s, profile);
+  KernelSpec& c = dp.combine;
+  c.family = KernelFamily::combine;
+  c.arch = arch;
+  c.partial_dtype = StateDType::f32;
+  c.out_dtype = state_dtype_of(problem.dtype);
+  c.head_dim_v = dv;
+  c.has_lse = problem.lse.data != nullptr;
+  require_valid(c, profile);
+
+  const int64_t tiles = key_tiles(problem, s.tile.block_n);
+  if (num_splits == 0) {
+    // Two waves of blocks over the SMs, at most one split per key tile.
+    const int64_t blocks = std::max<int64_t>(split_blocks(problem, s), 1);
+    const int64_t want = (2 * int64_t{sm_count} + blocks - 1) / blocks;
+    const int64_t cap = std::min<int64_t>(kMaxDecodeSplits, std::max<int64_t>(tiles, 1));
+    num_splits = static_cast<int>(std::clamp<int64_t>(want, 1, cap));
+    // No empty splits: as many as ceil(tiles / num_splits) tiles apiece need.
+    if (tiles > 0) {
+      const int64_t per = (tiles + num_splits - 1) / num_splits;
+      num_splits = static_cast<int>((tiles + per - 1) / per);
+    }
+  }
+  dp.num_splits = num_splits;
+  dp.tiles_per_split = split_tiles(problem, dp);
+  dp.workspace_bytes = decode_workspace_bytes(problem, dp);
+  return dp;
+}
+
+int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan) {
+  check_problem(problem);
+  if (plan.num_splits < 1 || plan.num_splits > kMaxDecodeSplits)
+    throw InvalidArgument(fmt::format("decode_workspace_bytes: plan.num_splits ({}) must be in [1, {}]",
+                                      plan.num_splits, kMaxDecodeSplits));
+  // num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4, checked.
+  int64_t n = plan.num_splits;
+  for (int64_t f : {problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim_v + 1, int64_t{4}}) {
+    if (f != 0 && n > (INT64_MAX - 255) / f)
+      throw InvalidArgument(fmt::format("decode_workspace_bytes: num_splits * batch * heads_q * seqlen_q * "
+                                        "(head_dim_v + 1) * 4 = {} * {} * {} * {} * {} * 4 bytes overflows int64",
+                                        plan.num_splits, problem.batch, problem.heads_q, problem.seqlen_q,
+                                        problem.head_dim_v + 1));
+    n *= f;
+  }
+  return (n + 255) / 256 * 256;
+}
+
+DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const DecodeOptions& options) {
+  check_problem(problem);
+  DecodeInfo info;
+  if (options.plan != nullptr) {
+    info.plan = *options.plan;
+  } else {
+    const DeviceInfo dev = current_device();
+    info.plan = plan_decode(problem, dev.arch, dev.sm_count, options.num_splits);
+  }
+  DecodePlan& dp = info.plan;
+  check_plan_matches(problem, dp);
+  dp.tiles_per_split = split_tiles(problem, dp);  // of this problem, whatever the plan was made for
+  dp.workspace_bytes = decode_workspace_bytes(problem, dp);
+  if (options.workspace != nullptr) {
+    if (options.workspace_bytes < dp.workspace_bytes)
+      throw InvalidArgument(fmt::format("decode: options.workspace_bytes ({}) is less than the {} bytes this decode "
+                                        "needs (decode_workspace_bytes)",
+                                        options.workspace_bytes, dp.workspace_bytes));
+    if (reinterpret_cast<uintptr_t>(options.workspace) % 256 != 0)
+      throw InvalidArgument(fmt::format("decode: options.workspace ({}) must be 256-byte aligned",
+                                        options.workspace));
+  }
+  if (is_empty_problem(problem)) return info;  // nothing to compute, nothing launched
+  const int64_t blocks = split_blocks(problem, dp.split);
+  if (blocks > kMaxGridX / dp.num_splits)
+    throw InvalidArgument(fmt::format(
+        "decode: the split launch needs num_splits * ceil(seqlen_q * pack / block_m) * heads_q / pack * batch = {} * "
+        "{} blocks, more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
+        dp.num_splits, blocks));
+
+  Kernel ks = load_kernel(dp.split);
+  Kernel kc = load_kernel(dp.combine);
+  void* ws = options.workspace != nullptr ? options.workspace : library_workspace(dp.workspace_bytes, stream);
+  float* const o_partial = static_cast<float*>(ws);
+  const int64_t o_elems = int64_t{dp.num_splits} * problem.batch * problem.seqlen_q * problem.heads_q * problem.head_dim_v;
+  float* const lse_partial = o_partial + o_elems;
+
+  const int64_t rows = problem.seqlen_q * dp.split.pack;
+  FwdLaunch split(problem, dp.split, (rows + dp.split.tile.block_m - 1) / dp.split.tile.block_m,
+                  blocks * dp.num_splits);
+  split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
+  rt::launch_family(ks, split, stream);
+
+  MergeProblem m;
+  m.partial_dtype = StateDType::f32;
+  m.out_dtype = state_dtype_of(problem.dtype);
+  m.num_states = dp.num_splits;
+  m.batch = problem.batch;
+  m.seqlen_q = problem.seqlen_q;
+  m.heads = problem.heads_q;
+  m.head_dim_v = problem.head_dim_v;
+  m.o_partial.data = o_partial;
+  m.o_partial.stride_head = problem.head_dim_v;
+  m.o_partial.stride_seq = problem.heads_q * problem.head_dim_v;
+  m.o_partial.stride_batch = problem.seqlen_q * m.o_partial.stride_seq;
+  m.o_partial.stride_state = problem.batch * m.o_partial.stride_batch;
+  m.lse_partial.data = lse_partial;
+  m.lse_partial.stride_seq = 1;
+  m.lse_partial.stride_head = problem.seqlen_q;
+  m.lse_partial.stride_batch = problem.heads_q * problem.seqlen_q;
+  m.lse_partial.stride_state = problem.batch * m.lse_partial.stride_batch;
+  m.o = problem.o;
+  m.lse = problem.lse;
+  launch(kc, m, stream);
+  info.launched = true;
   return info;
 }
 

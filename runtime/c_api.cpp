@@ -310,6 +310,31 @@ flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_strea
   });
 }
 
+flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem, int arch, int sm_count,
+                                                int num_splits, int64_t* bytes, int* num_splits_out) {
+  const char* fn = "flashgen_decode_workspace_bytes";
+  return guarded(fn, [&] {
+    if (bytes == nullptr) throw InvalidArgument(fmt::format("{}: bytes is NULL", fn));
+    const AttentionProblem p = to_problem(problem, fn);
+    const DecodePlan dp = plan_decode(p, arch, sm_count, num_splits);
+    *bytes = dp.workspace_bytes;
+    if (num_splits_out != nullptr) *num_splits_out = dp.num_splits;
+  });
+}
+
+flashgen_status flashgen_decode(const flashgen_problem* problem, int num_splits, void* workspace,
+                                int64_t workspace_bytes, flashgen_stream stream) {
+  const char* fn = "flashgen_decode";
+  return guarded(fn, [&] {
+    const AttentionProblem p = to_problem(problem, fn);
+    DecodeOptions o;
+    o.num_splits = num_splits;
+    o.workspace = workspace;
+    o.workspace_bytes = workspace_bytes;
+    decode(p, stream, o);
+  });
+}
+
 flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* problem,
                                      flashgen_stream stream) {
   const char* fn = "flashgen_launch_spec";

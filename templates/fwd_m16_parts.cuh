@@ -97,13 +97,14 @@ struct FgQChunk {
   static constexpr int UNITS = BLOCK_M * UPR;
   static constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
   U4 v[PASSES];
-  FG_DEVICE void fetch(const u16* src, i64 stride, int valid_rows, int tid) {
+  // Row r of the block at src + fg_row_offset(r, stride_seq, stride_head).
+  FG_DEVICE void fetch(const u16* src, i64 stride_seq, i64 stride_head, int valid_rows, int tid) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
       const int u = it * THREADS + tid, row = u / UPR, unit = u % UPR;
       v[it] = U4{0u, 0u, 0u, 0u};
       if ((UNITS % THREADS == 0 || u < UNITS) && row < valid_rows)
-        v[it] = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
+        v[it] = *reinterpret_cast<const U4*>(src + fg_row_offset(row, stride_seq, stride_head) + OFF + unit * 8);
     }
   }
   FG_DEVICE void store(u16* dst, float scale, int tid) {
@@ -123,6 +124,33 @@ struct FgQChunk {
     }
   }
 };
+
+// SPLIT: this warp's normalised O fragments (columns [OFF, OFF+W)) as the
+// split's fp32 partial O [split, batch, seqlen_q, heads_q, head_dim_v]
+// (contiguous; the combine family merges the splits), 8-byte stores straight
+// from the registers (a lane's two columns; a quad writes 32 bytes of a row).
+template <int W, int OFF>
+FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const float (&o)[M_SLICES][OT][4],
+                                  const float (&inv)[M_SLICES][2], int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = (warp * M_SLICES + ms) * 16 + g + 8 * r;
+      if (row < blk.rows_valid) {
+        const int qi = fg_row_q(blk, row);
+        float* const dst = p.o_partial +
+                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V +
+                           OFF + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < W / 8; ++nt) {
+          const float* c = o[ms][OFF / 8 + nt];
+          *reinterpret_cast<float2*>(dst + nt * 8) = make_float2(c[2 * r] * inv[ms][r], c[2 * r + 1] * inv[ms][r]);
+        }
+      }
+    }
+}
 
 // Stage this warp's normalised O fragments (columns [OFF, OFF+W)) in shared memory.
 template <int W, int OFF>

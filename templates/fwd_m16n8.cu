@@ -168,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       const int n0 = tile * BLOCK_N;
       u16* sKs = sK + (tile % STAGES) * BLOCK_N * HEAD_DIM;
       const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
-      const int kv_valid = seqlen_k - n0;
+      const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
 @@LOAD_K@@
     }
   };
@@ -177,7 +177,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       const int n0 = tile * BLOCK_N;
       u16* sVs = sV + (tile % STAGES) * BLOCK_N * HEAD_DIM_V;
       const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-      const int kv_valid = seqlen_k - n0;
+      const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
 @@LOAD_V@@
     }
   };
@@ -286,6 +286,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
   fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
+  if (SPLIT) {
+@@STORE_O_PARTIAL@@
+    return;
+  }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
   u16* const sO = sQ;
 @@STAGE_O@@

@@ -22,19 +22,20 @@ FG_DEVICE float fg_in16_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_
 template <class F, int R>
 FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int row0, int col0,
                             float (&s)[M_SLICES][NT][R]) {
-  const int n_start = j * BLOCK_N;
+  const int n_start = (SPLIT ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
   if (BIAS_KIND != 0) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        // (the row as m_start + row0 + ...: summed in this order, the d256 m8n8k4 kernels fit their registers)
+        const int a = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r, qi = fg_abs_row_q(a);
         if (qi < seqlen_q) {
           // Element (qi, kj) of this lane's first key; with a contiguous key
           // dimension the other offsets are constants (no registers for them),
           // otherwise one running offset per n-tile.
-          const i64 first = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q +
+          const i64 first = blk.b * p.bias_stride_batch + fg_abs_row_h(blk, a) * p.bias_stride_head + (i64)qi * p.bias_stride_q +
                             (i64)(n_start + col0) * p.bias_stride_k;
           auto bias_at = [&](i64 off) {
             return BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
@@ -60,13 +61,13 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
         }
       }
   }
-  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > blk.m_start + blk.diag);
+  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > fg_row_q(blk, 0) + blk.diag);
   if (need_mask) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        const int qi = fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r);
         const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -145,7 +146,7 @@ FG_DEVICE void fg_poison_rows(const FgBlock& blk, int j, int row0, int k, float 
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
+      if (fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r) + blk.diag >= (SPLIT ? blk.key0 : 0) + j * BLOCK_N + k)
         row_sum[ms][r] = __int_as_float(0x7fffffff);
 }
 
@@ -156,6 +157,16 @@ template <class F>
 FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, float (&row_sum)[M_SLICES][2]) {
   const int k = fg_pv_bad_key<BLOCK_N>(m);
   if (k < BLOCK_N) fg_poison_rows<F>(blk, j, row0, k, row_sum);
+}
+
+// Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
+// its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
+// seqlen_q] (contiguous; the combine family merges the splits).
+FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
+  const int qi = fg_row_q(blk, row);
+  const i64 h = fg_row_h(blk, row);
+  if (SPLIT) return p.lse_partial + ((blk.split * p.batch + blk.b) * p.heads_q + h) * p.seqlen_q + qi;
+  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
 }
 
 // Row sums across the lanes of each row, 1 / sum for the normalisation (0 for
@@ -173,10 +184,9 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, 
       l += __shfl_xor_sync(0xffffffffu, l, F::X0);
       l += __shfl_xor_sync(0xffffffffu, l, F::X1);
       inv[ms][r] = l == 0.f ? 0.f : 1.f / l;
-      if (HAS_LSE && lse_lane) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
-        if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
+      if ((HAS_LSE || SPLIT) && lse_lane) {
+        const int row = row0 + ms * 16 + F::ROW_STEP * r, qi = fg_row_q(blk, row);
+        if (qi < blk.seqlen_q) *fg_lse_dst(p, blk, row) = fg_lse<IS_BF16>(row_max[ms][r], l);
       }
     }
 }

@@ -298,6 +298,34 @@ flashgen_status flashgen_merge_problem_init(flashgen_merge_problem* problem, fla
 flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int arch, char* spec_out,
                                     size_t spec_out_len);
 
+/* Split-KV decode (flashgen/decode.hpp, docs/design.md "The split-KV
+ * forward"): *problem run as a fwd_split launch (GQA packing, the key range
+ * split over blocks, fp32 partials in a workspace) and a combine launch; O and
+ * LSE as flashgen_forward writes them.
+ *
+ * flashgen_decode_workspace_bytes: the device workspace bytes (*bytes) a
+ * decode of *problem needs on compute capability `arch` with `sm_count` SMs
+ * and `num_splits` splits (0: chosen as flashgen_decode chooses them on such a
+ * device; 1..128: as given); *num_splits_out (if not NULL) gets the number of
+ * splits. Needs no GPU.
+ * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (the problem, num_splits, sm_count,
+ * a NULL bytes), FLASHGEN_ERROR_UNSUPPORTED (the arch's profile has no m16n8
+ * unit, e.g. sm_70). */
+flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem, int arch, int sm_count,
+                                                int num_splits, int64_t* bytes, int* num_splits_out);
+
+/* Decode on the current device on `stream`, asynchronously, with `num_splits`
+ * (0: chosen from the problem and the device's SMs; 1..128: as given).
+ * workspace: device memory of workspace_bytes bytes, 256-byte aligned, at least
+ * flashgen_decode_workspace_bytes for this device; the call then allocates
+ * nothing and can be captured in a CUDA graph (after a first call has loaded
+ * the kernels). NULL: the library's workspace for the current context and
+ * stream (allocated on first use, grown when a larger one is needed, kept).
+ * Errors: as flashgen_forward; a workspace too small or misaligned is
+ * FLASHGEN_ERROR_INVALID_ARGUMENT. */
+flashgen_status flashgen_decode(const flashgen_problem* problem, int num_splits, void* workspace,
+                                int64_t workspace_bytes, flashgen_stream stream);
+
 /* plan (current device) + compile or load from the cache + launch of the merge
  * on `stream`, asynchronously.
  * Errors: as flashgen_forward. */

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "flashgen/decode.hpp"
 #include "flashgen/merge.hpp"
 #include "flashgen/problem.hpp"
 #include "flashgen/profile.hpp"

@@ -27,8 +27,8 @@ std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
 /// The specialization of one generated kernel (a plain value type).
 ///
 /// A family uses some of the fields (gen/spec_fields.hpp lists which):
-///  - fwd, fwd_split: arch, unit, dtype, head_dim, head_dim_v, tile, mask,
-///    bias, has_lse;
+///  - fwd: arch, unit, dtype, head_dim, head_dim_v, tile, mask, bias, has_lse;
+///  - fwd_split: those and pack;
 ///  - combine: arch, partial_dtype, out_dtype, head_dim_v, has_lse.
 /// The others are ignored: canonical(), kernel_name() and operator== leave
 /// them out, and parse() leaves them at their defaults.
@@ -43,6 +43,11 @@ struct KernelSpec {
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
+  /// fwd_split: query heads of one GQA group packed as rows of one tile (GQA
+  /// packing: row r of the packed problem is query position r / pack of head
+  /// r % pack of the group, so the group's K/V are read once); 1, 2, 4, 8 or
+  /// 16, dividing block_m and heads_q / heads_kv.
+  int pack = 1;
   StateDType partial_dtype = StateDType::f32;  ///< combine: element type of the partial O_s
   StateDType out_dtype = StateDType::f16;      ///< combine: element type of the merged O
 

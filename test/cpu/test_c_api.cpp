@@ -215,11 +215,12 @@ TEST_CASE("c_api: generate and free") {
   bad.arch = 70;
   CHECK(flashgen_generate(bad.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(contains(last(), "70"));
-  // A family that is not generated yet.
+  // A fwd_split spec with a pack that does not divide block_m.
   KernelSpec split = s;
   split.family = KernelFamily::fwd_split;
+  split.pack = 3;
   CHECK(flashgen_generate(split.canonical().c_str(), &source) == FLASHGEN_ERROR_UNSUPPORTED);
-  CHECK(contains(last(), "family (fwd_split) is not generated yet"));
+  CHECK(contains(last(), "pack (3) must be a power of two"));
 }
 
 TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVAILABLE") {

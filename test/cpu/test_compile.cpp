@@ -14,7 +14,9 @@
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
 //      with the (mask, bias, lse) combination rotating through all 18;
 //   B. every arch x head_dim in {96, 256} x all 18 (mask, bias, lse)
-//      combinations, dtype alternating over the profile's dtypes.
+//      combinations, dtype alternating over the profile's dtypes;
+//   C. the split-KV forward (fwd_split) where the profile's unit is m16n8k16 or
+//      m16n8k8: head dims 64, 128, 256 x pack 1, 4, 16 x both dtypes.
 // sm_70 compiles with an NVRTC of CUDA 12 (CUDA 13's refuses sm_70; see
 // runtime/nvrtc.hpp); without one on the machine its part is skipped with a
 // message saying so. The Blackwell archs need NVRTC 12.9 or later (12.8 has
@@ -204,6 +206,34 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
       for (const Combo& c : combos)
         CHECK(full.count({d, static_cast<int>(c.mask), static_cast<int>(c.bias), c.lse ? 1 : 0}) == 1);
   }
+
+  // C. The split-KV forward (fwd_split) on the archs whose profile unit is an
+  // m16n8 one: head dims 64, 128, 256, pack 1, 4, 16 and the 18 (mask, bias,
+  // lse) combinations rotating, both dtypes of the profile.
+  size_t split_jobs = 0;
+  for (int arch : archs) {
+    const Profile& profile = profile_for_arch(arch);
+    if (profile.matrix_unit.shape != MatrixUnit::m16n8k16 && profile.matrix_unit.shape != MatrixUnit::m16n8k8) continue;
+    for (DType dt : profile.matrix_unit.operand_dtypes)
+      for (int d : {64, 128, 256})
+        for (int pack : {1, 4, 16}) {
+          const Combo& c = combos[rotate++ % combos.size()];
+          KernelSpec s = test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse);
+          s.family = KernelFamily::fwd_split;
+          s.unit = profile.matrix_unit.shape;
+          s.pack = pack;
+          const auto problems = validate(s, profile);
+          std::string why;
+          for (const auto& pr : problems) why += "\n  " + pr;
+          INFO("spec ", s.canonical(), why);
+          REQUIRE(problems.empty());
+          if (seen.insert(s.canonical()).second) {
+            jobs.push_back({s});
+            ++split_jobs;
+          }
+        }
+  }
+  CHECK(split_jobs > 0);
 
   test::ScopedCache cache;  // fresh: every kernel goes through NVRTC
   struct Result {

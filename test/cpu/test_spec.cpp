@@ -306,23 +306,42 @@ TEST_CASE("kernel names") {
   CHECK(s.kernel_name() == "flashgen_fwd_sm80_bf16_d64v128_m16n8k8_bm128_bn64_w4_s2_none");
 }
 
-TEST_CASE("kernel families: tag, kernel name, round trip; fwd_split not generated yet") {
+TEST_CASE("kernel families: tag, kernel name, round trip; fwd_split's pack") {
   const std::string body =
       "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";
+  const std::string split_body =
+      "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,pack=1,mask=causalbr,bias=none,lse=1";
   // Today's tag is the fwd family's and reads back unchanged.
   CHECK(KernelSpec::parse(kExampleCanonical).family == KernelFamily::fwd);
   CHECK(example_spec().kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr_lse");
   {
     KernelSpec s = example_spec();
     s.family = KernelFamily::fwd_split;
-    CHECK(s.canonical() == "flashgen.fwd_split.v1:" + body);
+    CHECK(s.canonical() == "flashgen.fwd_split.v1:" + split_body);
     CHECK(KernelSpec::parse(s.canonical()) == s);
-    CHECK(s.kernel_name().rfind("flashgen_fwd_split_sm90_", 0) == 0);
-    CHECK(s.kernel_name() != example_spec().kernel_name());
-    const auto errors = validate(s, test_profile());
-    REQUIRE(errors.size() == 1);
-    CHECK(errors[0].find("family (fwd_split) is not generated yet; allowed: fwd, combine") != std::string::npos);
-    CHECK_THROWS_AS(require_valid(s, test_profile()), Unsupported);
+    CHECK(s.kernel_name() == "flashgen_fwd_split_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_pack1_causalbr_lse");
+    CHECK(validate(s, test_profile()).empty());
+    // pack: a power of two up to 16 that divides block_m; the fwd family has no pack.
+    s.pack = 8;
+    CHECK(KernelSpec::parse(s.canonical()).pack == 8);
+    CHECK(validate(s, test_profile()).empty());
+    KernelSpec fwd = s;
+    fwd.family = KernelFamily::fwd;
+    CHECK(fwd.canonical() == "flashgen.fwd.v1:" + body);
+    for (int bad : {0, 3, 32, -2}) {
+      s.pack = bad;
+      const auto errors = validate(s, test_profile());
+      REQUIRE(errors.size() == 1);
+      CHECK(errors[0].find("pack (" + std::to_string(bad) + ") must be a power of two in [1, 16] that divides block_m (128)") !=
+            std::string::npos);
+    }
+    s.pack = 4;
+    s.unit = MatrixUnit::m8n8k4;
+    s.arch = 70;
+    bool named = false;
+    for (const auto& e : validate(s, test_profile()))
+      named = named || e.find("unit (m8n8k4) has no split-KV forward yet") != std::string::npos;
+    CHECK(named);
   }
   {
     // combine has its own fields (test_merge.cpp tests them further).

@@ -191,46 +191,86 @@ struct FwdParams {
   long long seqlen_k;
   long long num_m_blocks;
   double softmax_scale;
+  float* o_partial;
+  float* lse_partial;
+  long long num_splits;
+  long long tiles_per_split;
 };
 
+constexpr bool SPLIT = false;
+constexpr int PACK = 1;  // query heads per packed row group
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
 // Which rows and keys a work item covers: item (the block id, or a persistent
 // block's item number) -> (m block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
 // longest rows start first and cut the key range to what the block's rows can
 // see. And the 16-byte copy of staged O rows to global memory.
+// The split-KV forward (SPLIT, fwd_split) also splits the key range over
+// p.num_splits items of p.tiles_per_split key tiles each, and packs PACK query
+// heads of a GQA group as rows of one block: block row r is query position
+// (m_start + r) / PACK of head h + (m_start + r) % PACK (PACK divides BLOCK_M,
+// so a block starts at a query position).
 struct FgBlock {
-  i64 b, h, kvh;       // batch, query head, K/V head (GQA: heads_q / heads_kv query heads per K/V head)
-  int m_start;         // first query row of the block
-  int rows_valid;      // query rows of the block inside seqlen_q
+  i64 b, h, kvh;       // batch, query head (PACK > 1: the group's first), K/V head (GQA: heads_q / heads_kv per K/V head)
+  int m_start;         // first row of the block (PACK > 1: of the packed rows, seqlen_q * PACK of them)
+  int rows_valid;      // rows of the block inside the problem
   int seqlen_q, seqlen_k;
   int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q)
-  int n_tiles;         // key tiles of BN keys the block visits
+  int split;           // SPLIT: the key split; its first key is key0
+  int key0;            // first key of the item's range (0 without SPLIT; read as SPLIT ? key0 : 0, a
+                       // constant for the fwd family: a helper function there changed how NVVM unrolled
+                       // the m8n8k4 d256 kernels, which then spilled)
+  int n_tiles;         // key tiles of BN keys the block visits, from key0
   const u16* q;        // Q row m_start of (b, h)
-  const u16* k;        // K row 0 of (b, kvh)
-  const u16* v;        // V row 0 of (b, kvh)
+  const u16* k;        // K row key0 of (b, kvh)
+  const u16* v;        // V row key0 of (b, kvh)
 };
+
+// Query position and head of row `a` of the (packed) problem, and of block row r.
+FG_DEVICE int fg_abs_row_q(int a) { return a / PACK; }
+FG_DEVICE i64 fg_abs_row_h(const FgBlock& blk, int a) { return blk.h + (PACK == 1 ? 0 : a % PACK); }
+FG_DEVICE int fg_row_q(const FgBlock& blk, int r) { return fg_abs_row_q(blk.m_start + r); }
+FG_DEVICE i64 fg_row_h(const FgBlock& blk, int r) { return fg_abs_row_h(blk, blk.m_start + r); }
+// Offset (elements) of block row r from row 0 in a [.., seq, head, ..] view.
+FG_DEVICE i64 fg_row_offset(int r, i64 stride_seq, i64 stride_head) {
+  return PACK == 1 ? (i64)r * stride_seq : (i64)(r / PACK) * stride_seq + (i64)(r % PACK) * stride_head;
+}
 
 template <int BM, int BN, int MSK>
 FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   FgBlock r;
+  r.split = 0;
+  if (SPLIT) {
+    r.split = (int)(bid % p.num_splits);
+    bid /= p.num_splits;
+  }
   i64 m_block = bid % p.num_m_blocks;
   const i64 bh = bid / p.num_m_blocks;
-  r.h = bh % p.heads_q;
-  r.b = bh / p.heads_q;
+  const i64 groups = p.heads_q / PACK;
+  r.h = bh % groups * PACK;
+  r.b = bh / groups;
   if (MSK != 0) m_block = p.num_m_blocks - 1 - m_block;  // longest rows first
   r.kvh = r.h / (p.heads_q / p.heads_kv);
   r.m_start = (int)(m_block * BM);
   r.seqlen_q = (int)p.seqlen_q;
   r.seqlen_k = (int)p.seqlen_k;
-  r.rows_valid = min(BM, r.seqlen_q - r.m_start);
-  r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head + (i64)r.m_start * p.q_stride_seq;
+  r.rows_valid = min(BM, r.seqlen_q * PACK - r.m_start);
+  r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head +
+        (i64)(r.m_start / PACK) * p.q_stride_seq;
   r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
   r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
   r.diag = MSK == 2 ? r.seqlen_k - r.seqlen_q : 0;
   r.n_tiles = (r.seqlen_k + BN - 1) / BN;
   if (MSK != 0) {
-    const int last_key = r.m_start + r.rows_valid - 1 + r.diag;  // last key any row of the block sees
+    const int last_key = (r.m_start + r.rows_valid - 1) / PACK + r.diag;  // last key any row of the block sees
     r.n_tiles = last_key < 0 ? 0 : min(r.n_tiles, last_key / BN + 1);
+  }
+  r.key0 = 0;
+  if (SPLIT) {
+    const int first = r.split * (int)p.tiles_per_split;
+    r.key0 = first * BN;
+    r.n_tiles = max(0, min(r.n_tiles, first + (int)p.tiles_per_split) - first);
+    r.k += (i64)r.key0 * p.k_stride_seq;
+    r.v += (i64)r.key0 * p.v_stride_seq;
   }
   return r;
 }
@@ -340,10 +380,18 @@ struct FgPvPlain {
 
 template <int BN>
 FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi) {
-  const int first = blk.m_start + blk.diag + 1 - j * BN;  // + row: the first key that row does not see
   FgPvMask m;
-  m.band_from = max(0, min(BN, first + row_lo));
-  m.skip_from = max(0, min(BN, first + row_hi));
+  if constexpr (PACK == 1 && !SPLIT) {
+    // (this form, exactly: another one of the same value cost the m8n8k4 d256 kernels 40 bytes of spills)
+    const int first = blk.m_start + blk.diag + 1 - j * BN;  // + row: the first key that row does not see
+    m.band_from = max(0, min(BN, first + row_lo));
+    m.skip_from = max(0, min(BN, first + row_hi));
+  } else {
+    // The first key (tile-relative) a row does not see: its query position + diag + 1.
+    const int first = blk.diag + 1 - ((SPLIT ? blk.key0 : 0) + j * BN);
+    m.band_from = max(0, min(BN, fg_row_q(blk, row_lo) + first));
+    m.skip_from = max(0, min(BN, fg_row_q(blk, row_hi) + first));
+  }
   m.bad_key = BN;
   return m;
 }
@@ -492,19 +540,20 @@ FG_DEVICE float fg_in16_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_
 template <class F, int R>
 FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int row0, int col0,
                             float (&s)[M_SLICES][NT][R]) {
-  const int n_start = j * BLOCK_N;
+  const int n_start = (SPLIT ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
   if (BIAS_KIND != 0) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        // (the row as m_start + row0 + ...: summed in this order, the d256 m8n8k4 kernels fit their registers)
+        const int a = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r, qi = fg_abs_row_q(a);
         if (qi < seqlen_q) {
           // Element (qi, kj) of this lane's first key; with a contiguous key
           // dimension the other offsets are constants (no registers for them),
           // otherwise one running offset per n-tile.
-          const i64 first = blk.b * p.bias_stride_batch + blk.h * p.bias_stride_head + (i64)qi * p.bias_stride_q +
+          const i64 first = blk.b * p.bias_stride_batch + fg_abs_row_h(blk, a) * p.bias_stride_head + (i64)qi * p.bias_stride_q +
                             (i64)(n_start + col0) * p.bias_stride_k;
           auto bias_at = [&](i64 off) {
             return BIAS_KIND == 2 ? static_cast<const float*>(p.bias)[off]
@@ -530,13 +579,13 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
         }
       }
   }
-  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > blk.m_start + blk.diag);
+  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > fg_row_q(blk, 0) + blk.diag);
   if (need_mask) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        const int qi = fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r);
         const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
@@ -615,7 +664,7 @@ FG_DEVICE void fg_poison_rows(const FgBlock& blk, int j, int row0, int k, float 
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      if (blk.m_start + row0 + ms * 16 + F::ROW_STEP * r + blk.diag >= j * BLOCK_N + k)
+      if (fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r) + blk.diag >= (SPLIT ? blk.key0 : 0) + j * BLOCK_N + k)
         row_sum[ms][r] = __int_as_float(0x7fffffff);
 }
 
@@ -626,6 +675,16 @@ template <class F>
 FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, float (&row_sum)[M_SLICES][2]) {
   const int k = fg_pv_bad_key<BLOCK_N>(m);
   if (k < BLOCK_N) fg_poison_rows<F>(blk, j, row0, k, row_sum);
+}
+
+// Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
+// its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
+// seqlen_q] (contiguous; the combine family merges the splits).
+FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
+  const int qi = fg_row_q(blk, row);
+  const i64 h = fg_row_h(blk, row);
+  if (SPLIT) return p.lse_partial + ((blk.split * p.batch + blk.b) * p.heads_q + h) * p.seqlen_q + qi;
+  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
 }
 
 // Row sums across the lanes of each row, 1 / sum for the normalisation (0 for
@@ -643,10 +702,9 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, 
       l += __shfl_xor_sync(0xffffffffu, l, F::X0);
       l += __shfl_xor_sync(0xffffffffu, l, F::X1);
       inv[ms][r] = l == 0.f ? 0.f : 1.f / l;
-      if (HAS_LSE && lse_lane) {
-        const int qi = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
-        if (qi < blk.seqlen_q)
-          p.lse[blk.b * p.lse_stride_batch + blk.h * p.lse_stride_head + qi] = fg_lse<IS_BF16>(row_max[ms][r], l);
+      if ((HAS_LSE || SPLIT) && lse_lane) {
+        const int row = row0 + ms * 16 + F::ROW_STEP * r, qi = fg_row_q(blk, row);
+        if (qi < blk.seqlen_q) *fg_lse_dst(p, blk, row) = fg_lse<IS_BF16>(row_max[ms][r], l);
       }
     }
 }

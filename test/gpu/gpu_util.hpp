@@ -237,6 +237,12 @@ struct Case {
   bool lse = true;
   Layout layout = Layout::bshd;
   int64_t sample_rows = -1;        ///< -1: 256 rows when a seqlen >= 4096, else all; 0: all; n: n rows
+  /// Split-KV decode (decode.hpp) instead of forward(): -1 no; 0 num_splits
+  /// chosen by plan_decode; n >= 1 that many splits.
+  int decode_splits = -1;
+  /// With decode: the caller's workspace (poisoned with NaN before the call)
+  /// instead of the library's.
+  bool decode_caller_workspace = false;
 
   int64_t total_rows() const { return batch * seqlen_q * heads_q; }
   int64_t rows_to_check() const {
@@ -256,6 +262,9 @@ struct Case {
     std::string extra;
     if (logits != Logits::plain) extra += fmt::format(" logits={}:{:.3g}", logits_name(logits), magnitude);
     if (poison != Poison::none) extra += fmt::format(" poison={}:{}", poison_name(poison), poison_value);
+    if (decode_splits >= 0)
+      extra += fmt::format(" decode={}{}", decode_splits == 0 ? std::string("auto") : std::to_string(decode_splits),
+                           decode_caller_workspace ? ",ws" : "");
     return fmt::format("[{}] {} d{}/v{} b{} hq{} hkv{} sq{} sk{} {} bias={} lse={} {}{}", group,
                        flashgen::to_string(dtype), head_dim, head_dim_v, batch, heads_q, heads_kv,
                        seqlen_q, seqlen_k, flashgen::to_string(mask), bias_text, lse ? 1 : 0,
@@ -722,15 +731,23 @@ inline void precompile_unit(const std::vector<Case>& cases, const Unit& unit) {
         make_problem(c, g, g.q_elems > 0 ? fake : 0, g.k_elems > 0 ? fake : 0, g.v_elems > 0 ? fake : 0, fake,
                      g.bias_elems > 0 ? fake : 0, c.lse ? fake : 0);
     if (!unit.takes(c.dtype)) continue;  // reported per case as skipped
-    flashgen::KernelSpec spec;
+    std::vector<flashgen::KernelSpec> want;
     try {
-      spec = flashgen::plan(p, arch);
+      if (c.decode_splits >= 0) {
+        const flashgen::DecodePlan dp =
+            flashgen::plan_decode(p, arch, flashgen::current_device().sm_count, c.decode_splits);
+        want = {dp.split, dp.combine};
+      } else {
+        want = {flashgen::plan(p, arch)};
+      }
     } catch (const std::exception&) {
       continue;  // the case reports the error itself
     }
-    const std::string key = spec.canonical();
     std::lock_guard<std::mutex> lock(kernel_origins_mutex());
-    if (kernel_origins().count(key) == 0 && seen.insert(key).second) specs.push_back(spec);
+    for (const flashgen::KernelSpec& spec : want) {
+      const std::string key = spec.canonical();
+      if (kernel_origins().count(key) == 0 && seen.insert(key).second) specs.push_back(spec);
+    }
   }
   if (specs.empty()) return;
 
@@ -1026,14 +1043,45 @@ inline CaseResult run_case(const Case& c) {
       try {
         UnitScope scope(u);
         dc.poison();
-        const flashgen::ForwardInfo info = flashgen::forward(dc.problem, stream.get());
-        stream.sync();
+        flashgen::ForwardInfo info;
+        if (c.decode_splits >= 0) {
+          // Split-KV decode: plan_decode for this unit's profile (no decode for
+          // m8n8k4 yet: reported as skipped), the caller's NaN-poisoned
+          // workspace or the library's.
+          const flashgen::DeviceInfo dev = flashgen::current_device();
+          flashgen::DecodePlan dp;
+          try {
+            dp = flashgen::plan_decode(dc.problem, dev.arch, dev.sm_count, c.decode_splits);
+          } catch (const flashgen::Unsupported& e) {
+            lines.push_back(fmt::format("{:<86} | {:<22} | skipped: {}", c.str(), u.name, e.what()));
+            continue;
+          }
+          flashgen::DecodeOptions opt;
+          opt.plan = &dp;
+          DeviceBuffer ws;
+          if (c.decode_caller_workspace) {
+            ws = DeviceBuffer(static_cast<size_t>(dp.workspace_bytes));
+            rt::check(drv().cuMemsetD32(ws.get(), 0x7fc00000u, ws.bytes() / 4), "cuMemsetD32 (workspace NaN)");
+            opt.workspace = reinterpret_cast<void*>(ws.get());
+            opt.workspace_bytes = dp.workspace_bytes;
+          }
+          const flashgen::DecodeInfo di = flashgen::decode(dc.problem, stream.get(), opt);
+          stream.sync();
+          if (c.decode_splits > 0 && di.plan.num_splits != c.decode_splits)
+            res.fail(fmt::format("decode ran {} splits, asked for {}", di.plan.num_splits, c.decode_splits));
+          info.spec = di.plan.split;
+          info.launched = di.launched;
+          info.from_cache = true;
+        } else {
+          info = flashgen::forward(dc.problem, stream.get());
+          stream.sync();
+        }
         res.launched = info.launched;
         kernel = u.name + " " + (info.launched ? kernel_origin_text(info) : "no launch");
         // The wgmma unit's profile serves head dims that are not multiples of 16,
         // and K/V rows repeated through stride_seq 0 (TMA cannot), with its m16n8k16 tiles.
         const bool fallback = u.name == "wgmma" && info.spec.unit == flashgen::MatrixUnit::m16n8k16 &&
-                              (c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0 ||
+                              (c.decode_splits >= 0 || c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0 ||
                                (c.layout == Layout::kv_row_broadcast && c.seqlen_k > 1));
         if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name) && !fallback)
           res.fail(fmt::format("planned unit {} instead of {}", flashgen::to_string(info.spec.unit), u.name));

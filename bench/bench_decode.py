@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""libflashgen split-KV decode against PyTorch SDPA (flash and cuDNN backends,
+GQA through enable_gqa), on the same inputs.
+
+Ours is flashgen_decode (C ABI, ctypes) with num_splits chosen by the library
+and a caller workspace (allocated once, as a serving engine would). Every time
+is the median of --runs event-timed calls after a spin-up (bench.py's
+median_ms_pair: the systems take turns call by call), the inputs rotating over
+--sets independent sets (each set's K/V is larger than L2 for the big rows).
+Bandwidth = bytes of K and V read / time (Q and O are small).
+
+usage: bench_decode.py --lib build/libflashgen.so [--runs 30] [--warmup 5] [--sets 3]
+                       [--dtypes bf16,f16] [--rows all|0,1,...]
+"""
+import argparse
+import ctypes
+import os
+import sys
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import Problem, check, load_lib, median_ms_pair  # noqa: E402
+
+# (B, Hq, Hkv, Sq, Sk, D, causal) — the decode table of the issue.
+ROWS = [
+    (1, 32, 8, 1, 32768, 128, False),
+    (8, 32, 8, 1, 16384, 128, False),
+    (64, 32, 8, 1, 4096, 128, False),
+    (1, 64, 8, 1, 131072, 128, False),
+    (16, 32, 32, 1, 8192, 128, False),
+    (32, 8, 1, 1, 8192, 64, False),
+    (8, 16, 16, 1, 16384, 256, False),
+    (8, 32, 8, 4, 16384, 128, True),
+    (8, 32, 8, 16, 8192, 128, True),
+]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--lib", required=True)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--sets", type=int, default=3)
+    ap.add_argument("--dtypes", default="bf16,f16")
+    ap.add_argument("--rows", default="all")
+    args = ap.parse_args()
+    lib = load_lib(args.lib)
+    lib.flashgen_decode.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                    ctypes.c_void_p]
+    lib.flashgen_decode_workspace_bytes.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                                    ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int)]
+    props = torch.cuda.get_device_properties(0)
+    arch = props.major * 10 + props.minor
+    print(f"device {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, runs {args.runs} "
+          f"(median), warm-up {args.warmup}, {args.sets} rotated input sets")
+    rows = ROWS if args.rows == "all" else [ROWS[int(i)] for i in args.rows.split(",")]
+    table, failures = [], 0
+    for (B, Hq, Hkv, Sq, Sk, D, causal) in rows:
+        for dname in args.dtypes.split(","):
+            dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
+            sets = []
+            for _ in range(args.sets):
+                q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dtype)
+                k = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
+                v = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
+                o = torch.empty(B, Sq, Hq, D, device="cuda", dtype=dtype)
+                sets.append((q, k, v, o))
+            problems = []
+            for (q, k, v, o) in sets:
+                p = Problem()
+                # causal decode: bottom-right (the query rows are the newest keys), mask code 2
+                check(lib, lib.flashgen_problem_init_bshd(ctypes.byref(p), 0 if dtype == torch.float16 else 1, B, Sq,
+                                                          Sk, Hq, Hkv, D, D, 2 if causal else 0, q.data_ptr(),
+                                                          k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
+                problems.append(p)
+            ws_bytes, splits = ctypes.c_int64(), ctypes.c_int()
+            check(lib, lib.flashgen_decode_workspace_bytes(ctypes.byref(problems[0]), arch,
+                                                           props.multi_processor_count, 0, ctypes.byref(ws_bytes),
+                                                           ctypes.byref(splits)), "workspace")
+            ws = torch.empty(max(ws_bytes.value, 256), dtype=torch.uint8, device="cuda")
+            stream = torch.cuda.current_stream().cuda_stream
+
+            def ours(i):
+                check(lib, lib.flashgen_decode(ctypes.byref(problems[i]), 0, ws.data_ptr(), ws_bytes.value, stream),
+                      "decode")
+
+            def sdpa(i, backend):
+                q, k, v, _ = sets[i]
+                with sdpa_kernel([backend]):
+                    # SDPA's is_causal is top-left; decode's causal mask is bottom-right: an explicit mask then.
+                    if causal:
+                        mask = torch.ones(Sq, Sk, dtype=torch.bool, device="cuda").tril(Sk - Sq)
+                        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                              attn_mask=mask, enable_gqa=(Hq != Hkv))
+                    return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                          enable_gqa=(Hq != Hkv))
+
+            q, k, v, o = sets[0]
+            o.fill_(float("nan"))
+            ours(0)
+            torch.cuda.synchronize()
+            with sdpa_kernel([SDPBackend.MATH]):
+                qf, kf, vf = (t.double().transpose(1, 2) for t in (q, k, v))
+                mask = torch.ones(Sq, Sk, dtype=torch.bool, device="cuda").tril(Sk - Sq) if causal else None
+                ref = F.scaled_dot_product_attention(qf, kf, vf, attn_mask=mask, enable_gqa=(Hq != Hkv)).transpose(1, 2)
+            err = (o.double() - ref).abs().max().item()
+            ok = err == err and err < (2e-2 if dtype == torch.bfloat16 else 4e-3)
+            failures += 0 if ok else 1
+            idx = list(range(len(sets)))
+            fns, names = [ours], ["ours"]
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    sdpa(0, backend)
+                    torch.cuda.synchronize()
+                    fns.append(lambda i, b=backend: sdpa(i, b))
+                    names.append(name)
+                except Exception as e:  # the backend refuses this shape / mask
+                    print(f"  note: {name} n/a for {(B, Hq, Hkv, Sq, Sk, D)} {dname}: {str(e).splitlines()[0][:90]}",
+                          file=sys.stderr)
+            times = dict(zip(names, median_ms_pair(fns, idx, args.warmup, args.runs)))
+            kv_bytes = 2.0 * B * Sk * Hkv * D * q.element_size()
+            table.append(((B, Hq, Hkv, Sq, Sk, D, causal), dname, splits.value, times, kv_bytes, err, ok))
+            t = times["ours"]
+            print(f"  B{B} H{Hq}/{Hkv} Sq{Sq} Sk{Sk} D{D}{' causal' if causal else ''} {dname}: ours {t * 1e3:.1f} us "
+                  f"({kv_bytes / (t * 1e-3) / 1e12:.2f} TB/s, {splits.value} splits), "
+                  + ", ".join(f"{n} {times[n] * 1e3:.1f} us" for n in names[1:])
+                  + f"; max|ours-ref| {err:.2e} {'ok' if ok else 'MISMATCH'}", flush=True)
+            del sets, ws
+            torch.cuda.empty_cache()
+
+    print()
+    print(f"{'(B, Hq/Hkv, Sq, Sk, D)':30} {'dtype':5} {'splits':>6} {'ours us':>8} {'TB/s':>5} {'flash us':>8} "
+          f"{'cudnn us':>8} {'ours/best':>9}")
+    slower = 0
+    for (shape, dname, sp, times, kvb, err, ok) in table:
+        B, Hq, Hkv, Sq, Sk, D, causal = shape
+        peers = [times[n] for n in ("flash", "cudnn") if n in times]
+        best = min(peers) if peers else None
+        ratio = best / times["ours"] if best else None  # > 1: ours faster
+        slower += 1 if ratio is not None and ratio < 1.0 else 0
+        f = lambda n: f"{times[n] * 1e3:8.1f}" if n in times else "     n/a"
+        print(f"({B}, {Hq}/{Hkv}, {Sq}, {Sk}, {D}){' c' if causal else ''}".ljust(30) +
+              f" {dname:5} {sp:6d} {times['ours'] * 1e3:8.1f} {kvb / (times['ours'] * 1e-3) / 1e12:5.2f} {f('flash')} "
+              f"{f('cudnn')} {(f'{ratio:9.2f}' if ratio else '      n/a')}")
+    print(f"\nrows slower than the fastest peer: {slower} of {len(table)}; output mismatches: {failures}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+// libflashgen — split-KV decode: an AttentionProblem run as a fwd_split launch
+// (GQA packing, the key range split over blocks, fp32 partial O and LSE in a
+// workspace) followed by a combine launch (the merge of attention states,
+// merge.hpp) that writes O and, when asked for, LSE. docs/design.md, "The
+// split-KV forward". The result is the forward's (problem.hpp) to the
+// rounding of the fp32 partials; with a given num_splits it is bitwise the
+// same run to run.
+//
+//   DecodePlan dp = flashgen::plan_decode(problem, arch, sm_count);
+//   std::vector<...> or cuMemAlloc(dp.workspace_bytes)   // once, reused
+//   flashgen::decode(problem, stream, {.plan = &dp, .workspace = ws, .workspace_bytes = n});
+// or flashgen::decode(problem, stream): plan for the current device and use
+// the library's workspace for the current context (allocated on first use and
+// when a larger one is needed, then kept: no allocation on later calls of the
+// same or a smaller size).
+#pragma once
+
+#include <cstdint>
+
+#include "flashgen/problem.hpp"
+#include "flashgen/spec.hpp"
+
+typedef struct CUstream_st* CUstream;
+
+namespace flashgen {
+
+/// The most key splits of one decode (the combine family's kMaxMergeStates is larger).
+inline constexpr int kMaxDecodeSplits = 128;
+
+/// What decode launches: the fwd_split kernel, how many key splits, and the
+/// combine kernel that merges them.
+struct DecodePlan {
+  KernelSpec split;      ///< family fwd_split (an m16n8 unit; pack = query heads per packed row group)
+  KernelSpec combine;    ///< family combine: partial f32, out = problem.dtype, LSE as the problem asks
+  int num_splits = 1;    ///< key splits, in [1, kMaxDecodeSplits]
+  int64_t tiles_per_split = 0;  ///< key tiles of split.tile.block_n keys each split visits (the last may have fewer)
+  int64_t workspace_bytes = 0;  ///< decode_workspace_bytes(problem, *this)
+};
+
+/// Plan a decode of `problem` on compute capability `arch` with `sm_count`
+/// SMs: the profile's m16n8 unit with one 16-row slice per warp, `pack` the
+/// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv,
+/// and, when num_splits is 0, as many splits as give the launch two waves of
+/// blocks (at most one per key tile and kMaxDecodeSplits); num_splits >= 1 is
+/// used as given (1: no split; more splits than key tiles leave some empty,
+/// which the combine skips). Checks the problem (check_problem) and that
+/// seqlen_q * pack fits an int32. Needs no GPU. Throws InvalidArgument (naming
+/// num_splits, sm_count or the problem's field) / Unsupported (no m16n8 unit
+/// for this arch's profile, e.g. sm_70).
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits = 0);
+
+/// Bytes of device workspace a decode of `problem` with `plan` needs:
+/// num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4 (the fp32
+/// partial O [split, batch, seqlen_q, heads_q, head_dim_v], then the partial
+/// LSE [split, batch, heads_q, seqlen_q]), rounded up to 256. Throws
+/// InvalidArgument when that overflows int64.
+int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
+
+struct DecodeOptions {
+  /// The plan to run (from plan_decode for this problem's class); nullptr:
+  /// plan_decode for the current device with `num_splits`.
+  const DecodePlan* plan = nullptr;
+  int num_splits = 0;  ///< used when plan is nullptr: 0 chooses, >= 1 as given
+  /// Device memory for the partials, 256-byte aligned, at least
+  /// workspace_bytes of the plan (read and written by the call's kernels
+  /// only; it may be reused once the stream has passed the call). nullptr:
+  /// the library's workspace for the current context. With a caller's
+  /// workspace the call allocates nothing and can be captured in a CUDA
+  /// graph (the kernels must be loaded before capture: load_kernel).
+  void* workspace = nullptr;
+  int64_t workspace_bytes = 0;
+};
+
+struct DecodeInfo {
+  DecodePlan plan;
+  bool launched = false;  ///< false for an empty problem (nothing to compute)
+};
+
+/// Run `problem` as a split-KV decode on `stream` (asynchronous). O (and LSE)
+/// as the forward writes them; the workspace holds the partials meanwhile.
+/// Throws InvalidArgument (the problem, the options: a workspace too small or
+/// misaligned, a plan of another problem class), Unsupported, CompileError,
+/// DriverError, Unavailable (no GPU).
+DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const DecodeOptions& options = {});
+
+}  // namespace flashgen

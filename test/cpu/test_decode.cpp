@@ -1,0 +1,166 @@
+// Split-KV decode on the CPU tier: plan_decode's choices (unit, tile, GQA
+// packing, number of splits), its refusals, the workspace size, and the
+// checks decode() makes before it touches a GPU. The kernels' results are
+// checked on the GPU tier (test/gpu/test_decode.cpp); their NVRTC compiles in
+// test_compile.cpp (part C).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "flashgen/flashgen.h"
+#include "flashgen/flashgen.hpp"
+
+using namespace flashgen;
+using doctest::Contains;
+
+namespace {
+
+// Fake, aligned device addresses (never dereferenced on the CPU tier).
+const void* const kQ = reinterpret_cast<const void*>(uintptr_t{0x1000000});
+const void* const kK = reinterpret_cast<const void*>(uintptr_t{0x2000000});
+const void* const kV = reinterpret_cast<const void*>(uintptr_t{0x3000000});
+void* const kO = reinterpret_cast<void*>(uintptr_t{0x4000000});
+
+AttentionProblem decode_problem(int64_t batch, int64_t heads_q, int64_t heads_kv, int64_t seqlen_q, int64_t seqlen_k,
+                                int64_t d, DType dt = DType::bf16, MaskKind mask = MaskKind::none) {
+  return make_bshd_problem(dt, batch, seqlen_q, seqlen_k, heads_q, heads_kv, d, d, mask, kQ, kK, kV, kO);
+}
+
+// Every key tile belongs to exactly one split, and (when planned) none is empty.
+void check_cover(const AttentionProblem& p, const DecodePlan& dp, bool no_empty) {
+  const int64_t tiles = (p.seqlen_k + dp.split.tile.block_n - 1) / dp.split.tile.block_n;
+  CAPTURE(tiles);
+  CAPTURE(dp.num_splits);
+  CAPTURE(dp.tiles_per_split);
+  CHECK(dp.tiles_per_split * dp.num_splits >= tiles);
+  if (no_empty && tiles > 0) CHECK((dp.num_splits - 1) * dp.tiles_per_split < tiles);
+}
+
+}  // namespace
+
+TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits for two waves") {
+  // The B1 H32/8 Sk32768 D128 decode on a 132-SM sm_90.
+  const AttentionProblem p = decode_problem(1, 32, 8, 1, 32768, 128);
+  const DecodePlan dp = plan_decode(p, 90, 132);
+  CHECK(dp.split.family == KernelFamily::fwd_split);
+  CHECK(dp.split.unit == MatrixUnit::m16n8k16);
+  CHECK(dp.split.pack == 4);  // the 4 query heads of a group share a tile
+  CHECK(dp.split.tile.block_m == 16 * dp.split.tile.warps);
+  CHECK(validate(dp.split, profile_for_arch(90)).empty());
+  CHECK(dp.combine.family == KernelFamily::combine);
+  CHECK(dp.combine.partial_dtype == StateDType::f32);
+  CHECK(dp.combine.out_dtype == StateDType::bf16);
+  CHECK_FALSE(dp.combine.has_lse);
+  // 8 row groups: about 2 * 132 / 8 = 33 splits, rounded to an even cover of the key tiles.
+  CHECK(dp.num_splits >= 16);
+  CHECK(dp.num_splits <= 33);
+  check_cover(p, dp, true);
+  CHECK(dp.workspace_bytes == decode_workspace_bytes(p, dp));
+  CHECK(dp.workspace_bytes % 256 == 0);
+  CHECK(dp.workspace_bytes >= int64_t{dp.num_splits} * 32 * 129 * 4);
+
+  // Packing follows heads_q / heads_kv (a power of two up to 16).
+  CHECK(plan_decode(decode_problem(1, 32, 32, 1, 4096, 128), 90, 132).split.pack == 1);
+  CHECK(plan_decode(decode_problem(1, 64, 8, 1, 4096, 128), 90, 132).split.pack == 8);
+  CHECK(plan_decode(decode_problem(32, 8, 1, 1, 8192, 64), 90, 132).split.pack == 8);
+  CHECK(plan_decode(decode_problem(1, 48, 4, 1, 4096, 128), 90, 132).split.pack == 4);  // g = 12
+  // Many blocks already: no split.
+  const AttentionProblem wide = decode_problem(64, 32, 32, 16, 256, 64);
+  CHECK(plan_decode(wide, 90, 132).num_splits == 1);
+  // Turing: the m16n8k8 unit, f16.
+  const DecodePlan t = plan_decode(decode_problem(2, 16, 2, 4, 1000, 96, DType::f16, MaskKind::causal_bottom_right), 75, 40);
+  CHECK(t.split.unit == MatrixUnit::m16n8k8);
+  CHECK(t.split.mask == MaskKind::causal_bottom_right);
+  check_cover(decode_problem(2, 16, 2, 4, 1000, 96, DType::f16), t, true);
+}
+
+TEST_CASE("decode plan: an explicit num_splits is used as given; refusals name the argument") {
+  const AttentionProblem p = decode_problem(2, 8, 2, 1, 700, 64);  // 11 key tiles of 64
+  for (int n : {1, 2, 7, 11, 128}) {
+    const DecodePlan dp = plan_decode(p, 80, 108, n);
+    CHECK(dp.num_splits == n);
+    check_cover(p, dp, false);
+  }
+  CHECK_THROWS_WITH_AS(plan_decode(p, 80, 108, -1), Contains("num_splits (-1) must be 0 (chosen) or in [1, 128]"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(plan_decode(p, 80, 108, 129), Contains("num_splits (129)"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(plan_decode(p, 80, 0), Contains("sm_count (0) must be at least 1"), InvalidArgument);
+  // sm_70's profile has no m16n8 unit.
+  CHECK_THROWS_WITH_AS(plan_decode(p, 70, 80), Contains("matrix unit m8n8k4"), Unsupported);
+  // The problem is checked first.
+  AttentionProblem bad = p;
+  bad.heads_kv = 3;
+  CHECK_THROWS_AS(plan_decode(bad, 80, 108), InvalidArgument);
+  // No keys at all: one split, nothing to visit.
+  const DecodePlan none = plan_decode(decode_problem(1, 8, 8, 1, 0, 64), 80, 108);
+  CHECK(none.num_splits == 1);
+  CHECK(none.tiles_per_split == 0);
+}
+
+TEST_CASE("decode workspace: the partials' bytes, overflow refused") {
+  const AttentionProblem p = decode_problem(3, 8, 2, 5, 1000, 64);
+  DecodePlan dp = plan_decode(p, 80, 108, 4);
+  // 4 splits * 3 * 8 * 5 * (64 + 1) * 4 bytes, rounded up to 256.
+  CHECK(decode_workspace_bytes(p, dp) == (int64_t{4} * 3 * 8 * 5 * 65 * 4 + 255) / 256 * 256);
+  AttentionProblem huge = p;
+  huge.batch = int64_t{1} << 40;
+  huge.q.stride_batch = huge.k.stride_batch = huge.v.stride_batch = huge.o.stride_batch = 0;
+  // (check_problem may refuse the shape first; either way it is an InvalidArgument naming a field)
+  CHECK_THROWS_AS(decode_workspace_bytes(huge, dp), InvalidArgument);
+  dp.num_splits = 0;
+  CHECK_THROWS_WITH_AS(decode_workspace_bytes(p, dp), Contains("plan.num_splits (0) must be in [1, 128]"),
+                       InvalidArgument);
+}
+
+TEST_CASE("decode: options are checked before anything launches") {
+  const AttentionProblem p = decode_problem(1, 8, 2, 1, 4096, 128);
+  const DecodePlan dp = plan_decode(p, 80, 108);
+  DecodeOptions o;
+  o.plan = &dp;
+  o.workspace = reinterpret_cast<void*>(uintptr_t{0x8000000});
+  o.workspace_bytes = dp.workspace_bytes - 1;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("options.workspace_bytes"), InvalidArgument);
+  o.workspace_bytes = dp.workspace_bytes;
+  o.workspace = reinterpret_cast<void*>(uintptr_t{0x8000010});
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("must be 256-byte aligned"), InvalidArgument);
+  // A plan of another class.
+  AttentionProblem f16 = p;
+  f16.dtype = DType::f16;
+  o.workspace = reinterpret_cast<void*>(uintptr_t{0x8000000});
+  CHECK_THROWS_WITH_AS(decode(f16, nullptr, o), Contains("dtype"), InvalidArgument);
+  DecodePlan other = dp;
+  other.split.pack = 3;
+  o.plan = &other;
+  CHECK_THROWS_AS(decode(p, nullptr, o), InvalidArgument);
+  other = dp;
+  other.combine.has_lse = true;
+  o.plan = &other;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("options.plan->combine"), InvalidArgument);
+  if (!gpu_available()) {
+    // Without a plan the current device is asked for: no GPU here.
+    CHECK_THROWS_AS(decode(p, nullptr), Unavailable);
+  }
+}
+
+TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
+  flashgen_problem c;
+  REQUIRE(flashgen_problem_init_bshd(&c, FLASHGEN_DTYPE_BF16, 2, 1, 5000, 32, 8, 128, 128, FLASHGEN_MASK_NONE, kQ, kK,
+                                     kV, kO) == FLASHGEN_OK);
+  int64_t bytes = -1;
+  int splits = -1;
+  REQUIRE(flashgen_decode_workspace_bytes(&c, 90, 132, 0, &bytes, &splits) == FLASHGEN_OK);
+  const AttentionProblem p = decode_problem(2, 32, 8, 1, 5000, 128);
+  const DecodePlan dp = plan_decode(p, 90, 132);
+  CHECK(bytes == dp.workspace_bytes);
+  CHECK(splits == dp.num_splits);
+  REQUIRE(flashgen_decode_workspace_bytes(&c, 90, 132, 7, &bytes, nullptr) == FLASHGEN_OK);
+  CHECK(bytes == decode_workspace_bytes(p, plan_decode(p, 90, 132, 7)));
+  CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 0, nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(flashgen_last_error()).find("bytes is NULL") != std::string::npos);
+  CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 500, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(flashgen_last_error()).find("num_splits (500)") != std::string::npos);
+  CHECK(flashgen_decode_workspace_bytes(&c, 70, 80, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
+  CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+}
