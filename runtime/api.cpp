@@ -1048,8 +1048,34 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   return info;
 }
 
+bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) noexcept {
+  try {
+    check_problem(problem);
+    const MatrixUnit unit = profile_for_arch(arch).matrix_unit.shape;
+    if (unit != MatrixUnit::m16n8k16 && unit != MatrixUnit::m16n8k8) return false;
+    if (problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512) return false;
+    const int64_t g = problem.heads_q / problem.heads_kv;
+    if (problem.seqlen_q > 64 / std::max<int64_t>(g, 1)) return false;
+    const int64_t blocks = (problem.seqlen_q + 63) / 64;
+    return blocks * problem.heads_q < sm_count && blocks * problem.heads_q * problem.batch < sm_count;
+  } catch (...) {
+    return false;
+  }
+}
+
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {
   ForwardInfo info;
+  check_problem(problem);
+  if (!is_empty_problem(problem)) {
+    const DeviceInfo dev = current_device();
+    if (decode_preferred(problem, dev.arch, dev.sm_count)) {
+      const DecodeInfo d = decode(problem, stream);
+      info.spec = d.plan.split;
+      info.launched = d.launched;
+      info.num_splits = d.plan.num_splits;
+      return info;
+    }
+  }
   info.spec = plan(problem);  // checks the problem, then the device's profile
   if (is_empty_problem(problem)) return info;
   Kernel k = load_kernel(info.spec);

@@ -56,6 +56,15 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 /// InvalidArgument when that overflows int64.
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
 
+/// Whether forward() runs `problem` as a decode on compute capability `arch`
+/// with `sm_count` SMs: the arch's profile has an m16n8 unit, the packed rows
+/// of a K/V head fit one block (seqlen_q * heads_q / heads_kv <= 64), there
+/// are at least 512 keys, and the one-kernel forward would leave SMs idle
+/// (ceil(seqlen_q / 64) * heads_q * batch < sm_count). A heuristic, to be
+/// fitted to measurements (bench/bench_decode.py). Needs no GPU; never throws
+/// for a problem check_problem accepts (false for one it refuses).
+bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) noexcept;
+
 struct DecodeOptions {
   /// The plan to run (from plan_decode for this problem's class); nullptr:
   /// plan_decode for the current device with `num_splits`.

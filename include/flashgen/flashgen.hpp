@@ -125,12 +125,15 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
 
 /// What forward() did.
 struct ForwardInfo {
-  KernelSpec spec;
+  KernelSpec spec;             ///< the forward kernel, or decode's fwd_split kernel
   bool launched = false;       ///< false for empty problems (seqlen_q == 0 ...)
-  bool from_cache = false;     ///< kernel image came from the disk cache
+  bool from_cache = false;     ///< kernel image came from the disk cache (decode: not reported, false)
+  int num_splits = 0;          ///< > 0: run as a split-KV decode (decode.hpp) with this many splits
 };
 
-/// plan + load_kernel + launch in one call.
+/// plan + load_kernel + launch in one call; a problem decode_preferred()
+/// says is a decode runs as decode(problem, stream) instead (the library's
+/// workspace, splits chosen for the current device).
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream);
 
 // ---- merge of attention states (merge.hpp) ------------------------------------

@@ -164,3 +164,15 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
 }
+
+TEST_CASE("decode_preferred: forward() runs few-row, long-key problems as decode") {
+  CHECK(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128), 90, 132));
+  CHECK(decode_preferred(decode_problem(2, 32, 8, 16, 8192, 128), 90, 132));       // 16 * 4 packed rows
+  CHECK_FALSE(decode_preferred(decode_problem(8, 32, 8, 1, 16384, 128), 90, 132));  // 256 blocks already
+  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 17, 8192, 128), 90, 132));  // 68 packed rows
+  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 511, 128), 90, 132));    // few keys
+  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128), 70, 80));   // no m16n8 unit
+  AttentionProblem bad = decode_problem(1, 32, 8, 1, 32768, 128);
+  bad.heads_kv = 5;
+  CHECK_FALSE(decode_preferred(bad, 90, 132));
+}

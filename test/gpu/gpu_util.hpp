@@ -733,9 +733,9 @@ inline void precompile_unit(const std::vector<Case>& cases, const Unit& unit) {
     if (!unit.takes(c.dtype)) continue;  // reported per case as skipped
     std::vector<flashgen::KernelSpec> want;
     try {
-      if (c.decode_splits >= 0) {
-        const flashgen::DecodePlan dp =
-            flashgen::plan_decode(p, arch, flashgen::current_device().sm_count, c.decode_splits);
+      const int sms = flashgen::current_device().sm_count;
+      if (c.decode_splits >= 0 || flashgen::decode_preferred(p, arch, sms)) {  // forward() runs those as decode
+        const flashgen::DecodePlan dp = flashgen::plan_decode(p, arch, sms, std::max(c.decode_splits, 0));
         want = {dp.split, dp.combine};
       } else {
         want = {flashgen::plan(p, arch)};
@@ -1081,7 +1081,7 @@ inline CaseResult run_case(const Case& c) {
         // The wgmma unit's profile serves head dims that are not multiples of 16,
         // and K/V rows repeated through stride_seq 0 (TMA cannot), with its m16n8k16 tiles.
         const bool fallback = u.name == "wgmma" && info.spec.unit == flashgen::MatrixUnit::m16n8k16 &&
-                              (c.decode_splits >= 0 || c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0 ||
+                              (info.spec.family == flashgen::KernelFamily::fwd_split || c.head_dim % 16 != 0 || c.head_dim_v % 16 != 0 ||
                                (c.layout == Layout::kv_row_broadcast && c.seqlen_k > 1));
         if (info.launched && info.spec.unit != flashgen::parse_matrix_unit(u.name) && !fallback)
           res.fail(fmt::format("planned unit {} instead of {}", flashgen::to_string(info.spec.unit), u.name));
