@@ -224,8 +224,8 @@ std::string emit_m16n8(const KernelSpec& spec) {
 }  // namespace
 
 std::string emit_forward(const KernelSpec& spec) {
-  if (spec.family == KernelFamily::fwd_split && spec.unit != MatrixUnit::m16n8k16 && spec.unit != MatrixUnit::m16n8k8)
-    throw Unsupported(fmt::format("kernel spec {}: the fwd_split family is generated for the m16n8 units only",
+  if (spec.family == KernelFamily::fwd_split && spec.unit == MatrixUnit::wgmma)
+    throw Unsupported(fmt::format("kernel spec {}: the fwd_split family is generated for the mma.sync units only",
                                   spec.canonical()));
   if (spec.family != KernelFamily::fwd && spec.family != KernelFamily::fwd_split)
     throw Unsupported(fmt::format("kernel spec {}: family {} is not a forward family; allowed: fwd, fwd_split",

@@ -31,7 +31,11 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
                 "fg_load_kslab<{w}, {off}, BLOCK_N, false>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, 1.f, tid);") +
       "\n" + per_chunk(vc, "    ", "fg_load_v<{w}, {off}>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
   slots["LOAD_Q"] = per_chunk(
-      qk, "  ", "fg_load_kslab<{w}, {off}, BLOCK_M, true>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
+      qk, "  ",
+      spec.family == KernelFamily::fwd_split
+          ? "fg_load_kslab<{w}, {off}, BLOCK_M, true>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, "
+            "tid, p.q_stride_head);"
+          : "fg_load_kslab<{w}, {off}, BLOCK_M, true>(sQ + BLOCK_M * {off}, q_ptr, p.q_stride_seq, rows_valid, scale, tid);");
   slots["Q_REGS"] = per_chunk(qk, "  ", "fg_q_regs<{w}, {off}>(sQ + BLOCK_M * {off}, qf, warp, arow);");
   slots["QK"] =
       per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, s, warp, arow, bcol);");
@@ -39,6 +43,9 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, rbase, cbase);");
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
+
+  slots["STORE_O_PARTIAL"] =
+      per_chunk(vc, "    ", "fg_store_o_partial<{w}, {off}>(p, blk, o, inv, warp, rbase, cbase);");
 
   return assemble_forward(spec, "fwd_m8n8k4.cu", slots);
 }

@@ -614,9 +614,9 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   const gen::UnitTraits& u = gen::unit_traits(spec.unit);
   const std::string_view unit_name = to_string(spec.unit);
   if (spec.family == KernelFamily::fwd_split) {
-    if (spec.unit != MatrixUnit::m16n8k16 && spec.unit != MatrixUnit::m16n8k8) {
-      add(fmt::format("unit ({}) has no split-KV forward yet; allowed for the fwd_split family: m16n8k16, m16n8k8 "
-                      "(decode is memory-bound: the mma.sync kernel serves sm_90 too).",
+    if (u.warpgroup) {
+      add(fmt::format("unit ({}) has no split-KV forward; allowed for the fwd_split family: m16n8k16, m16n8k8, "
+                      "m8n8k4 (decode is memory-bound: the mma.sync kernel serves sm_90 too).",
                       unit_name));
     }
     if (spec.pack < 1 || spec.pack > gen::kMaxPack || (spec.pack & (spec.pack - 1)) != 0 ||

@@ -912,10 +912,10 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
     throw InvalidArgument(fmt::format("plan_decode: num_splits ({}) must be 0 (chosen) or in [1, {}]", num_splits,
                                       kMaxDecodeSplits));
   const Profile& profile = profile_for_arch(arch);
-  const MatrixUnit unit = profile.matrix_unit.shape;
-  if (unit != MatrixUnit::m16n8k16 && unit != MatrixUnit::m16n8k8)
+  const MatrixUnit unit = profile.matrix_unit.shape;  // an mma.sync unit (a profile's wgmma is an extra)
+  if (gen::unit_traits(unit).warpgroup)
     throw Unsupported(fmt::format("plan_decode: profile {} (sm_{}) has matrix unit {}; the split-KV forward is "
-                                  "generated for m16n8k16 and m16n8k8 only",
+                                  "generated for the mma.sync units",
                                   profile.name, arch, to_string(unit)));
   const int d = static_cast<int>(problem.head_dim), dv = static_cast<int>(problem.head_dim_v);
   DecodePlan dp;
@@ -1051,8 +1051,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
 bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) noexcept {
   try {
     check_problem(problem);
-    const MatrixUnit unit = profile_for_arch(arch).matrix_unit.shape;
-    if (unit != MatrixUnit::m16n8k16 && unit != MatrixUnit::m16n8k8) return false;
+    if (gen::unit_traits(profile_for_arch(arch).matrix_unit.shape).warpgroup) return false;
     if (problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512) return false;
     const int64_t g = problem.heads_q / problem.heads_kv;
     if (problem.seqlen_q > 64 / std::max<int64_t>(g, 1)) return false;

@@ -91,9 +91,11 @@ FG_DEVICE U2 fg_ld_slot(const u16* base, int ks, int r) {
 // operand (Q or K) into its k-slab sub-tile `dst` (W/4 slabs of ROWS rows).
 // A thread loads 16 bytes (two k steps of one row; two lanes cover a 32-byte
 // sector) and stores two 8-byte slots. Rows >= valid_rows are zero. SCALE (Q):
-// multiply by `scale` in f32 and round to f16 (Qs = round(Q * scale)).
+// multiply by `scale` in f32 and round to f16 (Qs = round(Q * scale)); Q's rows
+// with PACK > 1 (fwd_split) are at fg_row_offset(row, stride, stride_head).
 template <int W, int OFF, int ROWS, bool SCALE>
-FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid) {
+FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid,
+                             i64 stride_head = 0) {
   constexpr int UPR = W / 8;  // 16-byte units per row
   constexpr int ITEMS = ROWS * UPR;
   constexpr int PASSES = (ITEMS + THREADS - 1) / THREADS;
@@ -119,7 +121,8 @@ FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_row
       units[k] = unit;
       v[k] = U4{0u, 0u, 0u, 0u};
       if (g0 + k < PASSES && (ITEMS % THREADS == 0 || i < ITEMS) && row < valid_rows)
-        v[k] = *reinterpret_cast<const U4*>(src + (i64)row * stride + OFF + unit * 8);
+        v[k] = *reinterpret_cast<const U4*>(
+            src + (SCALE && PACK > 1 ? fg_row_offset(row, stride, stride_head) : (i64)row * stride) + OFF + unit * 8);
     }
 #pragma unroll
     for (int k = 0; k < G; ++k) {
@@ -313,6 +316,41 @@ FG_DEVICE void fg_pv(const u16* sv, const u32 (&pf)[M_SLICES][PK][2], float (&o)
 // row-major swizzled sub-tiles (fg_swz, common.cuh).
 template <int W, int OFF>
 FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][8], const float (&inv)[M_SLICES][2], int warp,
+                          int rbase, int cbase);
+
+// SPLIT: this warp's normalised O (columns [OFF, OFF+W)) as the split's fp32
+// partial O [split, batch, seqlen_q, heads_q, head_dim_v] (fwd_m16_parts.cuh's
+// fg_store_o_partial for this layout: element pairs at columns col, col + 1).
+template <int W, int OFF>
+FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const float (&o)[M_SLICES][OT][8],
+                                  const float (&inv)[M_SLICES][2], int warp, int rbase, int cbase) {
+  constexpr int DT = W >= 16 ? W / 16 : 1;
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int v1 = 0; v1 < 2; ++v1) {
+      const int row = (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
+      if (row < blk.rows_valid) {
+        float* const dst = p.o_partial +
+                           (((blk.split * p.batch + blk.b) * p.seqlen_q + fg_row_q(blk, row)) * p.heads_q +
+                            fg_row_h(blk, row)) * HEAD_DIM_V + OFF;
+#pragma unroll
+        for (int dt = 0; dt < DT; ++dt)
+#pragma unroll
+          for (int v2 = 0; v2 < 2; ++v2) {
+            const int col = dt * 16 + cbase + 4 * v2;
+            if (W >= 16 || col < W) {
+              const float* c = o[ms][OFF / 16 + dt];
+              *reinterpret_cast<float2*>(dst + col) =
+                  make_float2(c[2 * v1 + 4 * v2] * inv[ms][v1], c[2 * v1 + 4 * v2 + 1] * inv[ms][v1]);
+            }
+          }
+      }
+    }
+}
+
+template <int W, int OFF>
+FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][8], const float (&inv)[M_SLICES][2], int warp,
                           int rbase, int cbase) {
   constexpr int DT = W >= 16 ? W / 16 : 1;
 #pragma unroll
@@ -363,7 +401,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     u16* sVs = sV;
     const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
     const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-    const int kv_valid = seqlen_k - n0;
+    const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
 @@LOAD_KV@@
   }
 
@@ -397,7 +435,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         u16* sVs = sV;
         const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
         const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-        const int kv_valid = seqlen_k - n0;
+        const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
         __syncthreads();
 @@LOAD_KV@@
         __syncthreads();
@@ -411,7 +449,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         u16* sVs = sV + (jn % STAGES) * BLOCK_N * HEAD_DIM_V;
         const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
         const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-        const int kv_valid = seqlen_k - n0;
+        const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
 @@LOAD_KV@@
       }
     }
@@ -475,6 +513,10 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
   float inv[M_SLICES][2];
   fg_finish_rows<FgFragM8>(p, blk, warp * M_SLICES * 16 + rbase, a1 == 0 && qn == 0, row_max, row_sum, inv);
+  if (SPLIT) {
+@@STORE_O_PARTIAL@@
+    return;
+  }
   __syncthreads();  // every warp is done reading sQ (and the K/V buffers)
   u16* const sO = sQ;
 @@STAGE_O@@

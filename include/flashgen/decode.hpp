@@ -30,7 +30,7 @@ inline constexpr int kMaxDecodeSplits = 128;
 /// What decode launches: the fwd_split kernel, how many key splits, and the
 /// combine kernel that merges them.
 struct DecodePlan {
-  KernelSpec split;      ///< family fwd_split (an m16n8 unit; pack = query heads per packed row group)
+  KernelSpec split;      ///< family fwd_split (an mma.sync unit; pack = query heads per packed row group)
   KernelSpec combine;    ///< family combine: partial f32, out = problem.dtype, LSE as the problem asks
   int num_splits = 1;    ///< key splits, in [1, kMaxDecodeSplits]
   int64_t tiles_per_split = 0;  ///< key tiles of split.tile.block_n keys each split visits (the last may have fewer)
@@ -38,15 +38,15 @@ struct DecodePlan {
 };
 
 /// Plan a decode of `problem` on compute capability `arch` with `sm_count`
-/// SMs: the profile's m16n8 unit with one 16-row slice per warp, `pack` the
+/// SMs: the profile's mma.sync unit with one 16-row slice per warp, `pack` the
 /// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv,
 /// and, when num_splits is 0, as many splits as give the launch two waves of
 /// blocks (at most one per key tile and kMaxDecodeSplits); num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
 /// which the combine skips). Checks the problem (check_problem) and that
 /// seqlen_q * pack fits an int32. Needs no GPU. Throws InvalidArgument (naming
-/// num_splits, sm_count or the problem's field) / Unsupported (no m16n8 unit
-/// for this arch's profile, e.g. sm_70).
+/// num_splits, sm_count or the problem's field) / Unsupported (no profile for
+/// the arch, or a dtype its unit lacks).
 DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits = 0);
 
 /// Bytes of device workspace a decode of `problem` with `plan` needs:
@@ -57,7 +57,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
 
 /// Whether forward() runs `problem` as a decode on compute capability `arch`
-/// with `sm_count` SMs: the arch's profile has an m16n8 unit, the packed rows
+/// with `sm_count` SMs: the arch has a profile (its mma.sync unit runs it), the packed rows
 /// of a K/V head fit one block (seqlen_q * heads_q / heads_kv <= 64), there
 /// are at least 512 keys, and the one-kernel forward would leave SMs idle
 /// (ceil(seqlen_q / 64) * heads_q * batch < sm_count). A heuristic, to be

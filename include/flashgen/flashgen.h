@@ -309,8 +309,7 @@ flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int a
  * device; 1..128: as given); *num_splits_out (if not NULL) gets the number of
  * splits. Needs no GPU.
  * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (the problem, num_splits, sm_count,
- * a NULL bytes), FLASHGEN_ERROR_UNSUPPORTED (the arch's profile has no m16n8
- * unit, e.g. sm_70). */
+ * a NULL bytes), FLASHGEN_ERROR_UNSUPPORTED (no profile for the arch). */
 flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem, int arch, int sm_count,
                                                 int num_splits, int64_t* bytes, int* num_splits_out);
 

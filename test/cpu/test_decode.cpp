@@ -86,8 +86,14 @@ TEST_CASE("decode plan: an explicit num_splits is used as given; refusals name t
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(plan_decode(p, 80, 108, 129), Contains("num_splits (129)"), InvalidArgument);
   CHECK_THROWS_WITH_AS(plan_decode(p, 80, 0), Contains("sm_count (0) must be at least 1"), InvalidArgument);
-  // sm_70's profile has no m16n8 unit.
-  CHECK_THROWS_WITH_AS(plan_decode(p, 70, 80), Contains("matrix unit m8n8k4"), Unsupported);
+  // Volta: the m8n8k4 unit (f16).
+  AttentionProblem v = p;
+  v.dtype = DType::f16;
+  const DecodePlan volta = plan_decode(v, 70, 80);
+  CHECK(volta.split.unit == MatrixUnit::m8n8k4);
+  CHECK(validate(volta.split, profile_for_arch(70)).empty());
+  // An arch no profile serves.
+  CHECK_THROWS_AS(plan_decode(p, 61, 30), Unsupported);
   // The problem is checked first.
   AttentionProblem bad = p;
   bad.heads_kv = 3;
@@ -160,7 +166,7 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   CHECK(std::string(flashgen_last_error()).find("bytes is NULL") != std::string::npos);
   CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 500, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(flashgen_last_error()).find("num_splits (500)") != std::string::npos);
-  CHECK(flashgen_decode_workspace_bytes(&c, 70, 80, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
+  CHECK(flashgen_decode_workspace_bytes(&c, 61, 30, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
 }
@@ -171,7 +177,8 @@ TEST_CASE("decode_preferred: forward() runs few-row, long-key problems as decode
   CHECK_FALSE(decode_preferred(decode_problem(8, 32, 8, 1, 16384, 128), 90, 132));  // 256 blocks already
   CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 17, 8192, 128), 90, 132));  // 68 packed rows
   CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 511, 128), 90, 132));    // few keys
-  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128), 70, 80));   // no m16n8 unit
+  CHECK(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128, DType::f16), 70, 80));  // Volta: m8n8k4
+  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128), 61, 30));        // no profile
   AttentionProblem bad = decode_problem(1, 32, 8, 1, 32768, 128);
   bad.heads_kv = 5;
   CHECK_FALSE(decode_preferred(bad, 90, 132));

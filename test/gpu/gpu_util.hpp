@@ -1045,9 +1045,9 @@ inline CaseResult run_case(const Case& c) {
         dc.poison();
         flashgen::ForwardInfo info;
         if (c.decode_splits >= 0) {
-          // Split-KV decode: plan_decode for this unit's profile (no decode for
-          // m8n8k4 yet: reported as skipped), the caller's NaN-poisoned
-          // workspace or the library's.
+          // Split-KV decode: plan_decode for this unit's profile (a refusal is
+          // reported as skipped), the caller's NaN-poisoned workspace or the
+          // library's.
           const flashgen::DeviceInfo dev = flashgen::current_device();
           flashgen::DecodePlan dp;
           try {

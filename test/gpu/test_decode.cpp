@@ -1,6 +1,6 @@
 // GPU tier: split-KV decode (decode.hpp) against the float64 reference, on
-// every matrix unit whose profile has an m16n8 unit (m8n8k4: reported as
-// skipped, no decode yet). Each case runs decode() instead of forward() and is
+// every matrix unit's profile (the hopper profile's decode runs its m16n8k16
+// unit; m8n8k4 takes the f16 cases). Each case runs decode() instead of forward() and is
 // checked like a forward case: poisoned O and LSE fully overwritten, guard
 // bands untouched, inputs unchanged, every row against the reference. Split
 // counts from 1 to more than there are key tiles (empty splits), key counts
