@@ -1017,12 +1017,6 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   const int64_t o_elems = int64_t{dp.num_splits} * problem.batch * problem.seqlen_q * problem.heads_q * problem.head_dim_v;
   float* const lse_partial = o_partial + o_elems;
 
-  const int64_t rows = problem.seqlen_q * dp.split.pack;
-  FwdLaunch split(problem, dp.split, (rows + dp.split.tile.block_m - 1) / dp.split.tile.block_m,
-                  blocks * dp.num_splits);
-  split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
-  rt::launch_family(ks, split, stream);
-
   MergeProblem m;
   m.partial_dtype = StateDType::f32;
   m.out_dtype = state_dtype_of(problem.dtype);
@@ -1043,6 +1037,13 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   m.lse_partial.stride_state = problem.batch * m.lse_partial.stride_batch;
   m.o = problem.o;
   m.lse = problem.lse;
+  check_merge_problem(m);  // before anything launches (the split kernel writes only the workspace)
+  const int64_t rows = problem.seqlen_q * dp.split.pack;
+  FwdLaunch split(problem, dp.split, (rows + dp.split.tile.block_m - 1) / dp.split.tile.block_m,
+                  blocks * dp.num_splits);
+  split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
+  rt::launch_family(ks, split, stream);
+
   launch(kc, m, stream);
   info.launched = true;
   return info;
