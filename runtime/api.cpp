@@ -819,9 +819,16 @@ namespace {
 
 StateDType state_dtype_of(DType d) { return d == DType::bf16 ? StateDType::bf16 : StateDType::f16; }
 
-// Key tiles of `block_n` keys the problem's rows may see (every key; a causal
-// mask cuts per block inside the kernel).
-int64_t key_tiles(const AttentionProblem& p, int block_n) { return (p.seqlen_k + block_n - 1) / block_n; }
+// Key tiles of `block_n` keys some row of the problem sees: a top-left causal
+// mask shows at most seqlen_q of them, bottom-right ones all (its last row sees
+// every key); the kernel cuts further per block.
+int64_t key_tiles(const AttentionProblem& p, int block_n) {
+  const int64_t keys = p.mask == MaskKind::causal_top_left ? std::min(p.seqlen_k, p.seqlen_q) : p.seqlen_k;
+  return (keys + block_n - 1) / block_n;
+}
+
+// Query heads per K/V head (1 for an empty problem without heads).
+int64_t group_size(const AttentionProblem& p) { return p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1; }
 
 int64_t split_tiles(const AttentionProblem& p, const DecodePlan& dp) {
   const int64_t n = key_tiles(p, dp.split.tile.block_n);
@@ -886,13 +893,24 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   if (dp.num_splits < 1 || dp.num_splits > kMaxDecodeSplits)
     throw InvalidArgument(fmt::format("decode: options.plan->num_splits ({}) must be in [1, {}]", dp.num_splits,
                                       kMaxDecodeSplits));
-  KernelSpec fwd = s;  // the fields a forward kernel must match (LSE: the combine's, below)
-  fwd.family = KernelFamily::fwd;
-  fwd.has_lse = problem.lse.data != nullptr;
-  rt::check_problem_matches_spec(problem, fwd);
-  if (s.pack < 1 || problem.heads_q / problem.heads_kv % s.pack != 0)
+  auto field = [&](const char* name, const std::string& plan_value, const std::string& problem_value) {
+    if (plan_value != problem_value)
+      throw InvalidArgument(fmt::format("decode: options.plan->split.{} is {} but the problem's is {}: the plan is of "
+                                        "another problem class; make it with plan_decode(problem, ...)",
+                                        name, plan_value, problem_value));
+  };
+  field("dtype", std::string(to_string(s.dtype)), std::string(to_string(problem.dtype)));
+  field("head_dim", std::to_string(s.head_dim), std::to_string(problem.head_dim));
+  field("head_dim_v", std::to_string(s.head_dim_v), std::to_string(problem.head_dim_v));
+  field("mask", std::string(to_string(s.mask)), std::string(to_string(problem.mask)));
+  field("bias", std::string(to_string(s.bias)), std::string(to_string(problem.bias.kind)));
+  const int64_t g = group_size(problem);
+  if (s.pack < 1 || g % s.pack != 0)
     throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",
-                                      s.pack, problem.heads_q / problem.heads_kv));
+                                      s.pack, g));
+  if (dp.combine.arch != s.arch)
+    throw InvalidArgument(fmt::format("decode: options.plan->combine.arch (sm_{}) and split.arch (sm_{}) differ",
+                                      dp.combine.arch, s.arch));
   const KernelSpec& c = dp.combine;
   const bool has_lse = problem.lse.data != nullptr;
   if (c.family != KernelFamily::combine || c.partial_dtype != StateDType::f32 ||
@@ -911,6 +929,14 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   if (num_splits < 0 || num_splits > kMaxDecodeSplits)
     throw InvalidArgument(fmt::format("plan_decode: num_splits ({}) must be 0 (chosen) or in [1, {}]", num_splits,
                                       kMaxDecodeSplits));
+  if (arch < gen::kMinArch || arch > gen::kMaxArch)
+    throw InvalidArgument(fmt::format("plan_decode: arch ({}) must be a compute capability written 10 * major + minor "
+                                      "(e.g. 90 for sm_90); decode() without a plan uses the current device's",
+                                      arch));
+  if (problem.seqlen_k > INT32_MAX - 256)
+    throw InvalidArgument(fmt::format("plan_decode: seqlen_k ({}) must be at most 2^31 - 257 (the kernels count keys "
+                                      "in 32 bits)",
+                                      problem.seqlen_k));
   const Profile& profile = profile_for_arch(arch);
   const MatrixUnit unit = profile.matrix_unit.shape;  // an mma.sync unit (a profile's wgmma is an extra)
   if (gen::unit_traits(unit).warpgroup)
@@ -926,7 +952,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   s.has_lse = false;  // the split kernel always writes partial LSE; the combine writes the problem's
   s.tile = profile.tile_for(std::max(d, dv), unit).tile;
   s.tile.block_m = 16 * s.tile.warps;  // one 16-row slice per warp: decode has few rows
-  const int64_t g = problem.heads_q / problem.heads_kv;
+  const int64_t g = group_size(problem);
   s.pack = 1;
   while (s.pack * 2 <= gen::kMaxPack && g % (s.pack * 2) == 0 && s.tile.block_m % (s.pack * 2) == 0) s.pack *= 2;
   if (problem.seqlen_q > INT32_MAX / s.pack)
@@ -944,6 +970,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   require_valid(c, profile);
 
   const int64_t tiles = key_tiles(problem, s.tile.block_n);
+  if (num_splits == 0 && is_empty_problem(problem)) num_splits = 1;  // nothing to split
   if (num_splits == 0) {
     // Two waves of blocks over the SMs, at most one split per key tile.
     const int64_t blocks = std::max<int64_t>(split_blocks(problem, s), 1);
@@ -982,6 +1009,23 @@ int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan
 
 DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const DecodeOptions& options) {
   check_problem(problem);
+  // The options that need no device first.
+  if (options.plan != nullptr && options.num_splits != 0)
+    throw InvalidArgument(fmt::format("decode: options.num_splits ({}) is given with options.plan; the plan's "
+                                      "num_splits ({}) is used: pass one of them",
+                                      options.num_splits, options.plan->num_splits));
+  if (options.num_splits < 0 || options.num_splits > kMaxDecodeSplits)
+    throw InvalidArgument(fmt::format("decode: options.num_splits ({}) must be 0 (chosen) or in [1, {}]",
+                                      options.num_splits, kMaxDecodeSplits));
+  if (options.workspace == nullptr && options.workspace_bytes != 0)
+    throw InvalidArgument(fmt::format("decode: options.workspace_bytes ({}) is given without options.workspace "
+                                      "(NULL: the library's workspace)",
+                                      options.workspace_bytes));
+  if (options.workspace != nullptr && reinterpret_cast<uintptr_t>(options.workspace) % 256 != 0)
+    throw InvalidArgument(fmt::format("decode: options.workspace ({}) must be 256-byte aligned", options.workspace));
+  if (options.workspace != nullptr && options.workspace_bytes <= 0)
+    throw InvalidArgument(fmt::format("decode: options.workspace_bytes ({}) must be positive with options.workspace",
+                                      options.workspace_bytes));
   DecodeInfo info;
   if (options.plan != nullptr) {
     info.plan = *options.plan;
@@ -998,9 +1042,6 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
       throw InvalidArgument(fmt::format("decode: options.workspace_bytes ({}) is less than the {} bytes this decode "
                                         "needs (decode_workspace_bytes)",
                                         options.workspace_bytes, dp.workspace_bytes));
-    if (reinterpret_cast<uintptr_t>(options.workspace) % 256 != 0)
-      throw InvalidArgument(fmt::format("decode: options.workspace ({}) must be 256-byte aligned",
-                                        options.workspace));
   }
   if (is_empty_problem(problem)) return info;  // nothing to compute, nothing launched
   const int64_t blocks = split_blocks(problem, dp.split);
@@ -1052,8 +1093,12 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
 bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) noexcept {
   try {
     check_problem(problem);
-    if (gen::unit_traits(profile_for_arch(arch).matrix_unit.shape).warpgroup) return false;
+    const Profile& profile = profile_for_arch(arch);
+    if (gen::unit_traits(profile.matrix_unit.shape).warpgroup) return false;
+    const auto& dts = profile.matrix_unit.operand_dtypes;
+    if (std::find(dts.begin(), dts.end(), problem.dtype) == dts.end()) return false;
     if (problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512) return false;
+    if (problem.mask == MaskKind::causal_top_left && problem.seqlen_q < 512) return false;  // few keys visible
     const int64_t g = problem.heads_q / problem.heads_kv;
     if (problem.seqlen_q > 64 / std::max<int64_t>(g, 1)) return false;
     const int64_t blocks = (problem.seqlen_q + 63) / 64;

@@ -41,10 +41,12 @@ struct DecodePlan {
 /// SMs: the profile's mma.sync unit with one 16-row slice per warp, `pack` the
 /// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv,
 /// and, when num_splits is 0, as many splits as give the launch two waves of
-/// blocks (at most one per key tile and kMaxDecodeSplits); num_splits >= 1 is
+/// blocks (at most one per visible key tile and kMaxDecodeSplits; a
+/// top-left causal mask shows min(seqlen_q, seqlen_k) keys; 1 for an empty
+/// problem); num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
 /// which the combine skips). Checks the problem (check_problem) and that
-/// seqlen_q * pack fits an int32. Needs no GPU. Throws InvalidArgument (naming
+/// seqlen_q * pack fits an int32 and seqlen_k is below 2^31 - 256. Needs no GPU. Throws InvalidArgument (naming
 /// num_splits, sm_count or the problem's field) / Unsupported (no profile for
 /// the arch, or a dtype its unit lacks).
 DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits = 0);
@@ -57,9 +59,10 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
 
 /// Whether forward() runs `problem` as a decode on compute capability `arch`
-/// with `sm_count` SMs: the arch has a profile (its mma.sync unit runs it), the packed rows
+/// with `sm_count` SMs: the arch has a profile whose mma.sync unit takes the
+/// dtype, the packed rows
 /// of a K/V head fit one block (seqlen_q * heads_q / heads_kv <= 64), there
-/// are at least 512 keys, and the one-kernel forward would leave SMs idle
+/// are at least 512 keys some row sees (top-left causal: seqlen_q of them), and the one-kernel forward would leave SMs idle
 /// (ceil(seqlen_q / 64) * heads_q * batch < sm_count). A heuristic, to be
 /// fitted to measurements (bench/bench_decode.py). Needs no GPU; never throws
 /// for a problem check_problem accepts (false for one it refuses).
@@ -69,7 +72,7 @@ struct DecodeOptions {
   /// The plan to run (from plan_decode for this problem's class); nullptr:
   /// plan_decode for the current device with `num_splits`.
   const DecodePlan* plan = nullptr;
-  int num_splits = 0;  ///< used when plan is nullptr: 0 chooses, >= 1 as given
+  int num_splits = 0;  ///< without a plan: 0 chooses, 1..128 as given; with one it must be 0
   /// Device memory for the partials, 256-byte aligned, at least
   /// workspace_bytes of the plan (read and written by the call's kernels
   /// only; it may be reused once the stream has passed the call). nullptr:
@@ -77,7 +80,7 @@ struct DecodeOptions {
   /// workspace the call allocates nothing and can be captured in a CUDA
   /// graph (the kernels must be loaded before capture: load_kernel).
   void* workspace = nullptr;
-  int64_t workspace_bytes = 0;
+  int64_t workspace_bytes = 0;  ///< > 0 with a workspace, 0 without
 };
 
 struct DecodeInfo {

@@ -89,9 +89,8 @@ struct KernelSpec {
 inline constexpr int kCombineThreads = 128;
 
 /// Every rule `spec` breaks for `profile`, one sentence each (empty = valid).
-/// A family that is not generated yet (fwd_split) is one such rule. A combine
-/// spec needs an arch of the profile, a partial_dtype and out_dtype of f32,
-/// f16 or bf16 and a head_dim_v that is a multiple of 8 in [8, 512]; it runs
+/// A combine spec needs an arch of the profile, a partial_dtype and out_dtype
+/// of f32, f16 or bf16 and a head_dim_v that is a multiple of 8 in [8, 512]; it runs
 /// on every arch (no matrix unit).
 std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile);
 /// Throws Unsupported (listing every broken rule) if validate() is non-empty.

@@ -183,3 +183,60 @@ TEST_CASE("decode_preferred: forward() runs few-row, long-key problems as decode
   bad.heads_kv = 5;
   CHECK_FALSE(decode_preferred(bad, 90, 132));
 }
+
+TEST_CASE("decode: review findings (no heads, options before the device, other-class plans, causal splits)") {
+  // No heads at all: an empty problem, planned without dividing by heads_kv.
+  AttentionProblem none = decode_problem(1, 8, 8, 1, 4096, 64);
+  none.heads_q = none.heads_kv = 0;
+  const DecodePlan e = plan_decode(none, 90, 132);
+  CHECK(e.num_splits == 1);
+  int64_t bytes = -1;
+  flashgen_problem c;
+  REQUIRE(flashgen_problem_init_bshd(&c, FLASHGEN_DTYPE_BF16, 1, 1, 4096, 0, 0, 64, 64, FLASHGEN_MASK_NONE, kQ, kK, kV,
+                                     kO) == FLASHGEN_OK);
+  CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 0, &bytes, nullptr) == FLASHGEN_OK);
+  // Options that need no device are refused before the device is asked for.
+  const AttentionProblem p = decode_problem(1, 32, 8, 1, 4096, 128);
+  DecodeOptions o;
+  o.num_splits = 129;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("options.num_splits (129)"), InvalidArgument);
+  o = DecodeOptions{};
+  o.workspace = reinterpret_cast<void*>(uintptr_t{0x50000001});
+  o.workspace_bytes = 1 << 20;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("must be 256-byte aligned"), InvalidArgument);
+  o.workspace = reinterpret_cast<void*>(uintptr_t{0x50000000});
+  o.workspace_bytes = 0;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("must be positive"), InvalidArgument);
+  o = DecodeOptions{};
+  o.workspace_bytes = 123;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("without options.workspace"), InvalidArgument);
+  const DecodePlan dp = plan_decode(p, 90, 132);
+  o = DecodeOptions{};
+  o.plan = &dp;
+  o.num_splits = 4;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("is given with options.plan"), InvalidArgument);
+  // A plan of another class names the field and plan_decode.
+  AttentionProblem other = p;
+  other.head_dim = other.head_dim_v = 64;
+  other.q = p.q;
+  o.num_splits = 0;
+  CHECK_THROWS_WITH_AS(decode(other, nullptr, o),
+                       Contains("options.plan->split.head_dim is 128 but the problem's is 64"), InvalidArgument);
+  DecodePlan mixed = dp;
+  mixed.combine.arch = 80;
+  o.plan = &mixed;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("differ"), InvalidArgument);
+  // arch 0 names plan_decode's rule.
+  CHECK_THROWS_WITH_AS(plan_decode(p, 0, 132), Contains("plan_decode: arch (0)"), InvalidArgument);
+  // Top-left causal: only min(seqlen_q, seqlen_k) keys are visible, so no empty splits.
+  const AttentionProblem tl = decode_problem(1, 32, 8, 16, 32768, 128, DType::bf16, MaskKind::causal_top_left);
+  const DecodePlan t = plan_decode(tl, 90, 132);
+  CHECK(t.num_splits == 1);
+  CHECK_FALSE(decode_preferred(tl, 90, 132));
+  // bf16 where the unit has f16 only.
+  CHECK_FALSE(decode_preferred(decode_problem(1, 32, 8, 1, 32768, 128, DType::bf16), 70, 80));
+  // Keys beyond the kernels' 32-bit counts.
+  AttentionProblem huge = decode_problem(1, 8, 8, 1, int64_t{1} << 33, 64);
+  huge.k.stride_seq = huge.v.stride_seq = 0;
+  CHECK_THROWS_WITH_AS(plan_decode(huge, 90, 132), Contains("seqlen_k (8589934592)"), InvalidArgument);
+}
