@@ -723,6 +723,12 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
 
   if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
+  // The kernels count query rows and keys in 32 bits (with a tile's worth of headroom).
+  constexpr int64_t kMaxSeqlen = 2147483647 - 256;
+  if (problem.seqlen_q > kMaxSeqlen || problem.seqlen_k > kMaxSeqlen)
+    throw InvalidArgument(fmt::format("launch: seqlen_q ({}) and seqlen_k ({}) must be at most 2^31 - 257 (the "
+                                      "kernels count rows and keys in 32 bits); split the call",
+                                      problem.seqlen_q, problem.seqlen_k));
 
   const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   // num_m_blocks * heads_q * batch without overflow.

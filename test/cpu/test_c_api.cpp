@@ -286,6 +286,23 @@ TEST_CASE("c_api: the last error is per thread and kept across successes") {
   CHECK(last() == mine);
 }
 
+TEST_CASE("c++: launch refuses sequence lengths beyond the kernels' 32-bit counts, before any driver call") {
+  // K and V repeat one row (stride_seq 0), so 2^33 keys need no memory.
+  AttentionProblem p = make_bshd_problem(DType::f16, 1, 10, int64_t{1} << 33, 2, 2, 64, 64, MaskKind::none, kQ, kK,
+                                         kV, kO);
+  p.k.stride_seq = p.v.stride_seq = 0;
+  p.k.stride_batch = p.v.stride_batch = 0;
+  Kernel k;
+  k.spec = plan(p, 80);
+  k.function = reinterpret_cast<void*>(uintptr_t{0x1234});
+  try {
+    launch(k, p, nullptr);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(contains(e.what(), "seqlen_k (8589934592) must be at most 2^31 - 257"));
+  }
+}
+
 TEST_CASE("c_api/c++: launch checks the problem against the kernel's spec") {
   // The C++ path with a hand-made Kernel (no GPU needed to reach the checks).
   AttentionProblem p = make_bshd_problem(DType::f16, 1, 10, 10, 2, 2, 64, 64, MaskKind::none, kQ, kK, kV, kO);
