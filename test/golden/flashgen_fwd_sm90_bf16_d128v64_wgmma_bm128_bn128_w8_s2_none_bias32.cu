@@ -507,7 +507,7 @@ constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
 // The full/empty mbarriers of the K and V stages, then 8 bytes for the lowest
-// non-finite V key of a tile a causal mask cuts (fg_band_clean).
+// non-finite V key of a tile a causal mask cuts (`band_key` in the kernel).
 constexpr int BAR_BYTES = 8 * 4 * STAGES + 8;
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
@@ -1143,7 +1143,7 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
 // On a tile the mask cuts for some row of the block, the consumers look for a
 // non-finite V value at the keys row 0 of the block does not see (fg_v_scan,
 // fg_consumers_any); almost always there is none, and wgmma reads the tile as
-// it is (the hidden keys' weights are 0). Otherwise fg_band_clean finds the
+// it is (the hidden keys' weights are 0). Otherwise the block finds the
 // lowest such key k, zeroes those values in shared memory (wgmma then reads the
 // cleaned tile), and the rows that see k get NaN (fg_poison_rows): with causal
 // masks a row that sees a key sees every lower one, so the other rows see no
@@ -1214,7 +1214,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
-  const u32 band_key = bars + 8 * 4 * STAGES;  // fg_band_clean's lowest key (an s32)
+  const u32 band_key = bars + 8 * 4 * STAGES;  // a cut tile's lowest non-finite V key (an s32, BLOCK_N: none)
 
   if (threadIdx.x == 0) {
 #pragma unroll
