@@ -159,6 +159,10 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
   src += fmt::format("constexpr bool SPLIT = {};\nconstexpr int PACK = {};  // query heads per packed row group\n",
                      spec.family == KernelFamily::fwd_split ? "true" : "false",
                      spec.family == KernelFamily::fwd_split ? spec.pack : 1);
+  // Where an f16 row shifts its weights (fwd_block.cuh, the offsets): after the
+  // exp2 for a warpgroup unit (P.V waits for all of P), before it otherwise.
+  src += fmt::format("constexpr bool LATE_SHIFT = {};  // f16 shift after the exp2\n",
+                     unit_traits(spec.unit).warpgroup ? "true" : "false");
   src += template_text("fwd_block.cuh");
   src += "\n";
   src += fill_slots(template_text(template_name), slots, template_name);

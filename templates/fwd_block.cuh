@@ -89,9 +89,16 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 //    exceeds 1 (a V near the bf16 limit cannot overflow O) and bf16 P has the
 //    fp32 exponent range. The rescale between tiles and LSE take c out again
 //    (fg_corr, fg_lse), so it cancels.
-//  - f16, 2^26 < |m| <= 2^29: a = LOG2E, K = 0, and the kernels first
-//    subtract m from the row's logits (exact for every weight that is not 0;
-//    rare, a warp-uniform branch; fg_offset's `shift`).
+//  - f16, 2^26 < |m| <= 2^29 (fg_offset's `shift`; rare, a warp-uniform
+//    branch): the row's weights are shifted so that c = 0 for the rescale and
+//    LSE, in one of two places. Early (mma.sync kernels, whose P.V steps then
+//    interleave with the exp2 of later columns): a = LOG2E, K = 0, and m is
+//    first subtracted from the row's logits (exact for every weight that is
+//    not 0). Late (LATE_SHIFT, the wgmma kernel, whose P.V waits for all of P
+//    anyway): a = LOG2E and K rounded down as in the LOG2E frame, so c =
+//    `c_raw` may reach ulp(K) = 64, too much for f16 P; the fp32 weights (at
+//    most 2^64) are multiplied by 2^-c_raw after the exp2, before P is rounded
+//    to f16, and the FFMA + exp2 sequence has no branch in front of it.
 //  - |m| > 2^29 (and m = -inf): a = 1, K = m, P = 2^(s - m). fp32 logits there
 //    are at least 64 apart unless equal, so any logit below the max has an
 //    exact weight under e^-64 of the max's: P (2^-64) keeps the result exact to
@@ -109,7 +116,8 @@ struct FgOffset {
   float a;      // LOG2E, or 1 beyond 2^29
   float neg_k;  // -K
   float c;      // log2 of every weight's common factor (0 for a shifted row)
-  bool shift;   // f16, 2^26 < |m| <= 2^29: the row's logits are used as s - m
+  float c_raw;  // LATE_SHIFT: m * a - K (a shifted row's weights are multiplied by 2^-c_raw); else c
+  bool shift;   // f16, 2^26 < |m| <= 2^29: the row's weights are shifted to c = 0
 };
 
 template <bool BF16>
@@ -120,12 +128,20 @@ FG_DEVICE FgOffset fg_offset(float m) {
   o.shift = !BF16 && am > FG_NEAR_MAX_F16 && !wide;
   o.a = wide ? 1.f : LOG2E;
   const float k = BF16 ? __fmul_ru(m, LOG2E) : __fmul_rd(m, LOG2E);
-  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
-  o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
+  if constexpr (LATE_SHIFT && !BF16) {
+    o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : -k;
+    o.c_raw = fmaf(m, o.a, o.neg_k);
+    o.c = o.shift ? 0.f : o.c_raw;
+  } else {
+    o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
+    o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
+    o.c_raw = o.c;
+  }
   return o;
 }
 
-// Unnormalised weight of logit s (s - m for a shifted row) against the offset.
+// Unnormalised weight of logit s against the offset (a shifted row: of s - m
+// early; late, times 2^c_raw until the kernel shifts it).
 FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o.a, o.neg_k)); }
 
 // Factor that takes weights accumulated against the previous row max m_old to

@@ -78,13 +78,14 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
   }
 }
 
-// The online softmax of one key tile (exp2 domain; the offsets:
-// fwd_block.cuh): `s` becomes P (unnormalised), row_max and row_sum move to
-// the new offsets, corr is the factor for the O rows (exactly 1 when the row
-// max did not move).
+// The online softmax of one key tile (exp2 domain; the offsets and the f16
+// shift, early or late (LATE_SHIFT): fwd_block.cuh): `s` becomes P (unnormalised), row_max
+// and row_sum move to the new offsets, corr is the factor for the O rows
+// (exactly 1 when the row max did not move).
 template <class F, int R>
 FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M_SLICES][2],
                                  float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+  constexpr bool LATE = LATE_SHIFT && !IS_BF16;  // (bf16 rows never shift)
   // Every row's max and offsets first, so that one vote covers the lane's rows
   // and the exp2 of all of them form one straight-line sequence.
   float m[M_SLICES][2];
@@ -105,7 +106,7 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
       off[ms][r] = fg_offset<IS_BF16>(m[ms][r]);
       shift = shift || off[ms][r].shift;
     }
-  if (!IS_BF16 && __any_sync(0xffffffffu, shift)) {  // rare, warp-uniform
+  if (!IS_BF16 && !LATE && __any_sync(0xffffffffu, shift)) {  // early shift: rare, warp-uniform
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -117,13 +118,14 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
           for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] -= by;
       }
   }
+  float sum[M_SLICES][2];  // (LATE: the tile's sums, until the shift)
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m[ms][r], off[ms][r]);
       row_max[ms][r] = m[ms][r];
-      float sum = 0.f;
+      float t = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -132,10 +134,32 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
           const float p1 = fg_weight(s[ms][nt][F::reg(r, e + 1)], off[ms][r]);
           s[ms][nt][F::reg(r, e)] = p0;
           s[ms][nt][F::reg(r, e + 1)] = p1;
-          sum += p0 + p1;
+          t += p0 + p1;
         }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
+      if (LATE) sum[ms][r] = t;
+      else row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + t;
     }
+  if (LATE) {
+    // Late shift (rare, warp-uniform): f16 weights up to 2^64 in fp32 become
+    // 2^-c_raw of that before P is rounded to f16.
+    if (!IS_BF16 && __any_sync(0xffffffffu, shift)) {
+#pragma unroll
+      for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float u = off[ms][r].shift ? fg_exp2(-off[ms][r].c_raw) : 1.f;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] *= u;
+          sum[ms][r] *= u;
+        }
+    }
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum[ms][r];
+  }
 }
 
 // The lane's rows that see key k of tile j (with causal masks: every row from

@@ -180,21 +180,41 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
 // Sub-tile `sub` of a V stage (W columns, BLOCK_N keys; the swizzle moves
 // 16-byte units only within a key's row) at keys from `from` on, 16 bytes at
 // a time, by consumer thread `i` (of THREADS): `bad` gathers the non-finite
-// halves, `lowest` the lowest key that has one, and with CLEAN they are zeroed.
+// halves (nonzero: some), `lowest` the lowest key that has one, and with CLEAN
+// they are zeroed. The search (CLEAN false, every band tile) loads all of a
+// thread's units first, from clamped addresses, and tests them without a
+// branch, so the loads are in flight together; the cleaning pass is rare.
 template <int W, bool CLEAN>
 FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest) {
+  constexpr int UNITS = BLOCK_N * W / 8, IT = (UNITS + THREADS - 1) / THREADS;
   U4* const u = reinterpret_cast<U4*>(sub);
-  for (int k = from * W / 8 + i; k < BLOCK_N * W / 8; k += THREADS) {
-    U4 x = u[k];
-    const U4 m = {fg_nonfinite_halves<IS_BF16>(x.x), fg_nonfinite_halves<IS_BF16>(x.y),
-                  fg_nonfinite_halves<IS_BF16>(x.z), fg_nonfinite_halves<IS_BF16>(x.w)};
-    const u32 any = m.x | m.y | m.z | m.w;
-    bad |= any;
-    if (any != 0u) {
-      lowest = min(lowest, k / (W / 8));
-      if (CLEAN) {
-        x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
-        u[k] = x;
+  if constexpr (!CLEAN) {
+    constexpr u32 ADD = IS_BF16 ? 0x00800080u : 0x04000400u;  // carries a half's all-ones exponent into its sign bit
+    U4 x[IT];
+#pragma unroll
+    for (int it = 0; it < IT; ++it) x[it] = u[min(it * THREADS + i, UNITS - 1)];
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * THREADS + i;
+      const u32 top = (((x[it].x & 0x7fff7fffu) + ADD) | ((x[it].y & 0x7fff7fffu) + ADD) |
+                       ((x[it].z & 0x7fff7fffu) + ADD) | ((x[it].w & 0x7fff7fffu) + ADD)) &
+                      0x80008000u;
+      const bool hit = top != 0u && k >= from * (W / 8) && (UNITS % THREADS == 0 || k < UNITS);
+      bad |= hit ? top : 0u;
+      lowest = hit ? min(lowest, k / (W / 8)) : lowest;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * THREADS + i;
+      if ((UNITS % THREADS == 0 || k < UNITS) && k >= from * (W / 8)) {
+        U4 x = u[k];
+        const U4 m = {fg_nonfinite_halves<IS_BF16>(x.x), fg_nonfinite_halves<IS_BF16>(x.y),
+                      fg_nonfinite_halves<IS_BF16>(x.z), fg_nonfinite_halves<IS_BF16>(x.w)};
+        if ((m.x | m.y | m.z | m.w) != 0u) {
+          x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
+          u[k] = x;
+        }
       }
     }
   }

@@ -199,6 +199,7 @@ struct FwdParams {
 
 constexpr bool SPLIT = false;
 constexpr int PACK = 1;  // query heads per packed row group
+constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
 // Which rows and keys a work item covers: item (the block id, or a persistent
 // block's item number) -> (m block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
@@ -290,9 +291,16 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
 //    exceeds 1 (a V near the bf16 limit cannot overflow O) and bf16 P has the
 //    fp32 exponent range. The rescale between tiles and LSE take c out again
 //    (fg_corr, fg_lse), so it cancels.
-//  - f16, 2^26 < |m| <= 2^29: a = LOG2E, K = 0, and the kernels first
-//    subtract m from the row's logits (exact for every weight that is not 0;
-//    rare, a warp-uniform branch; fg_offset's `shift`).
+//  - f16, 2^26 < |m| <= 2^29 (fg_offset's `shift`; rare, a warp-uniform
+//    branch): the row's weights are shifted so that c = 0 for the rescale and
+//    LSE, in one of two places. Early (mma.sync kernels, whose P.V steps then
+//    interleave with the exp2 of later columns): a = LOG2E, K = 0, and m is
+//    first subtracted from the row's logits (exact for every weight that is
+//    not 0). Late (LATE_SHIFT, the wgmma kernel, whose P.V waits for all of P
+//    anyway): a = LOG2E and K rounded down as in the LOG2E frame, so c =
+//    `c_raw` may reach ulp(K) = 64, too much for f16 P; the fp32 weights (at
+//    most 2^64) are multiplied by 2^-c_raw after the exp2, before P is rounded
+//    to f16, and the FFMA + exp2 sequence has no branch in front of it.
 //  - |m| > 2^29 (and m = -inf): a = 1, K = m, P = 2^(s - m). fp32 logits there
 //    are at least 64 apart unless equal, so any logit below the max has an
 //    exact weight under e^-64 of the max's: P (2^-64) keeps the result exact to
@@ -310,7 +318,8 @@ struct FgOffset {
   float a;      // LOG2E, or 1 beyond 2^29
   float neg_k;  // -K
   float c;      // log2 of every weight's common factor (0 for a shifted row)
-  bool shift;   // f16, 2^26 < |m| <= 2^29: the row's logits are used as s - m
+  float c_raw;  // LATE_SHIFT: m * a - K (a shifted row's weights are multiplied by 2^-c_raw); else c
+  bool shift;   // f16, 2^26 < |m| <= 2^29: the row's weights are shifted to c = 0
 };
 
 template <bool BF16>
@@ -321,12 +330,20 @@ FG_DEVICE FgOffset fg_offset(float m) {
   o.shift = !BF16 && am > FG_NEAR_MAX_F16 && !wide;
   o.a = wide ? 1.f : LOG2E;
   const float k = BF16 ? __fmul_ru(m, LOG2E) : __fmul_rd(m, LOG2E);
-  o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
-  o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
+  if constexpr (LATE_SHIFT && !BF16) {
+    o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : -k;
+    o.c_raw = fmaf(m, o.a, o.neg_k);
+    o.c = o.shift ? 0.f : o.c_raw;
+  } else {
+    o.neg_k = wide ? -fmaxf(m, -FG_F32_MAX) : o.shift ? 0.f : -k;
+    o.c = o.shift ? 0.f : fmaf(m, o.a, o.neg_k);
+    o.c_raw = o.c;
+  }
   return o;
 }
 
-// Unnormalised weight of logit s (s - m for a shifted row) against the offset.
+// Unnormalised weight of logit s against the offset (a shifted row: of s - m
+// early; late, times 2^c_raw until the kernel shifts it).
 FG_DEVICE float fg_weight(float s, const FgOffset& o) { return fg_exp2(fmaf(s, o.a, o.neg_k)); }
 
 // Factor that takes weights accumulated against the previous row max m_old to
@@ -563,13 +580,14 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
   }
 }
 
-// The online softmax of one key tile (exp2 domain; the offsets:
-// fwd_block.cuh): `s` becomes P (unnormalised), row_max and row_sum move to
-// the new offsets, corr is the factor for the O rows (exactly 1 when the row
-// max did not move).
+// The online softmax of one key tile (exp2 domain; the offsets and the f16
+// shift, early or late (LATE_SHIFT): fwd_block.cuh): `s` becomes P (unnormalised), row_max
+// and row_sum move to the new offsets, corr is the factor for the O rows
+// (exactly 1 when the row max did not move).
 template <class F, int R>
 FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M_SLICES][2],
                                  float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
+  constexpr bool LATE = LATE_SHIFT && !IS_BF16;  // (bf16 rows never shift)
   // Every row's max and offsets first, so that one vote covers the lane's rows
   // and the exp2 of all of them form one straight-line sequence.
   float m[M_SLICES][2];
@@ -590,7 +608,7 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
       off[ms][r] = fg_offset<IS_BF16>(m[ms][r]);
       shift = shift || off[ms][r].shift;
     }
-  if (!IS_BF16 && __any_sync(0xffffffffu, shift)) {  // rare, warp-uniform
+  if (!IS_BF16 && !LATE && __any_sync(0xffffffffu, shift)) {  // early shift: rare, warp-uniform
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
@@ -602,13 +620,14 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
           for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] -= by;
       }
   }
+  float sum[M_SLICES][2];  // (LATE: the tile's sums, until the shift)
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       corr[ms][r] = fg_corr<IS_BF16>(row_max[ms][r], m[ms][r], off[ms][r]);
       row_max[ms][r] = m[ms][r];
-      float sum = 0.f;
+      float t = 0.f;
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -617,10 +636,32 @@ FG_DEVICE void fg_online_softmax(float (&s)[M_SLICES][NT][R], float (&row_max)[M
           const float p1 = fg_weight(s[ms][nt][F::reg(r, e + 1)], off[ms][r]);
           s[ms][nt][F::reg(r, e)] = p0;
           s[ms][nt][F::reg(r, e + 1)] = p1;
-          sum += p0 + p1;
+          t += p0 + p1;
         }
-      row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum;
+      if (LATE) sum[ms][r] = t;
+      else row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + t;
     }
+  if (LATE) {
+    // Late shift (rare, warp-uniform): f16 weights up to 2^64 in fp32 become
+    // 2^-c_raw of that before P is rounded to f16.
+    if (!IS_BF16 && __any_sync(0xffffffffu, shift)) {
+#pragma unroll
+      for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const float u = off[ms][r].shift ? fg_exp2(-off[ms][r].c_raw) : 1.f;
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int e = 0; e < F::E; ++e) s[ms][nt][F::reg(r, e)] *= u;
+          sum[ms][r] *= u;
+        }
+    }
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) row_sum[ms][r] = row_sum[ms][r] * corr[ms][r] + sum[ms][r];
+  }
 }
 
 // The lane's rows that see key k of tile j (with causal masks: every row from
