@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """libflashgen split-KV decode against PyTorch SDPA (flash and cuDNN backends,
-GQA through enable_gqa), on the same inputs.
+GQA through enable_gqa) and FlashAttention-4 (flash_attn.cute, when importable:
+../shared/anchors/fa4-carry.sh), on the same inputs; then the merge of attention
+states against a device copy of the same bytes.
 
 Ours is flashgen_decode (C ABI, ctypes) with num_splits chosen by the library
 and a caller workspace (allocated once, as a serving engine would). Every time
@@ -9,7 +11,7 @@ median_ms_pair: the systems take turns call by call), the inputs rotating over
 --sets independent sets (each set's K/V is larger than L2 for the big rows).
 Bandwidth = bytes of K and V read / time (Q and O are small).
 
-usage: bench_decode.py --lib build/libflashgen.so [--runs 30] [--warmup 5] [--sets 3]
+usage: bench_decode.py --lib build/libflashgen.so [--baseline other/libflashgen.so] [--runs 30] [--warmup 5] [--sets 3]
                        [--dtypes bf16,f16] [--rows all|0,1,...]
 """
 import argparse
@@ -23,6 +25,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import Problem, check, load_lib, median_ms_pair  # noqa: E402
+
+try:
+    from flash_attn.cute import flash_attn_func as fa4_func
+except Exception as e:  # not installed here
+    fa4_func = None
+    print(f"note: FlashAttention-4 not importable ({type(e).__name__}: {str(e)[:80]}); its column is n/a",
+          file=sys.stderr)
 
 # (B, Hq, Hkv, Sq, Sk, D, causal) — the decode table of the issue.
 ROWS = [
@@ -46,12 +55,20 @@ def main():
     ap.add_argument("--sets", type=int, default=3)
     ap.add_argument("--dtypes", default="bf16,f16")
     ap.add_argument("--rows", default="all")
+    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside --lib (its own splits)")
     args = ap.parse_args()
-    lib = load_lib(args.lib)
-    lib.flashgen_decode.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
-                                    ctypes.c_void_p]
-    lib.flashgen_decode_workspace_bytes.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                    ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int)]
+
+    def load_decode(path):
+        lib = load_lib(path)
+        lib.flashgen_decode.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
+                                        ctypes.c_void_p]
+        lib.flashgen_decode_workspace_bytes.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_int,
+                                                        ctypes.c_int, ctypes.POINTER(ctypes.c_int64),
+                                                        ctypes.POINTER(ctypes.c_int)]
+        return lib
+
+    lib = load_decode(args.lib)
+    base = load_decode(args.baseline) if args.baseline else None
     props = torch.cuda.get_device_properties(0)
     arch = props.major * 10 + props.minor
     print(f"device {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, runs {args.runs} "
@@ -76,16 +93,21 @@ def main():
                                                           Sk, Hq, Hkv, D, D, 2 if causal else 0, q.data_ptr(),
                                                           k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
                 problems.append(p)
-            ws_bytes, splits = ctypes.c_int64(), ctypes.c_int()
-            check(lib, lib.flashgen_decode_workspace_bytes(ctypes.byref(problems[0]), arch,
-                                                           props.multi_processor_count, 0, ctypes.byref(ws_bytes),
-                                                           ctypes.byref(splits)), "workspace")
-            ws = torch.empty(max(ws_bytes.value, 256), dtype=torch.uint8, device="cuda")
             stream = torch.cuda.current_stream().cuda_stream
 
-            def ours(i):
-                check(lib, lib.flashgen_decode(ctypes.byref(problems[i]), 0, ws.data_ptr(), ws_bytes.value, stream),
-                      "decode")
+            def decode_fn(l):  # l's decode with a caller workspace sized by its own plan
+                ws_bytes, splits = ctypes.c_int64(), ctypes.c_int()
+                check(l, l.flashgen_decode_workspace_bytes(ctypes.byref(problems[0]), arch,
+                                                           props.multi_processor_count, 0, ctypes.byref(ws_bytes),
+                                                           ctypes.byref(splits)), "workspace")
+                ws = torch.empty(max(ws_bytes.value, 256), dtype=torch.uint8, device="cuda")
+
+                def run(i):
+                    check(l, l.flashgen_decode(ctypes.byref(problems[i]), 0, ws.data_ptr(), ws_bytes.value, stream),
+                          "decode")
+                return run, splits.value
+
+            ours, splits = decode_fn(lib)
 
             def sdpa(i, backend):
                 q, k, v, _ = sets[i]
@@ -111,42 +133,108 @@ def main():
             failures += 0 if ok else 1
             idx = list(range(len(sets)))
             fns, names = [ours], ["ours"]
-            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+            if base is not None:
+                fns.append(decode_fn(base)[0])
+                names.append("base")
+            peers = [(n, lambda i, b=b: sdpa(i, b))
+                     for n, b in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))]
+            if fa4_func is not None:
+                # FlashAttention-4 aligns causal masks bottom-right when seqlen_q < seqlen_k, as decode does.
+                peers.append(("fa4", lambda i: fa4_func(sets[i][0], sets[i][1], sets[i][2], causal=causal)))
+            for name, fn in peers:
                 try:
-                    sdpa(0, backend)
+                    fn(0)  # (FlashAttention-4 compiles its kernel here)
                     torch.cuda.synchronize()
-                    fns.append(lambda i, b=backend: sdpa(i, b))
+                    fns.append(fn)
                     names.append(name)
                 except Exception as e:  # the backend refuses this shape / mask
-                    print(f"  note: {name} n/a for {(B, Hq, Hkv, Sq, Sk, D)} {dname}: {str(e).splitlines()[0][:90]}",
-                          file=sys.stderr)
+                    msg = (str(e).splitlines() or [type(e).__name__])[0][:90]
+                    print(f"  note: {name} n/a for {(B, Hq, Hkv, Sq, Sk, D)} {dname}: {msg}", file=sys.stderr)
             times = dict(zip(names, median_ms_pair(fns, idx, args.warmup, args.runs)))
             kv_bytes = 2.0 * B * Sk * Hkv * D * q.element_size()
-            table.append(((B, Hq, Hkv, Sq, Sk, D, causal), dname, splits.value, times, kv_bytes, err, ok))
+            table.append(((B, Hq, Hkv, Sq, Sk, D, causal), dname, splits, times, kv_bytes, err, ok))
             t = times["ours"]
             print(f"  B{B} H{Hq}/{Hkv} Sq{Sq} Sk{Sk} D{D}{' causal' if causal else ''} {dname}: ours {t * 1e3:.1f} us "
-                  f"({kv_bytes / (t * 1e-3) / 1e12:.2f} TB/s, {splits.value} splits), "
+                  f"({kv_bytes / (t * 1e-3) / 1e12:.2f} TB/s, {splits} splits), "
                   + ", ".join(f"{n} {times[n] * 1e3:.1f} us" for n in names[1:])
                   + f"; max|ours-ref| {err:.2e} {'ok' if ok else 'MISMATCH'}", flush=True)
-            del sets, ws
+            del sets, fns
             torch.cuda.empty_cache()
 
     print()
     print(f"{'(B, Hq/Hkv, Sq, Sk, D)':30} {'dtype':5} {'splits':>6} {'ours us':>8} {'TB/s':>5} {'flash us':>8} "
-          f"{'cudnn us':>8} {'ours/best':>9}")
+          f"{'cudnn us':>8} {'fa4 us':>8} {'ours/best':>9}" + (f" {'base us':>8} {'ours/base':>9}" if base else ""))
     slower = 0
     for (shape, dname, sp, times, kvb, err, ok) in table:
         B, Hq, Hkv, Sq, Sk, D, causal = shape
-        peers = [times[n] for n in ("flash", "cudnn") if n in times]
+        peers = [times[n] for n in ("flash", "cudnn", "fa4") if n in times]
         best = min(peers) if peers else None
         ratio = best / times["ours"] if best else None  # > 1: ours faster
         slower += 1 if ratio is not None and ratio < 1.0 else 0
         f = lambda n: f"{times[n] * 1e3:8.1f}" if n in times else "     n/a"
         print(f"({B}, {Hq}/{Hkv}, {Sq}, {Sk}, {D}){' c' if causal else ''}".ljust(30) +
               f" {dname:5} {sp:6d} {times['ours'] * 1e3:8.1f} {kvb / (times['ours'] * 1e-3) / 1e12:5.2f} {f('flash')} "
-              f"{f('cudnn')} {(f'{ratio:9.2f}' if ratio else '      n/a')}")
+              f"{f('cudnn')} {f('fa4')} {(f'{ratio:9.2f}' if ratio else '      n/a')}" +
+              (f" {f('base')} {times['base'] / times['ours']:9.3f}" if base else ""))
     print(f"\nrows slower than the fastest peer: {slower} of {len(table)}; output mismatches: {failures}")
+    failures += bench_merge(lib, args)
     return 1 if failures else 0
+
+
+# (num_states, batch, seqlen_q, heads, head_dim_v): decode-sized merges and a
+# context-parallel prefill merge.
+MERGE_ROWS = [(8, 64, 1, 32, 128), (32, 8, 4, 32, 128), (4, 4, 4096, 32, 128), (2, 1, 32768, 32, 128)]
+
+
+def bench_merge(lib, args):
+    """flashgen_merge_states (fp32 partials -> bf16 O and fp32 LSE) against
+    torch's copy of a tensor as large as the partial O: bandwidth = bytes read +
+    written / time for both."""
+    lib.flashgen_merge_problem_init.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 5 + [
+        ctypes.c_void_p] * 4
+    lib.flashgen_merge_states.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    print(f"\n{'merge (S, B, Sq, H, Dv)':30} {'ours us':>8} {'GB/s':>7} {'copy us':>8} {'copy GB/s':>9} {'of copy':>7}")
+    failures = 0
+    stream = torch.cuda.current_stream().cuda_stream
+    for (S, B, Sq, H, Dv) in MERGE_ROWS:
+        sets, probs = [], []
+        for _ in range(args.sets):
+            o_part = torch.randn(S, B, Sq, H, Dv, device="cuda", dtype=torch.float32)
+            lse_part = torch.randn(S, B, H, Sq, device="cuda", dtype=torch.float32) * 4
+            o = torch.empty(B, Sq, H, Dv, device="cuda", dtype=torch.bfloat16)
+            lse = torch.empty(B, H, Sq, device="cuda", dtype=torch.float32)
+            src = torch.empty_like(o_part)
+            dst = torch.empty_like(o_part)
+            prob = ctypes.create_string_buffer(1024)  # holds a flashgen_merge_problem (filled by _init)
+            check(lib, lib.flashgen_merge_problem_init(prob, 0, 2, S, B, Sq, H, Dv, o_part.data_ptr(),
+                                                       lse_part.data_ptr(), o.data_ptr(), lse.data_ptr()), "merge init")
+            sets.append((o_part, lse_part, o, lse, src, dst))
+            probs.append(prob)
+
+        def ours(i):
+            check(lib, lib.flashgen_merge_states(probs[i], stream), "merge")
+
+        def copy(i):
+            sets[i][5].copy_(sets[i][4])
+
+        o_part, lse_part, o, lse, _, _ = sets[0]
+        o.fill_(float("nan"))
+        ours(0)
+        torch.cuda.synchronize()
+        w = torch.softmax(lse_part.double(), dim=0)  # [S, B, H, Sq]
+        ref = (w.permute(0, 1, 3, 2).unsqueeze(-1) * o_part.double()).sum(0)
+        err = (o.double() - ref).abs().max().item()
+        ok = err == err and err < 2e-2
+        failures += 0 if ok else 1
+        t_ours, t_copy = median_ms_pair([ours, copy], list(range(len(sets))), args.warmup, args.runs)
+        moved = 4.0 * (o_part.numel() + lse_part.numel()) + 2.0 * o.numel() + 4.0 * lse.numel()
+        copied = 8.0 * o_part.numel()
+        print(f"({S}, {B}, {Sq}, {H}, {Dv})".ljust(30) + f" {t_ours * 1e3:8.1f} {moved / (t_ours * 1e-3) / 1e9:7.0f} "
+              f"{t_copy * 1e3:8.1f} {copied / (t_copy * 1e-3) / 1e9:9.0f} "
+              f"{(moved / t_ours) / (copied / t_copy):7.2f}" + ("" if ok else f"  MISMATCH {err:.2e}"), flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    return failures
 
 
 if __name__ == "__main__":

@@ -851,6 +851,47 @@ int64_t split_blocks(const AttentionProblem& p, const KernelSpec& s) {
   return m_blocks * groups * p.batch;
 }
 
+// Blocks of the split kernel an SM holds, estimated before it is compiled: by
+// its shared memory (+1 KiB the driver reserves per block), its threads, and
+// its registers counted as 256 per thread (the mma.sync forward kernels use
+// 200-255); at least 1.
+int split_blocks_per_sm(const KernelSpec& s, const Profile& profile) {
+  const int64_t threads = s.threads();
+  int64_t per_sm = profile.smem_per_sm / (s.smem_bytes() + 1024);
+  per_sm = std::min<int64_t>(per_sm, profile.max_threads_per_sm / threads);
+  per_sm = std::min<int64_t>(per_sm, profile.registers_per_sm / (threads * 256));
+  return static_cast<int>(std::max<int64_t>(per_sm, 1));
+}
+
+// Splits for `blocks` blocks per split over `tiles` key tiles with `slots`
+// blocks resident at once (SMs x blocks per SM). Decode is memory-bound: what
+// costs is a last wave that leaves SMs idle. With at least 0.8 of a wave of
+// blocks unsplit, 1. Otherwise every split count up to min(tiles, 128) that
+// changes the tiles per split is scored by its wave efficiency (blocks over the
+// slots of the waves it takes), and the fewest splits within 0.95 of the best
+// are used (fewer partials to write and merge); then the count is trimmed to an
+// even cover of the tiles (no empty split). The rule follows FlashAttention-2's
+// split heuristic (Dao, flash_api.cpp num_splits_heuristic).
+int choose_splits(int64_t blocks, int64_t tiles, int64_t slots) {
+  blocks = std::max<int64_t>(blocks, 1);
+  slots = std::max<int64_t>(slots, 1);
+  if (tiles <= 1 || blocks >= slots || blocks * 5 >= slots * 4) return 1;
+  const int64_t cap = std::min<int64_t>(kMaxDecodeSplits, tiles);
+  auto per = [&](int64_t n) { return (tiles + n - 1) / n; };
+  auto efficiency = [&](int64_t n) {
+    const int64_t b = blocks * n;
+    return static_cast<double>(b) / static_cast<double>((b + slots - 1) / slots * slots);
+  };
+  double best = 0;
+  for (int64_t n = 1; n <= cap; ++n)
+    if (n == 1 || per(n) != per(n - 1)) best = std::max(best, efficiency(n));
+  int64_t n = 1;
+  for (; n <= cap; ++n)
+    if ((n == 1 || per(n) != per(n - 1)) && efficiency(n) >= 0.95 * best) break;
+  n = std::min(n, cap);
+  return static_cast<int>((tiles + per(n) - 1) / per(n));
+}
+
 // The library's workspace: one device buffer per (context, stream), grown to
 // the largest size asked for and kept (decode calls on one stream run in
 // order, so they may share it; calls on other streams get their own).
@@ -977,18 +1018,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 
   const int64_t tiles = key_tiles(problem, s.tile.block_n);
   if (num_splits == 0 && is_empty_problem(problem)) num_splits = 1;  // nothing to split
-  if (num_splits == 0) {
-    // Two waves of blocks over the SMs, at most one split per key tile.
-    const int64_t blocks = std::max<int64_t>(split_blocks(problem, s), 1);
-    const int64_t want = (2 * int64_t{sm_count} + blocks - 1) / blocks;
-    const int64_t cap = std::min<int64_t>(kMaxDecodeSplits, std::max<int64_t>(tiles, 1));
-    num_splits = static_cast<int>(std::clamp<int64_t>(want, 1, cap));
-    // No empty splits: as many as ceil(tiles / num_splits) tiles apiece need.
-    if (tiles > 0) {
-      const int64_t per = (tiles + num_splits - 1) / num_splits;
-      num_splits = static_cast<int>((tiles + per - 1) / per);
-    }
-  }
+  if (num_splits == 0) num_splits = choose_splits(split_blocks(problem, s), tiles, int64_t{sm_count} * split_blocks_per_sm(s, profile));
   dp.num_splits = num_splits;
   dp.tiles_per_split = split_tiles(problem, dp);
   dp.workspace_bytes = decode_workspace_bytes(problem, dp);

@@ -40,10 +40,13 @@ struct DecodePlan {
 /// Plan a decode of `problem` on compute capability `arch` with `sm_count`
 /// SMs: the profile's mma.sync unit with one 16-row slice per warp, `pack` the
 /// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv,
-/// and, when num_splits is 0, as many splits as give the launch two waves of
-/// blocks (at most one per visible key tile and kMaxDecodeSplits; a
-/// top-left causal mask shows min(seqlen_q, seqlen_k) keys; 1 for an empty
-/// problem); num_splits >= 1 is
+/// and, when num_splits is 0, splits chosen by wave efficiency: 1 when the
+/// unsplit grid fills 0.8 of the resident blocks (SMs x blocks per SM, the
+/// latter estimated from the kernel's shared memory, threads and 256 registers
+/// per thread), else the fewest splits whose blocks fill their last wave within
+/// 0.95 of the best count's (at most one split per visible key tile and
+/// kMaxDecodeSplits; a top-left causal mask shows min(seqlen_q, seqlen_k) keys;
+/// 1 for an empty problem), trimmed to an even cover of the key tiles; num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
 /// which the combine skips). Checks the problem (check_problem) and that
 /// seqlen_q * pack fits an int32 and seqlen_k is below 2^31 - 256. Needs no GPU. Throws InvalidArgument (naming
