@@ -97,6 +97,20 @@ def median_ms(fn, sets, warmup, runs):
     return median_ms_pair([fn], sets, warmup, runs)[0]
 
 
+def input_sets(n, B, Sq, Sk, Hq, Hkv, D, dtype):
+    """n independent (q, k, v, o) BSHD sets: random Q, K, V (never zeros) and an
+    uninitialised O, rotated over by the timing loops (beyond L2 for the large
+    shapes)."""
+    sets = []
+    for _ in range(n):
+        q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dtype)
+        k = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
+        v = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
+        o = torch.empty(B, Sq, Hq, D, device="cuda", dtype=dtype)
+        sets.append((q, k, v, o))
+    return sets
+
+
 def median_ms_pair(fns, sets, warmup, runs):
     """Medians of `runs` event-timed calls of each fn(set), the functions taking
     turns call by call (so a clock change hits them alike), rotating over the
@@ -150,13 +164,7 @@ def main():
     failures = 0
     for (B, Hq, Hkv, S, D) in shapes:
         for dtype in dtypes:
-            sets = []
-            for _ in range(args.sets):
-                q = torch.randn(B, S, Hq, D, device="cuda", dtype=dtype)
-                k = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype)
-                v = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype)
-                o = torch.empty(B, S, Hq, D, device="cuda", dtype=dtype)
-                sets.append((q, k, v, o))
+            sets = input_sets(args.sets, B, S, S, Hq, Hkv, D, dtype)
             for causal in masks:
                 flops = 4.0 * B * Hq * S * S * D * (0.5 if causal else 1.0)
                 problems = []

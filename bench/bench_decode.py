@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Problem, check, load_lib, median_ms_pair  # noqa: E402
+from bench import Problem, check, input_sets, load_lib, median_ms_pair  # noqa: E402
 
 try:
     from flash_attn.cute import flash_attn_func as fa4_func
@@ -78,13 +78,7 @@ def main():
     for (B, Hq, Hkv, Sq, Sk, D, causal) in rows:
         for dname in args.dtypes.split(","):
             dtype = {"f16": torch.float16, "bf16": torch.bfloat16}[dname]
-            sets = []
-            for _ in range(args.sets):
-                q = torch.randn(B, Sq, Hq, D, device="cuda", dtype=dtype)
-                k = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
-                v = torch.randn(B, Sk, Hkv, D, device="cuda", dtype=dtype)
-                o = torch.empty(B, Sq, Hq, D, device="cuda", dtype=dtype)
-                sets.append((q, k, v, o))
+            sets = input_sets(args.sets, B, Sq, Sk, Hq, Hkv, D, dtype)
             problems = []
             for (q, k, v, o) in sets:
                 p = Problem()
