@@ -11,7 +11,19 @@ finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
                 [--runs 30] [--warmup 5] [--sets 3] [--shapes all|quick]
-                [--baseline OTHER/libflashgen.so]
+                [--baseline OTHER/libflashgen.so] [--unit m16n8k16|m16n8k8|m8n8k4]
+
+FlashAttention-4 (flash_attn.cute.flash_attn_func, CuTe DSL) is timed beside
+SDPA when it imports (bench/run.sh sets it up from ../shared/anchors/fa4-carry.sh's
+folders). % peak is ours against the dense f16/bf16 peak, 989 TFLOP/s at
+1830 MHz; % clk against that peak scaled to the SM clock read (nvidia-smi) right
+after ours was timed.
+
+--unit runs a chosen matrix unit's kernel on this device instead of the one its
+profile picks (e.g. the mma.sync m16n8k16 kernel on an H200, the stand-in for
+Ampere/Ada): FLASHGEN_PROFILE is pointed at a profile written from the unit's
+builtin profile with this device's arch and resources and no wgmma rows (the
+GPU tier's units do the same), for ours and the baseline alike.
 
 --baseline times a second build of libflashgen (e.g. the commit before a
 kernel change) on the same inputs, its calls taking turns with ours call by
@@ -20,7 +32,11 @@ call (a clock change then hits both alike): the table gains its TFLOP/s
 """
 import argparse
 import ctypes
+import os
+import re
 import statistics
+import subprocess
+import tempfile
 import time
 import sys
 
@@ -97,6 +113,68 @@ def median_ms(fn, sets, warmup, runs):
     return median_ms_pair([fn], sets, warmup, runs)[0]
 
 
+PEAK_TFLOPS, PEAK_MHZ = 989.0, 1830.0  # dense f16/bf16 of the H100/H200 SXM at its boost clock
+UNIT_PROFILES = {"m16n8k16": "ampere", "m16n8k8": "turing", "m8n8k4": "volta"}
+UNIT_DTYPES = {"m16n8k16": ("f16", "bf16"), "m16n8k8": ("f16",), "m8n8k4": ("f16",)}  # their profiles' operand_dtypes
+
+
+def fa4_function():
+    """FlashAttention-4's flash_attn_func, or None (with a note) when it does not import."""
+    try:
+        from flash_attn.cute import flash_attn_func
+        return flash_attn_func
+    except Exception as e:  # not installed on this machine
+        print(f"note: FlashAttention-4 not importable ({type(e).__name__}: {str(e)[:80]}); its column is n/a",
+              file=sys.stderr)
+        return None
+
+
+def sm_clock_mhz():
+    """The SM clock now (nvidia-smi), or None."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits", "-i",
+                              str(torch.cuda.current_device())], capture_output=True, text=True, timeout=10)
+        return float(out.stdout.strip().splitlines()[0])
+    except Exception:
+        return None
+
+
+def unit_profile(unit, arch):
+    """Writes the profile that runs `unit` on compute capability `arch`: the
+    builtin profile that lists arch when its mma.sync unit is `unit` (the
+    hopper profile's m16n8k16 tiles), else the unit's builtin profile
+    (profiles/UNIT_PROFILES[unit].yml) with archs [arch] and the resources line
+    of arch's profile; renamed, without wgmma rows. Returns its path."""
+    pdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "profiles")
+    texts = {f[:-4]: open(os.path.join(pdir, f)).read() for f in os.listdir(pdir) if f.endswith(".yml")}
+    device = next((t for t in texts.values()
+                   if re.search(r"^archs: \[([^]]*)\]", t, re.M) and
+                   str(arch) in re.search(r"^archs: \[([^]]*)\]", t, re.M).group(1).replace(" ", "").split(",")), None)
+    if device is None:
+        raise SystemExit(f"--unit: no builtin profile lists sm_{arch}")
+    # The device's own profile when its mma.sync unit is this one (hopper's m16n8k16 rows), else the unit's.
+    own = re.search(r"^matrix_unit: \{shape: (\w+)", device, re.M)
+    src = device if own and own.group(1) == unit else texts[UNIT_PROFILES[unit]]
+    base_name = re.search(r"^name: (\S+)", src, re.M).group(1)
+    out, skip = [], False
+    for line in src.splitlines():
+        if re.match(r"^\w", line):  # a top-level key ends a block
+            skip = line.startswith("wgmma_flash:")
+        if skip:
+            continue
+        if line.startswith("name:"):
+            line = f"name: {base_name}-{unit}-on-sm{arch}"
+        elif line.startswith("archs:"):
+            line = f"archs: [{arch}]"
+        elif line.startswith("resources:"):
+            line = re.search(r"^resources:.*$", device, re.M).group(0)
+        out.append(line)
+    f = tempfile.NamedTemporaryFile("w", suffix=f"-{unit}-on-sm{arch}.yml", delete=False)
+    f.write("\n".join(out) + "\n")
+    f.close()
+    return f.name
+
+
 def input_sets(n, B, Sq, Sk, Hq, Hkv, D, dtype):
     """n independent (q, k, v, o) BSHD sets: random Q, K, V (never zeros) and an
     uninitialised O, rotated over by the timing loops (beyond L2 for the large
@@ -144,8 +222,15 @@ def main():
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
                          "(flashgen_launch_spec); printed per shape, not in the table")
+    ap.add_argument("--unit", default="", choices=["", *UNIT_PROFILES],
+                    help="run this matrix unit's kernel (mma.sync) instead of the one the device's profile picks")
     args = ap.parse_args()
     lib_tiles = [t for t in args.tiles.split(",") if t]
+    if args.unit:
+        cap = torch.cuda.get_device_capability()
+        os.environ["FLASHGEN_PROFILE"] = unit_profile(args.unit, cap[0] * 10 + cap[1])
+        print(f"unit {args.unit}: FLASHGEN_PROFILE={os.environ['FLASHGEN_PROFILE']}")
+    fa4 = fa4_function()
 
     lib = load_lib(args.lib)
     base = load_lib(args.baseline) if args.baseline else None
@@ -158,7 +243,12 @@ def main():
         shapes = [SHAPES[3], SHAPES[0]]
     else:
         shapes = [SHAPES[int(i)] for i in args.shapes.split(",")]
-    dtypes = [{"f16": torch.float16, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(",")]
+    names = args.dtypes.split(",")
+    if args.unit and any(d not in UNIT_DTYPES[args.unit] for d in names):
+        print(f"note: --unit {args.unit} takes {'/'.join(UNIT_DTYPES[args.unit])} only; the other dtypes are left out",
+              file=sys.stderr)
+        names = [d for d in names if d in UNIT_DTYPES[args.unit]]
+    dtypes = [{"f16": torch.float16, "bf16": torch.bfloat16}[d] for d in names]
     masks = [{"none": False, "causal": True}[m] for m in args.masks.split(",")]
     rows = []
     failures = 0
@@ -211,6 +301,7 @@ def main():
                     res["base"] = flops / (t_base * 1e-3) / 1e12
                 else:
                     t_ours = median_ms(ours, idx, args.warmup, args.runs)
+                clock = sm_clock_mhz()
                 for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
                                       ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
                     def sdpa(i, backend=backend):
@@ -224,8 +315,19 @@ def main():
                         res[name] = None
                         print(f"  note: {name} backend n/a for B{B} H{Hq}/{Hkv} S{S} D{D} {dtype}: "
                               f"{str(e).splitlines()[0][:100]}", file=sys.stderr)
+                res["fa4"] = None
+                if fa4 is not None:
+                    def fa4_call(i):
+                        q, k, v, _ = sets[i]
+                        fa4(q, k, v, causal=causal)  # BSHD, GQA by K/V heads; S_q = S_k, so either alignment
+                    try:
+                        res["fa4"] = flops / (median_ms(fa4_call, idx, args.warmup, args.runs) * 1e-3) / 1e12
+                    except Exception as e:
+                        print(f"  note: fa4 n/a for B{B} H{Hq}/{Hkv} S{S} D{D} {dtype}: "
+                              f"{(str(e).splitlines() or [type(e).__name__])[0][:100]}", file=sys.stderr)
                 ours_tf = flops / (t_ours * 1e-3) / 1e12
                 ceiling = args.ceiling_f16 if dtype == torch.float16 else args.ceiling_bf16
+                res["clock"] = clock
                 rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
                              "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec.value.decode()))
                 r = rows[-1]
@@ -262,7 +364,8 @@ def main():
 
     print()
     print(f"{'shape (B, Hq/Hkv, S, D)':26} {'dtype':5} {'mask':6} {'ours':>7} {'flash':>7} {'cudnn':>7} "
-          f"{'effic.':>7} {'ours/flash':>10} {'% mma':>6}" + (f" {'base':>7} {'ours/base':>9}" if base else ""))
+          f"{'effic.':>7} {'fa4':>7} {'ours/flash':>10} {'ours/fa4':>8} {'ours/cudnn':>10} {'% mma':>6} {'% peak':>6} "
+          f"{'% clk':>6} {'MHz':>5}" + (f" {'base':>7} {'ours/base':>9}" if base else ""))
     below = []
     for (shape, dt, mask, ours_tf, res, ceiling, err, ok, spec) in rows:
         B, Hq, Hkv, S, D = shape
@@ -270,13 +373,22 @@ def main():
         pct = 100.0 * ours_tf / ceiling if ceiling else None
         if ratio is None or ratio < 1.2:
             below.append(shape)
+        vs = lambda n, w: f"{ours_tf / res[n]:{w}.2f}" if res.get(n) else " " * (w - 3) + "n/a"
+        clk = res.get("clock")
+        peak = f"{100.0 * ours_tf / PEAK_TFLOPS:5.1f}%"
+        at_clk = f"{100.0 * ours_tf / (PEAK_TFLOPS * clk / PEAK_MHZ):5.1f}%" if clk else "   n/a"
         print(f"({B}, {Hq}/{Hkv}, {S}, {D})".ljust(26) + f" {dt:5} {mask:6} {fmt(ours_tf)} {fmt(res.get('flash'))} "
-              f"{fmt(res.get('cudnn'))} {fmt(res.get('efficient'))} "
-              f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {(f'{pct:5.1f}%' if pct else '   n/a')}" +
+              f"{fmt(res.get('cudnn'))} {fmt(res.get('efficient'))} {fmt(res.get('fa4'))} "
+              f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {vs('fa4', 8)} {vs('cudnn', 10)} "
+              f"{(f'{pct:5.1f}%' if pct else '   n/a')} {peak} {at_clk} {(f'{clk:5.0f}' if clk else '  n/a')}" +
               (f" {fmt(res.get('base'))} {ours_tf / res['base']:9.3f}" if base else ""))
     print(f"\nmma.sync m16n8k16 ceiling measured in this run: f16 {args.ceiling_f16:.1f}, bf16 {args.ceiling_bf16:.1f} "
           f"TFLOP/s; TFLOP/s = 4*B*Hq*Sq*Sk*D (/2 causal) / median time")
     print(f"rows below 1.2x the flash backend: {len(below)} of {len(rows)}; output mismatches: {failures}")
+    n_fa4 = sum(1 for r in rows if r[4].get("fa4"))
+    print(f"rows below FlashAttention-4: {sum(1 for r in rows if r[4].get('fa4') and r[3] < r[4]['fa4'])} of {n_fa4}; "
+          f"below cuDNN: {sum(1 for r in rows if r[4].get('cudnn') and r[3] < r[4]['cudnn'])} of "
+          f"{sum(1 for r in rows if r[4].get('cudnn'))}; peak {PEAK_TFLOPS:.0f} TFLOP/s at {PEAK_MHZ:.0f} MHz")
     return 1 if failures else 0
 
 

@@ -6,6 +6,12 @@
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline).
+# FlashAttention-4 joins the tables when .anchor/whl (from
+# ../shared/anchors/fa4-carry.sh .anchor) is in this tree and
+# /tmp/libs-cu13.tar.xz on the machine: send .anchor/cdsl in a first command
+# that runs `cp .anchor/cdsl/libs-cu13.tar.xz /tmp/`, then this script, with
+# .anchor/whl, in the next command while the machine is still held.
+# bench.py's options pass through, e.g. `--unit m16n8k16` (the mma.sync kernel).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-$PWD/out}"
@@ -24,6 +30,15 @@ if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
       cmake --build "$BENCH_BASELINE_SRC/build" -j "$(nproc)" --target flashgen >/dev/null; } ||
     { echo "bench/run.sh: baseline build failed" >&2; exit 1; }
   baseline=(--baseline "$BENCH_BASELINE_SRC/build/libflashgen.so")
+fi
+if [[ -d .anchor/whl && -f /tmp/libs-cu13.tar.xz ]]; then
+  if [[ ! -d /tmp/site/flash_attn ]]; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .anchor/whl/*.whl &&
+      tar -xJf /tmp/libs-cu13.tar.xz -C /tmp/site || echo "bench/run.sh: FlashAttention-4 setup failed" >&2
+  fi
+  export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
+elif [[ -d .anchor/whl ]]; then
+  echo "bench/run.sh: .anchor/whl is here but /tmp/libs-cu13.tar.xz is not (send .anchor/cdsl first): no FlashAttention-4" >&2
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/bench-gpu.txt"
 for dt in f16 bf16; do
