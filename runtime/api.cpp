@@ -8,6 +8,8 @@
 #include <set>
 #include <mutex>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -723,13 +725,22 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
 
   if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
+  check_launch_limits(problem, s);
+  const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
+  FwdLaunch description(problem, s, num_m_blocks, num_m_blocks * problem.heads_q * problem.batch);
+  rt::launch_family(kernel, description, stream);
+}
+
+void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
+  if (is_empty_problem(problem)) return;
+  if (s.tile.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
   // The kernels count query rows and keys in 32 bits (with a tile's worth of headroom).
   constexpr int64_t kMaxSeqlen = 2147483647 - 256;
   if (problem.seqlen_q > kMaxSeqlen || problem.seqlen_k > kMaxSeqlen)
     throw InvalidArgument(fmt::format("launch: seqlen_q ({}) and seqlen_k ({}) must be at most 2^31 - 257 (the "
                                       "kernels count rows and keys in 32 bits); split the call",
                                       problem.seqlen_q, problem.seqlen_k));
-
   const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   // num_m_blocks * heads_q * batch without overflow.
   const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
@@ -739,8 +750,6 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
         "launch: the grid needs ceil(seqlen_q / block_m) * heads_q * batch = {} * {} * {} blocks, "
         "more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
         num_m_blocks, problem.heads_q, problem.batch));
-  FwdLaunch description(problem, s, num_m_blocks, num_m_blocks * problem.heads_q * problem.batch);
-  rt::launch_family(kernel, description, stream);
 }
 
 // ---- merge of attention states ---------------------------------------------------
@@ -893,33 +902,60 @@ int choose_splits(int64_t blocks, int64_t tiles, int64_t slots) {
 }
 
 // The library's workspace: one device buffer per (context, stream), grown to
-// the largest size asked for and kept (decode calls on one stream run in
-// order, so they may share it; calls on other streams get their own).
+// the largest size asked for and kept. Decode calls on one stream run in
+// order, so they may share it, provided each call enqueues its two launches
+// while it holds the slot (LeasedWorkspace): then another thread's decode on
+// the same stream (the legacy default stream included) cannot put its split
+// between them. The per-thread default stream is one handle that means
+// another stream in each thread, so it is keyed by thread too. Calls on other
+// streams get their own buffer.
 struct WorkspaceSlot {
+  std::mutex in_use;  // held from the buffer's lease to the second launch
   CUdeviceptr ptr = 0;
   int64_t bytes = 0;
+};
+struct WorkspaceKey {
+  CUcontext ctx;
+  CUstream stream;
+  std::thread::id thread;  // only for CU_STREAM_PER_THREAD (else a default id)
+  bool operator<(const WorkspaceKey& o) const {
+    return std::tie(ctx, stream, thread) < std::tie(o.ctx, o.stream, o.thread);
+  }
 };
 std::mutex& workspace_mutex() {
   static std::mutex m;
   return m;
 }
-std::map<std::pair<CUcontext, CUstream>, WorkspaceSlot>& workspaces() {
-  static auto* w = new std::map<std::pair<CUcontext, CUstream>, WorkspaceSlot>();  // never destroyed: the driver may be gone at exit
+std::map<WorkspaceKey, WorkspaceSlot>& workspaces() {
+  static auto* w = new std::map<WorkspaceKey, WorkspaceSlot>();  // never destroyed: the driver may be gone at exit
   return *w;
 }
 
-void* library_workspace(int64_t bytes, CUstream stream) {
+// A slot's buffer, held until the lease ends (after the decode's launches).
+struct LeasedWorkspace {
+  std::unique_lock<std::mutex> lease;
+  void* ptr = nullptr;
+};
+
+LeasedWorkspace library_workspace(int64_t bytes, CUstream stream) {
   const rt::Driver& d = rt::driver();
   CUcontext ctx = nullptr;
   rt::check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
-  std::lock_guard<std::mutex> lock(workspace_mutex());
-  WorkspaceSlot& slot = workspaces()[{ctx, stream}];
+  const bool per_thread = stream == CU_STREAM_PER_THREAD;
+  WorkspaceSlot* found = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(workspace_mutex());  // (map nodes stay where they are)
+    found = &workspaces()[WorkspaceKey{ctx, stream, per_thread ? std::this_thread::get_id() : std::thread::id{}}];
+  }
+  WorkspaceSlot& slot = *found;
+  LeasedWorkspace out{std::unique_lock<std::mutex>(slot.in_use), nullptr};
   if (slot.bytes < bytes) {
     if (slot.ptr != 0) {
       // Earlier calls on this stream may still read the old buffer.
       rt::check(d.cuStreamSynchronize(stream), "cuStreamSynchronize (before growing the decode workspace)");
       rt::check(d.cuMemFree(slot.ptr), "cuMemFree (decode workspace)");
-      slot = WorkspaceSlot{};
+      slot.ptr = 0;
+      slot.bytes = 0;
     }
     CUdeviceptr p = 0;
     rt::check(d.cuMemAlloc(&p, static_cast<size_t>(bytes)),
@@ -927,7 +963,8 @@ void* library_workspace(int64_t bytes, CUstream stream) {
     slot.ptr = p;
     slot.bytes = bytes;
   }
-  return reinterpret_cast<void*>(slot.ptr);
+  out.ptr = reinterpret_cast<void*>(slot.ptr);
+  return out;
 }
 
 // The decode plan fits the problem: its kernels are of the problem's class.
@@ -940,6 +977,18 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   if (dp.num_splits < 1 || dp.num_splits > kMaxDecodeSplits)
     throw InvalidArgument(fmt::format("decode: options.plan->num_splits ({}) must be in [1, {}]", dp.num_splits,
                                       kMaxDecodeSplits));
+  // Both kernels are valid for their arch's profile before the plan's tile
+  // enters any arithmetic (a caller may have edited the plan: block_m 0 ...).
+  for (const KernelSpec* k : {&s, &dp.combine}) {
+    const Profile& profile = profile_for_arch(k->arch);
+    const auto errors = validate(*k, profile);
+    if (errors.empty()) continue;
+    std::string why;
+    for (const auto& e : errors) why += "\n  - " + e;
+    throw InvalidArgument(fmt::format("decode: options.plan->{} ({}) is not a valid kernel for profile {}; make the "
+                                      "plan with plan_decode:{}",
+                                      k == &s ? "split" : "combine", k->canonical(), profile.name, why));
+  }
   auto field = [&](const char* name, const std::string& plan_value, const std::string& problem_value) {
     if (plan_value != problem_value)
       throw InvalidArgument(fmt::format("decode: options.plan->split.{} is {} but the problem's is {}: the plan is of "
@@ -1089,7 +1138,9 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
 
   Kernel ks = load_kernel(dp.split);
   Kernel kc = load_kernel(dp.combine);
-  void* ws = options.workspace != nullptr ? options.workspace : library_workspace(dp.workspace_bytes, stream);
+  LeasedWorkspace leased;  // the library's buffer, held through both launches
+  if (options.workspace == nullptr) leased = library_workspace(dp.workspace_bytes, stream);
+  void* ws = options.workspace != nullptr ? options.workspace : leased.ptr;
   float* const o_partial = static_cast<float*>(ws);
   const int64_t o_elems = int64_t{dp.num_splits} * problem.batch * problem.seqlen_q * problem.heads_q * problem.head_dim_v;
   float* const lse_partial = o_partial + o_elems;
@@ -1133,7 +1184,8 @@ bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) n
     if (gen::unit_traits(profile.matrix_unit.shape).warpgroup) return false;
     const auto& dts = profile.matrix_unit.operand_dtypes;
     if (std::find(dts.begin(), dts.end(), problem.dtype) == dts.end()) return false;
-    if (problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512) return false;
+    if (is_empty_problem(problem) || problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512)
+      return false;  // (nothing to run, or few keys)
     if (problem.mask == MaskKind::causal_top_left && problem.seqlen_q < 512) return false;  // few keys visible
     const int64_t g = problem.heads_q / problem.heads_kv;
     if (problem.seqlen_q > 64 / std::max<int64_t>(g, 1)) return false;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -363,6 +364,14 @@ int run_pregen(const PregenOptions& o) {
             spec = plan(to_problem(p), arch);
           }
           if (seen.insert(spec.canonical()).second) jobs.push_back(Job{spec, p.name});
+          // forward() runs few-row, long-key problems as a split-KV decode on a
+          // GPU with enough SMs (decode_preferred): their two kernels too (the
+          // split count is a launch argument, not part of the kernels).
+          if (!tile && decode_preferred(to_problem(p), arch, INT_MAX)) {
+            const DecodePlan dp = plan_decode(to_problem(p), arch, 1);
+            for (const KernelSpec* k : {&dp.split, &dp.combine})
+              if (seen.insert(k->canonical()).second) jobs.push_back(Job{*k, p.name});
+          }
         } catch (const Error& e) {
           planning_errors.push_back(fmt::format("sm_{} {}{}: {}", arch, p.str(), tile ? " tile " + tile->str() : "",
                                                 e.what()));
@@ -553,8 +562,16 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
     }
   }
   const KernelSpec spec = spec_with_tile(d, arch, *profile, t);
-  for (const std::string& s : validate(spec, *profile)) {
+  const auto spec_errors = validate(spec, *profile);
+  for (const std::string& s : spec_errors) {
     if (!repeats_problem_rule(s)) out.push_back("spec: " + s);
+  }
+  if (out.empty() && spec_errors.empty()) {  // what one launch covers (launch() refuses the rest)
+    try {
+      check_launch_limits(to_problem(d), spec);
+    } catch (const Error& e) {
+      out.push_back(e.what());
+    }
   }
   if (spec_out) *spec_out = spec;
   return out;

@@ -7,12 +7,13 @@
 // same run to run.
 //
 //   DecodePlan dp = flashgen::plan_decode(problem, arch, sm_count);
-//   std::vector<...> or cuMemAlloc(dp.workspace_bytes)   // once, reused
+//   cuMemAlloc(&ws, n = dp.workspace_bytes)   // device memory, once, reused
 //   flashgen::decode(problem, stream, {.plan = &dp, .workspace = ws, .workspace_bytes = n});
 // or flashgen::decode(problem, stream): plan for the current device and use
-// the library's workspace for the current context (allocated on first use and
-// when a larger one is needed, then kept: no allocation on later calls of the
-// same or a smaller size).
+// the library's workspace for the current context and stream (allocated on
+// first use and when a larger one is needed, then kept: no allocation on later
+// calls of the same or a smaller size; threads deciding on one stream take
+// turns enqueuing, and CU_STREAM_PER_THREAD gets one per thread).
 #pragma once
 
 #include <cstdint>
@@ -79,7 +80,8 @@ struct DecodeOptions {
   /// Device memory for the partials, 256-byte aligned, at least
   /// workspace_bytes of the plan (read and written by the call's kernels
   /// only; it may be reused once the stream has passed the call). nullptr:
-  /// the library's workspace for the current context. With a caller's
+  /// the library's workspace for the current context and stream (per thread
+  /// for CU_STREAM_PER_THREAD; kept until the process exits). With a caller's
   /// workspace the call allocates nothing and can be captured in a CUDA
   /// graph (the kernels must be loaded before capture: load_kernel).
   void* workspace = nullptr;
@@ -94,7 +96,8 @@ struct DecodeInfo {
 /// Run `problem` as a split-KV decode on `stream` (asynchronous). O (and LSE)
 /// as the forward writes them; the workspace holds the partials meanwhile.
 /// Throws InvalidArgument (the problem, the options: a workspace too small or
-/// misaligned, a plan of another problem class), Unsupported, CompileError,
+/// misaligned, a plan of another problem class or whose kernels are not valid
+/// for their arch's profile, e.g. an edited tile), Unsupported, CompileError,
 /// DriverError, Unavailable (no GPU).
 DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const DecodeOptions& options = {});
 

@@ -123,6 +123,14 @@ Kernel load_kernel(const KernelSpec& spec);
 /// Throws InvalidArgument / DriverError.
 void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stream);
 
+/// The limits of one forward launch of `spec` that check_problem does not
+/// know: seqlen_q and seqlen_k at most 2^31 - 257 (the kernels count rows and
+/// keys in 32 bits) and ceil(seqlen_q / block_m) * heads_q * batch at most
+/// 2^31 - 1 work items (a grid's x dimension). launch() checks them before
+/// any driver call; `flashgen explain` reports them. An empty problem
+/// (nothing to launch) passes. Throws InvalidArgument naming the numbers.
+void check_launch_limits(const AttentionProblem& problem, const KernelSpec& spec);
+
 /// What forward() did.
 struct ForwardInfo {
   KernelSpec spec;             ///< the forward kernel, or decode's fwd_split kernel

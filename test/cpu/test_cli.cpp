@@ -275,6 +275,23 @@ TEST_CASE("cli: explain a supported problem") {
   CHECK(contains(cached.out, "cached: " + work.path() + "/cache/" + spec.kernel_name() + "-"));
 }
 
+TEST_CASE("cli: explain reports what launch refuses: sequences past 2^31 - 257, grids past 2^31 - 1") {
+  TempDir work("flashgen-cli-explain-limits");
+  const auto env = base_env(work.path() + "/cache");
+  const Run keys =
+      run_cli({"explain", "--problem", "dtype=f16,seqlen_q=1,seqlen_k=4294967296,heads=1,head_dim=64", "--arch", "80"},
+              env);
+  INFO("stdout:\n", keys.out, "\nstderr:\n", keys.err);
+  CHECK(keys.rc == 1);
+  CHECK(contains(keys.out, "seqlen_k (4294967296) must be at most 2^31 - 257"));
+  const Run grid = run_cli({"explain", "--problem", "dtype=f16,batch=1048576,seqlen=4096,heads=1024,head_dim=64",
+                            "--arch", "80", "--sms", "108"},
+                           env);
+  INFO("stdout:\n", grid.out, "\nstderr:\n", grid.err);
+  CHECK(grid.rc == 1);
+  CHECK(contains(grid.out, "= 32 * 1024 * 1048576 blocks, more than the 2^31-1"));
+}
+
 TEST_CASE("cli: explain an unsupported problem: every broken rule and the nearest alternatives") {
   TempDir work("flashgen-cli-explain-bad");
   const auto env = base_env(work.path() + "/cache");
@@ -785,6 +802,27 @@ TEST_CASE("cli problems: an alias and a key it sets are refused together, in eit
   CHECK(contains(r.err, "key 'problems[0].seqlen_k' cannot be combined with key 'seqlen'"));
 }
 
+TEST_CASE("cli: pregen of a decode-shaped problem lists the split-KV kernels forward() runs, and the forward's") {
+  TempDir work("flashgen-cli-pregen-decode");
+  std::ofstream(work.path() + "/p.yml")
+      << "problems:\n  - {dtype: bf16, seqlen_q: 1, seqlen_k: 32768, heads_q: 32, heads_kv: 8, head_dim: 128}\n"
+         "  - {dtype: bf16, seqlen: 4096, heads_q: 32, heads_kv: 8, head_dim: 128}\n";
+  const Run r = run_cli({"pregen", "--arch", "90", "--problems", work.path() + "/p.yml", "--list"},
+                        base_env(work.path() + "/cache"));
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  CHECK(r.rc == 0);
+  const AttentionProblem dec = make_bshd_problem(DType::bf16, 1, 1, 32768, 32, 8, 128, 128, MaskKind::none,
+                                                 reinterpret_cast<const void*>(uintptr_t{0x1000}),
+                                                 reinterpret_cast<const void*>(uintptr_t{0x2000}),
+                                                 reinterpret_cast<const void*>(uintptr_t{0x3000}),
+                                                 reinterpret_cast<void*>(uintptr_t{0x4000}));
+  const DecodePlan dp = plan_decode(dec, 90, 132);
+  CHECK(contains(r.out, dp.split.canonical()));
+  CHECK(contains(r.out, dp.combine.canonical()));
+  CHECK(contains(r.out, "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=bf16,d=128"));
+  CHECK(lines(r.out).size() == 3);  // the prefill problem adds nothing: its forward spec is the same
+}
+
 TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate instead of wrapping") {
   Tile t;
   CHECK_FALSE(cli::parse_tile_text("--tile", "default", &t));
@@ -975,8 +1013,9 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   CHECK(m.padding_efficiency > 0.99);  // a causal block pads at most one diagonal block of keys
   TempDir work("flashgen-cli-huge");
   const Run r = run_cli({"explain", "--problem", huge, "--arch", "80", "--no-compile"}, base_env(work.path() + "/c"));
-  CHECK(r.rc == 0);
-  CHECK(contains(r.out, "8589934592 blocks"));
+  // The model answers, and explain says what launch() would: one launch covers seqlen up to 2^31 - 257.
+  CHECK(r.rc == 1);
+  CHECK(contains(r.out, "seqlen_q (1099511627776) and seqlen_k (1099511627776) must be at most 2^31 - 257"));
 }
 
 TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML") {

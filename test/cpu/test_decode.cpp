@@ -39,7 +39,7 @@ void check_cover(const AttentionProblem& p, const DecodePlan& dp, bool no_empty)
 
 }  // namespace
 
-TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits for two waves") {
+TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits by wave efficiency") {
   // The issue's B1 H32/8 Sk32768 D128 decode on a 132-SM sm_90.
   const AttentionProblem p = decode_problem(1, 32, 8, 1, 32768, 128);
   const DecodePlan dp = plan_decode(p, 90, 132);
@@ -152,6 +152,14 @@ TEST_CASE("decode: options are checked before anything launches") {
   other.combine.has_lse = true;
   o.plan = &other;
   CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("options.plan->combine"), InvalidArgument);
+  // An edited tile is refused before the plan enters any arithmetic (0 divided by before).
+  for (int which = 0; which < 3; ++which) {
+    other = dp;
+    (which == 0 ? other.split.tile.block_n : which == 1 ? other.split.tile.block_m : other.split.tile.warps) = 0;
+    o.plan = &other;
+    CAPTURE(which);
+    CHECK_THROWS_AS(decode(p, nullptr, o), InvalidArgument);
+  }
   if (!gpu_available()) {
     // Without a plan the current device is asked for: no GPU here.
     CHECK_THROWS_AS(decode(p, nullptr), Unavailable);
@@ -191,6 +199,7 @@ TEST_CASE("decode_preferred: forward() runs few-row, long-key problems as decode
   AttentionProblem bad = decode_problem(1, 32, 8, 1, 32768, 128);
   bad.heads_kv = 5;
   CHECK_FALSE(decode_preferred(bad, 90, 132));
+  CHECK_FALSE(decode_preferred(decode_problem(0, 32, 8, 1, 32768, 128), 90, 132));  // empty: nothing to run
 }
 
 TEST_CASE("decode: review findings (no heads, options before the device, other-class plans, causal splits)") {
