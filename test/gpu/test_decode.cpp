@@ -8,6 +8,8 @@
 // 2-16 query rows in both alignments (rows that see no key included), bias,
 // LSE, the caller's NaN-poisoned workspace and the library's.
 #include <limits>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "test/gpu/gpu_run.hpp"
@@ -101,9 +103,66 @@ std::vector<Case> poison_cases() {
   return v;
 }
 
+// Threads decoding at once with the library's workspace, on one shared stream
+// or each on CU_STREAM_PER_THREAD (one handle, a stream per thread): a call's
+// split and combine must not interleave with another call's on the same
+// buffer, or a combine merges another problem's partials. Each thread decodes
+// its own problem (sizes differ, so the shared buffer also grows) several
+// times; every output is then checked against its float64 reference.
+void run_concurrent(bool per_thread_stream) {
+  constexpr int kThreads = 4, kIters = 6;
+  std::vector<HostCase> hcs;
+  std::vector<std::unique_ptr<DeviceCase>> dcs;
+  for (int t = 0; t < kThreads; ++t) {
+    Case c = decode_case(t % 2 == 0 ? DType::bf16 : DType::f16, 1 + t % 2, 32, 8, 1, 2049 + 1024 * t, 128, 0, false);
+    hcs.push_back(make_host_case(c));
+    dcs.push_back(std::make_unique<DeviceCase>(hcs.back()));
+    dcs.back()->poison();
+  }
+  Stream shared;
+  std::vector<std::string> thread_error(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      try {
+        for (int it = 0; it < kIters; ++it)
+          (void)flashgen::decode(dcs[t]->problem, per_thread_stream ? CU_STREAM_PER_THREAD : shared.get());
+        if (per_thread_stream) rt::check(drv().cuStreamSynchronize(CU_STREAM_PER_THREAD), "cuStreamSynchronize");
+      } catch (const std::exception& e) {
+        thread_error[t] = e.what();
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  shared.sync();
+  rt::check(drv().cuCtxSynchronize(), "cuCtxSynchronize");
+  for (int t = 0; t < kThreads; ++t) {
+    CAPTURE(t);
+    CHECK(thread_error[t] == "");
+    const RefRows rr = reference(hcs[t]);
+    CaseResult res;
+    const std::vector<uint16_t> o_dev = dcs[t]->o.download<uint16_t>();
+    const std::vector<float> lse_dev = dcs[t]->lse.download<float>();
+    check_o_poison(hcs[t], rr, o_dev, res);
+    check_values(hcs[t], rr, o_dev, lse_dev, res);
+    std::string why;
+    for (const std::string& e : res.errors) why += "\n  " + e;
+    INFO(hcs[t].c.str(), why);
+    CHECK(res.ok);
+    CHECK(res.rows_checked > 0);
+  }
+  std::printf("== decode concurrent (%s): %d threads x %d calls, library workspace\n",
+              per_thread_stream ? "CU_STREAM_PER_THREAD" : "one stream", kThreads, kIters);
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
+
+FLASHGEN_GPU_TEST("decode: threads on one stream and on CU_STREAM_PER_THREAD share the library's workspace safely") {
+  run_concurrent(false);
+  run_concurrent(true);
+}
+
 
 FLASHGEN_GPU_TEST("decode: one query row, GQA packing, split counts 1..more than the key tiles") {
   run_group("decode shapes", shape_cases());
