@@ -850,6 +850,26 @@ int run_explain(const ExplainOptions& o) {
                            100.0 * m.padding_efficiency,
                            m.spill_bytes > 0 ? fmt::format(", spills {:.0f}%", 100.0 / (1.0 + m.spill_bytes / 64.0))
                                              : std::string()));
+  // forward() runs few-row, long-key problems as a split-KV decode instead
+  // (decode_preferred; it depends on the SM count): what that runs.
+  if (!tile) {
+    const AttentionProblem ap = to_problem(d);
+    const int sms = dev.sm_count > 0 ? dev.sm_count : 0;
+    if (decode_preferred(ap, arch, sms > 0 ? sms : INT_MAX)) {
+      try {
+        const DecodePlan dp = plan_decode(ap, arch, sms > 0 ? sms : 132);
+        row("decode", fmt::format("forward() runs this problem as a split-KV decode{}: {} splits of {} key tiles, "
+                                  "then the merge",
+                                  sms > 0 ? fmt::format(" on {} SMs", sms)
+                                          : " on a GPU with more SMs than its one-kernel grid fills (shown for 132)",
+                                  dp.num_splits, dp.tiles_per_split));
+        row("", "split   " + dp.split.canonical());
+        row("", "combine " + dp.combine.canonical());
+      } catch (const Error& e) {
+        row("decode", std::string("forward() would run it as a split-KV decode, which refuses it: ") + e.what());
+      }
+    }
+  }
   row("cache", cache_text);
   return 0;
 }

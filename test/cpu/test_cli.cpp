@@ -821,6 +821,20 @@ TEST_CASE("cli: pregen of a decode-shaped problem lists the split-KV kernels for
   CHECK(contains(r.out, dp.combine.canonical()));
   CHECK(contains(r.out, "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=bf16,d=128"));
   CHECK(lines(r.out).size() == 3);  // the prefill problem adds nothing: its forward spec is the same
+  // explain says so too, with the kernels and the split count for the SMs given.
+  const Run ex = run_cli({"explain", "--problem", "dtype=bf16,seqlen_q=1,seqlen_k=32768,heads_q=32,heads_kv=8,head_dim=128",
+                          "--arch", "90", "--no-compile", "--sms", "132"},
+                         base_env(work.path() + "/cache"));
+  INFO("explain:\n", ex.out, "\nstderr:\n", ex.err);
+  CHECK(ex.rc == 0);
+  CHECK(contains(ex.out, "split-KV decode on 132 SMs: " + std::to_string(dp.num_splits) + " splits"));
+  CHECK(contains(ex.out, "split   " + dp.split.canonical()));
+  CHECK(contains(ex.out, "combine " + dp.combine.canonical()));
+  const Run prefill = run_cli({"explain", "--problem", "dtype=bf16,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128",
+                               "--arch", "90", "--no-compile", "--sms", "132"},
+                              base_env(work.path() + "/cache"));
+  CHECK(prefill.rc == 0);
+  CHECK_FALSE(contains(prefill.out, "split-KV decode"));
 }
 
 TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate instead of wrapping") {
