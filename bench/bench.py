@@ -147,9 +147,10 @@ def unit_profile(unit, arch):
     of arch's profile; renamed, without wgmma rows. Returns its path."""
     pdir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "profiles")
     texts = {f[:-4]: open(os.path.join(pdir, f)).read() for f in os.listdir(pdir) if f.endswith(".yml")}
-    device = next((t for t in texts.values()
-                   if re.search(r"^archs: \[([^]]*)\]", t, re.M) and
-                   str(arch) in re.search(r"^archs: \[([^]]*)\]", t, re.M).group(1).replace(" ", "").split(",")), None)
+    def archs(t):
+        m = re.search(r"^archs: \[([^]]*)\]", t, re.M)
+        return m.group(1).replace(" ", "").split(",") if m else []
+    device = next((t for t in texts.values() if str(arch) in archs(t)), None)
     if device is None:
         raise SystemExit(f"--unit: no builtin profile lists sm_{arch}")
     # The device's own profile when its mma.sync unit is this one (hopper's m16n8k16 rows), else the unit's.

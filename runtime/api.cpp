@@ -721,20 +721,17 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
     throw InvalidArgument(
         "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
   rt::check_problem_matches_spec(problem, s);
-  if (s.tile.block_m <= 0)
-    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
-
-  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
   check_launch_limits(problem, s);
+  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
   const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   FwdLaunch description(problem, s, num_m_blocks, num_m_blocks * problem.heads_q * problem.batch);
   rt::launch_family(kernel, description, stream);
 }
 
 void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
-  if (is_empty_problem(problem)) return;
   if (s.tile.block_m <= 0)
     throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
+  if (is_empty_problem(problem)) return;
   // The kernels count query rows and keys in 32 bits (with a tile's worth of headroom).
   constexpr int64_t kMaxSeqlen = 2147483647 - 256;
   if (problem.seqlen_q > kMaxSeqlen || problem.seqlen_k > kMaxSeqlen)
@@ -967,8 +964,10 @@ LeasedWorkspace library_workspace(int64_t bytes, CUstream stream) {
   return out;
 }
 
-// The decode plan fits the problem: its kernels are of the problem's class.
-void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
+// A caller's plan (plan_decode validated its own): a fwd_split kernel, a
+// split count in range, and both kernels valid for their arch's profile
+// before the plan's tile enters any arithmetic (an edited plan: block_m 0 ...).
+void check_plan_valid(const DecodePlan& dp) {
   const KernelSpec& s = dp.split;
   if (s.family != KernelFamily::fwd_split)
     throw InvalidArgument(fmt::format("decode: options.plan->split.family is {}; a decode plan's split kernel is "
@@ -977,8 +976,6 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   if (dp.num_splits < 1 || dp.num_splits > kMaxDecodeSplits)
     throw InvalidArgument(fmt::format("decode: options.plan->num_splits ({}) must be in [1, {}]", dp.num_splits,
                                       kMaxDecodeSplits));
-  // Both kernels are valid for their arch's profile before the plan's tile
-  // enters any arithmetic (a caller may have edited the plan: block_m 0 ...).
   for (const KernelSpec* k : {&s, &dp.combine}) {
     const Profile& profile = profile_for_arch(k->arch);
     const auto errors = validate(*k, profile);
@@ -989,6 +986,11 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
                                       "plan with plan_decode:{}",
                                       k == &s ? "split" : "combine", k->canonical(), profile.name, why));
   }
+}
+
+// The decode plan fits the problem: its kernels are of the problem's class.
+void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
+  const KernelSpec& s = dp.split;
   auto field = [&](const char* name, const std::string& plan_value, const std::string& problem_value) {
     if (plan_value != problem_value)
       throw InvalidArgument(fmt::format("decode: options.plan->split.{} is {} but the problem's is {}: the plan is of "
@@ -1114,6 +1116,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   DecodeInfo info;
   if (options.plan != nullptr) {
     info.plan = *options.plan;
+    check_plan_valid(info.plan);
   } else {
     const DeviceInfo dev = current_device();
     info.plan = plan_decode(problem, dev.arch, dev.sm_count, options.num_splits);
