@@ -190,16 +190,25 @@ def input_sets(n, B, Sq, Sk, Hq, Hkv, D, dtype):
     return sets
 
 
+# GPU cycles of the spin kernel queued before each timed call (~100 us at the
+# H200's clocks): the host prepares the call (Python, ctypes, the library's or
+# PyTorch's launch work) while the GPU is still busy, so the events bracket
+# the call's device time only. Without it a call shorter than its host work
+# was timed with the GPU idle in between (decode and merge rows of 20-60 us).
+SPIN_CYCLES = 200_000
+
+
 def median_ms_pair(fns, sets, warmup, runs):
     """Medians of `runs` event-timed calls of each fn(set), the functions taking
     turns call by call (so a clock change hits them alike), rotating over the
-    input sets."""
+    input sets; each call queued behind a spin kernel (SPIN_CYCLES)."""
     for fn in fns:
         spin_up(fn, sets, warmup)
     ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
           for _ in fns]
     for i in range(runs):
         for f, fn in enumerate(fns):
+            torch.cuda._sleep(SPIN_CYCLES)
             ev[f][i][0].record()
             fn(sets[i % len(sets)])
             ev[f][i][1].record()

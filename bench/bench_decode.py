@@ -11,7 +11,7 @@ median_ms_pair: the systems take turns call by call), the inputs rotating over
 --sets independent sets (each set's K/V is larger than L2 for the big rows).
 Bandwidth = bytes of K and V read / time (Q and O are small).
 
-usage: bench_decode.py --lib build/libflashgen.so [--baseline other/libflashgen.so] [--runs 30] [--warmup 5] [--sets 3]
+usage: bench_decode.py --lib build/libflashgen.so [--baseline other/libflashgen.so[,another.so]] [--runs 30] [--warmup 5] [--sets 3]
                        [--dtypes bf16,f16] [--rows all|0,1,...]
 """
 import argparse
@@ -55,7 +55,9 @@ def main():
     ap.add_argument("--sets", type=int, default=3)
     ap.add_argument("--dtypes", default="bf16,f16")
     ap.add_argument("--rows", default="all")
-    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside --lib (its own splits)")
+    ap.add_argument("--baseline", default="",
+                    help="other libflashgen.so builds, comma-separated, timed beside --lib (each with its own splits; "
+                         "columns base, base2, ...)")
     args = ap.parse_args()
 
     def load_decode(path):
@@ -68,7 +70,9 @@ def main():
         return lib
 
     lib = load_decode(args.lib)
-    base = load_decode(args.baseline) if args.baseline else None
+    bases = [load_decode(b) for b in args.baseline.split(",") if b]
+    base_names = ["base" if k == 0 else f"base{k + 1}" for k in range(len(bases))]
+    base = bases[0] if bases else None
     props = torch.cuda.get_device_properties(0)
     arch = props.major * 10 + props.minor
     print(f"device {props.name} ({props.multi_processor_count} SMs), torch {torch.__version__}, runs {args.runs} "
@@ -127,9 +131,9 @@ def main():
             failures += 0 if ok else 1
             idx = list(range(len(sets)))
             fns, names = [ours], ["ours"]
-            if base is not None:
-                fns.append(decode_fn(base)[0])
-                names.append("base")
+            for bl, bn in zip(bases, base_names):
+                fns.append(decode_fn(bl)[0])
+                names.append(bn)
             peers = [(n, lambda i, b=b: sdpa(i, b))
                      for n, b in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION))]
             if fa4_func is not None:
@@ -157,7 +161,7 @@ def main():
 
     print()
     print(f"{'(B, Hq/Hkv, Sq, Sk, D)':30} {'dtype':5} {'splits':>6} {'ours us':>8} {'TB/s':>5} {'flash us':>8} "
-          f"{'cudnn us':>8} {'fa4 us':>8} {'ours/best':>9}" + (f" {'base us':>8} {'ours/base':>9}" if base else ""))
+          f"{'cudnn us':>8} {'fa4 us':>8} {'ours/best':>9}" + "".join(f" {bn + ' us':>8} {'ours/' + bn:>9}" for bn in base_names))
     slower = 0
     for (shape, dname, sp, times, kvb, err, ok) in table:
         B, Hq, Hkv, Sq, Sk, D, causal = shape
@@ -169,7 +173,7 @@ def main():
         print(f"({B}, {Hq}/{Hkv}, {Sq}, {Sk}, {D}){' c' if causal else ''}".ljust(30) +
               f" {dname:5} {sp:6d} {times['ours'] * 1e3:8.1f} {kvb / (times['ours'] * 1e-3) / 1e12:5.2f} {f('flash')} "
               f"{f('cudnn')} {f('fa4')} {(f'{ratio:9.2f}' if ratio else '      n/a')}" +
-              (f" {f('base')} {times['base'] / times['ours']:9.3f}" if base else ""))
+              "".join(f" {f(bn)} {times[bn] / times['ours']:9.3f}" for bn in base_names))
     print(f"\nrows slower than the fastest peer: {slower} of {len(table)}; output mismatches: {failures}")
     failures += bench_merge(lib, args)
     return 1 if failures else 0

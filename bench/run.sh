@@ -2,7 +2,8 @@
 # One device run: build libflashgen, measure the mma.sync m16n8k16 ceiling
 # (tools/mma_probe, f16 and bf16), then time our forward and PyTorch SDPA
 # (flash, cuDNN, efficient) on the same inputs (bench/bench.py). Logs under $OUT.
-#   usage: bench/run.sh [bench.py args...]   (BENCH_DECODE=1: + bench/bench_decode.py; BENCH_DECODE_ONLY=1: only it)
+#   usage: bench/run.sh [bench.py args...]   (BENCH_DECODE=1: + bench/bench_decode.py; BENCH_DECODE_ONLY=1: only it;
+#   BENCH_DECODE_ARGS: its arguments, e.g. "--runs 20 --rows 0,2")
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline).
@@ -22,14 +23,22 @@ if [[ ! -x build/tools/mma_probe || ! -f build/libflashgen.so ]]; then
   ./dev.sh test -N >/dev/null || { echo "bench/run.sh: build failed" >&2; exit 1; }
 fi
 baseline=()
+decode_baseline=()
 if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
+  # (several trees separated by ':' for bench_decode.py; bench.py takes the first)
   deps_args=()
   [[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
-  { cmake -S "$BENCH_BASELINE_SRC" -B "$BENCH_BASELINE_SRC/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-      -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
-      cmake --build "$BENCH_BASELINE_SRC/build" -j "$(nproc)" --target flashgen >/dev/null; } ||
-    { echo "bench/run.sh: baseline build failed" >&2; exit 1; }
-  baseline=(--baseline "$BENCH_BASELINE_SRC/build/libflashgen.so")
+  libs=()
+  IFS=: read -r -a trees <<<"$BENCH_BASELINE_SRC"
+  for tree in "${trees[@]}"; do
+    { cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
+        cmake --build "$tree/build" -j "$(nproc)" --target flashgen >/dev/null; } ||
+      { echo "bench/run.sh: baseline build of $tree failed" >&2; exit 1; }
+    libs+=("$tree/build/libflashgen.so")
+  done
+  baseline=(--baseline "${libs[0]}")
+  decode_baseline=(--baseline "$(IFS=,; echo "${libs[*]}")")
 fi
 if [[ -d .anchor/whl && -f /tmp/libs-cu13.tar.xz ]]; then
   if [[ ! -d /tmp/site/flash_attn ]]; then
@@ -54,7 +63,8 @@ fi
 # BENCH_DECODE=1: also the split-KV decode table (bench/bench_decode.py);
 # BENCH_DECODE_ONLY=1: only that.
 if [[ "${BENCH_DECODE:-0}" == 1 || "${BENCH_DECODE_ONLY:-0}" == 1 ]]; then
-  PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib build/libflashgen.so 2>&1 | tee "$OUT/bench-decode.log"
+  PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib build/libflashgen.so "${decode_baseline[@]}" ${BENCH_DECODE_ARGS:-} 2>&1 |
+    tee "$OUT/bench-decode.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
 exit "${rc:-0}"

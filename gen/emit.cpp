@@ -176,10 +176,13 @@ namespace {
 // only while the accumulators (S twice, O, and Q when it stays in registers)
 // fit in 160 of the 255 registers with head_dim_v <= 128, and without a bias
 // (whose loads need more); ptxas reports no spills for those (test_compile).
+// (A warp's S tile has block_n / key_warps keys.)
 bool qk_ahead(const KernelSpec& spec) {
-  const int slices = spec.tile.block_m / (16 * spec.tile.warps);
+  const int kw = spec.key_warps();
+  const int slices = spec.tile.block_m * kw / (16 * spec.tile.warps);
   const bool q_in_regs = spec.head_dim * slices <= 128;
-  const int regs = slices * (2 * spec.tile.block_n / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
+  const int regs =
+      slices * (2 * spec.tile.block_n / kw / 2 + spec.head_dim_v / 2 + (q_in_regs ? spec.head_dim / 4 : 0));
   return spec.bias == BiasKind::none && spec.head_dim_v <= 128 && regs <= 160;
 }
 
@@ -215,7 +218,7 @@ std::string emit_m16n8(const KernelSpec& spec) {
   slots["LOAD_Q"] = load_q_lines(qk);
   slots["LDSM_Q"] = per_chunk(qk, "  ", "fg_ldsm_q<{w}, {off}>(sQ + BLOCK_M * {off}, qf, qf8, warp, lane);");
   slots["QK"] = per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, qf8, s, warp, lane);");
-  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, s, o, lane, pm);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(sVc + BLOCK_N * {off}, s, o, warp, lane, pm);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");

@@ -30,15 +30,23 @@ std::string emit(const KernelSpec& spec);
 
 /// How a combine kernel splits its work (templates/combine.cu, which
 /// static_asserts the values the generator writes): row_lanes lanes of a warp
-/// own one (b, i, h) row (the power of two at least head_dim_v / 8, at most
-/// 32), each holding chunks_per_lane 8-element chunks; rows_per_block =
-/// threads / row_lanes rows per block and grid step.
+/// form a lane group (the power of two at least head_dim_v / 8, at most 32),
+/// each lane holding chunks_per_lane 8-element chunks of a row; rows_per_block
+/// = threads / row_lanes lane groups per block, which are the block's rows per
+/// grid step when each row has one group (state_groups 1).
 struct CombineShape {
   int row_lanes = 0;
   int chunks_per_lane = 0;
   int rows_per_block = 0;
 };
 CombineShape combine_shape(const KernelSpec& spec);
+/// Lane groups that share one row of a merge of `rows` rows of `num_states`
+/// states (CombineParams::state_groups): a power of two, at most
+/// shape.rows_per_block and at most num_states, doubled while the rows' lanes
+/// (rows * row_lanes * groups) number fewer than 65536, so that a merge of few
+/// rows still has enough loads in flight (each group takes every groups-th
+/// state; the row's groups add their sums in shared memory).
+int combine_state_groups(const CombineShape& shape, int64_t rows, int64_t num_states);
 
 /// The combine kernel (a merge of attention states) for a combine `spec`:
 /// self-contained source, extern "C" symbol spec.kernel_name(), block

@@ -26,6 +26,12 @@ CombineShape combine_shape(const KernelSpec& spec) {
   return c;
 }
 
+int combine_state_groups(const CombineShape& shape, int64_t rows, int64_t num_states) {
+  int g = 1;
+  while (g * 2 <= shape.rows_per_block && g * 2 <= num_states && rows * shape.row_lanes * g < 65536) g *= 2;
+  return g;
+}
+
 namespace {
 
 std::string combine_comment(const KernelSpec& spec, const CombineShape& c) {
@@ -36,8 +42,8 @@ std::string combine_comment(const KernelSpec& spec, const CombineShape& c) {
       "// arch:        sm_{}\n"
       "// operation:   merge of attention states (no matrix unit; f32 arithmetic)\n"
       "// partial O:   {}   merged O: {}   head_dim_v: {}   lse: {}\n"
-      "// work split:  {} lanes per row, {} chunk(s) of 8 elements per lane, {} rows per block\n"
-      "// launch:      grid (any; at most ceil(rows / {})), block ({}), one CombineParams by value\n",
+      "// work split:  {} lanes per group, {} chunk(s) of 8 elements per lane, {} groups per block\n"
+      "// launch:      grid (any; at most ceil(rows * state_groups / {})), block ({}), one CombineParams by value\n",
       kGeneratorVersion, spec.canonical(), spec.kernel_name(), spec.arch, to_string(spec.partial_dtype),
       to_string(spec.out_dtype), spec.head_dim_v, spec.has_lse ? "yes" : "no", c.row_lanes, c.chunks_per_lane,
       c.rows_per_block, c.rows_per_block, spec.threads());
@@ -56,7 +62,7 @@ std::string emit_combine(const KernelSpec& spec) {
       "\nconstexpr int THREADS = {};\n"
       "constexpr int ROW_LANES = {};        // lanes per row (a power of two, at most 32)\n"
       "constexpr int CHUNKS_PER_LANE = {};  // 8-element chunks of head_dim_v per lane\n"
-      "constexpr int ROWS_PER_BLOCK = {};  // THREADS / ROW_LANES",
+      "constexpr int ROWS_PER_BLOCK = {};  // THREADS / ROW_LANES: lane groups per block (rows, state_groups = 1)",
       spec.threads(), c.row_lanes, c.chunks_per_lane, c.rows_per_block);
   slots["KERNEL_NAME"] = spec.kernel_name();
   std::string src = combine_comment(spec, c);

@@ -47,7 +47,8 @@
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *
-// seqlen_q * heads; row r is (b, i, h) with r = (b * seqlen_q + i) * heads + h.
+// seqlen_q * heads; row r is (b, i, h) with r = (b * seqlen_q + i) * heads + h;
+// state_groups: lane groups per row (gen::combine_state_groups).
 // X(type_host, type_device, name)
 #define FLASHGEN_COMBINE_PARAMS(X)                              \
   X(const void*, const void*, o_partial)                        \
@@ -70,7 +71,8 @@
   X(int64_t, long long, num_states)                             \
   X(int64_t, long long, seqlen_q)                               \
   X(int64_t, long long, heads)                                  \
-  X(int64_t, long long, rows)
+  X(int64_t, long long, rows)                                   \
+  X(int64_t, long long, state_groups)
 
 namespace flashgen::detail {
 

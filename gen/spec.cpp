@@ -436,6 +436,12 @@ int KernelSpec::threads() const {
   return t > INT32_MAX ? INT32_MAX : t < INT32_MIN ? INT32_MIN : static_cast<int>(t);
 }
 
+int KernelSpec::key_warps() const {
+  if (tile.warps <= 0 || tile.block_m <= 0) return 0;
+  if (family != KernelFamily::fwd_split || tile.block_m >= 16 * int64_t{tile.warps}) return 1;
+  return static_cast<int>(16 * int64_t{tile.warps} / tile.block_m);
+}
+
 int64_t KernelSpec::smem_bytes() const {
   // Q tile (reused to stage O, hence max of both head dims) + per stage one K
   // and one V tile.
@@ -451,7 +457,13 @@ int64_t KernelSpec::smem_bytes() const {
   }
   // Aligned tiles (wgmma: their swizzle acts on address bits) may skip up to
   // smem_align bytes at the start of the dynamic shared memory.
-  return sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
+  const int64_t tiles = sat_add(sat_mul(dtype_bytes(dtype), sat_add(q_elems, kv_elems)), u.smem_align);
+  // Key-split warps merge their states through shared memory after the key
+  // loop (templates/fwd_m16n8.cu, MERGE_BYTES): each warp's LSE and O rows,
+  // rows padded by 8 floats.
+  const int kw = key_warps();
+  if (kw <= 1) return tiles;
+  return std::max(tiles, sat_mul(sat_mul(int64_t{4} * kw, tile.block_m), sat_add(int64_t{head_dim_v}, int64_t{9})));
 }
 
 std::string KernelSpec::canonical() const {
@@ -682,7 +694,23 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
   if (!warps_ok) {
     add(fmt::format("warps ({}) must be in [1, {}].", spec.tile.warps, kMaxWarps));
   }
-  {
+  const bool key_split = spec.family == KernelFamily::fwd_split && u.key_split_warps && warps_ok &&
+                         spec.tile.block_m > 0 && spec.tile.block_m < 16 * spec.tile.warps;
+  if (key_split) {
+    // Few packed rows: warps that share 16 rows split each key tile.
+    const int kw = spec.tile.block_m % 16 == 0 && (16 * spec.tile.warps) % spec.tile.block_m == 0
+                       ? 16 * spec.tile.warps / spec.tile.block_m
+                       : 0;
+    if (kw == 0 || (kw & (kw - 1)) != 0) {
+      add(fmt::format("block_m ({}) below 16 * warps ({}) splits each key tile over 16 * warps / block_m warps "
+                      "(fwd_split): block_m must be a multiple of 16 that divides 16 * warps by a power of two.",
+                      spec.tile.block_m, 16 * spec.tile.warps));
+    } else if (spec.tile.block_n > 0 && spec.tile.block_n % (16 * kw) != 0) {
+      add(fmt::format("block_n ({}) must be a multiple of 16 * {} when block_m ({}) and warps ({}) split each key "
+                      "tile over {} warps (fwd_split: whole k16 steps of keys per warp).",
+                      spec.tile.block_n, kw, spec.tile.block_m, spec.tile.warps, kw));
+    }
+  } else {
     // With an invalid warp count, only the part of the rule that does not
     // depend on it is checked (the warps sentence already explains the rest).
     const int multiple = warps_ok ? 16 * spec.tile.warps : 16;
@@ -730,7 +758,9 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
         smem,
         u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
                                         u.smem_align, u.smem_align, unit_name)
-                          : std::string(),
+        : spec.key_warps() > 1 ? fmt::format(", or the key warps' merge, 4 * {} * block_m * (head_dim_v + 9), if more",
+                                             spec.key_warps())
+                               : std::string(),
         profile.name, profile.smem_per_block));
   }
   return errors;

@@ -69,6 +69,10 @@ struct UnitTraits {
   bool warpgroup;
   /// The profile key of its default tiles: "flash" or "wgmma_flash".
   std::string_view tile_list;
+  /// The split-KV forward may give each key tile to several warps that hold
+  /// the same 16 rows (fwd_split with block_m < 16 * warps; its rows are few):
+  /// the m16n8 units, whose kernel merges the warps' states at the end.
+  bool key_split_warps;
 };
 
 /// The traits of `unit`. Throws Error(internal) for a value outside the enum.

@@ -1,6 +1,7 @@
 // The public C++ API (include/flashgen/flashgen.hpp): plan, generate, compile,
 // load_kernel, launch, forward.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -645,7 +646,8 @@ class FwdLaunch final : public rt::FamilyLaunch {
 };
 
 // The combine family: one CombineParams by value; the block strides over the
-// rows, so the grid is ceil(rows / rows_per_block) capped at the x limit.
+// rows, state_groups lane groups per row, so the grid is ceil(rows /
+// (rows_per_block / state_groups)) capped at the x limit.
 class CombineLaunch final : public rt::FamilyLaunch {
  public:
   CombineLaunch(const MergeProblem& p, const KernelSpec& s) {
@@ -671,7 +673,9 @@ class CombineLaunch final : public rt::FamilyLaunch {
     params_.heads = p.heads;
     // check_merge_problem bounded every byte offset, so the row count fits.
     params_.rows = p.batch * p.seqlen_q * p.heads;
-    const int64_t per_block = gen::combine_shape(s).rows_per_block;
+    const gen::CombineShape shape = gen::combine_shape(s);
+    params_.state_groups = gen::combine_state_groups(shape, params_.rows, p.num_states);
+    const int64_t per_block = shape.rows_per_block / params_.state_groups;
     grid_ = std::min<int64_t>((params_.rows + per_block - 1) / per_block, kMaxGridX);
     args_[0] = &params_;
   }
@@ -860,7 +864,7 @@ int64_t split_blocks(const AttentionProblem& p, const KernelSpec& s) {
 // Blocks of the split kernel an SM holds, estimated before it is compiled: by
 // its shared memory (+1 KiB the driver reserves per block), its threads, and
 // its registers counted as 256 per thread (the mma.sync forward kernels use
-// 200-255); at least 1.
+// 190-255, the key-split ones about 200); at least 1.
 int split_blocks_per_sm(const KernelSpec& s, const Profile& profile) {
   const int64_t threads = s.threads();
   int64_t per_sm = profile.smem_per_sm / (s.smem_bytes() + 1024);
@@ -871,8 +875,9 @@ int split_blocks_per_sm(const KernelSpec& s, const Profile& profile) {
 
 // Splits for `blocks` blocks per split over `tiles` key tiles with `slots`
 // blocks resident at once (SMs x blocks per SM). Decode is memory-bound: what
-// costs is a last wave that leaves SMs idle. With at least 0.8 of a wave of
-// blocks unsplit, 1. Otherwise every split count up to min(tiles, 128) that
+// costs is a last wave that leaves SMs idle. When the unsplit grid's waves
+// are at least 0.8 full (blocks over the slots of the waves it takes), 1.
+// Otherwise every split count up to min(tiles, 128) that
 // changes the tiles per split is scored by its wave efficiency (blocks over the
 // slots of the waves it takes), and the fewest splits within 0.95 of the best
 // are used (fewer partials to write and merge); then the count is trimmed to an
@@ -881,13 +886,13 @@ int split_blocks_per_sm(const KernelSpec& s, const Profile& profile) {
 int choose_splits(int64_t blocks, int64_t tiles, int64_t slots) {
   blocks = std::max<int64_t>(blocks, 1);
   slots = std::max<int64_t>(slots, 1);
-  if (tiles <= 1 || blocks >= slots || blocks * 5 >= slots * 4) return 1;
+  auto efficiency = [&](int64_t n) {
+    const double b = static_cast<double>(blocks) * static_cast<double>(n);
+    return b / (std::ceil(b / static_cast<double>(slots)) * static_cast<double>(slots));
+  };
+  if (tiles <= 1 || efficiency(1) >= 0.8) return 1;
   const int64_t cap = std::min<int64_t>(kMaxDecodeSplits, tiles);
   auto per = [&](int64_t n) { return (tiles + n - 1) / n; };
-  auto efficiency = [&](int64_t n) {
-    const int64_t b = blocks * n;
-    return static_cast<double>(b) / static_cast<double>((b + slots - 1) / slots * slots);
-  };
   double best = 0;
   for (int64_t n = 1; n <= cap; ++n)
     if (n == 1 || per(n) != per(n - 1)) best = std::max(best, efficiency(n));
@@ -1057,6 +1062,20 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
     throw InvalidArgument(fmt::format("plan_decode: seqlen_q * pack = {} * {} must fit an int32 (decode packs the "
                                       "query heads of a GQA group as rows); split the query rows into smaller calls",
                                       problem.seqlen_q, s.pack));
+  // Fewer packed rows than the tile has: the smallest power-of-two row block
+  // of 16 or more, and the warps left over split each key tile (key_warps:
+  // the tensor work per K/V byte shrinks with the rows computed).
+  const int64_t rows = problem.seqlen_q * s.pack;
+  if (gen::unit_traits(unit).key_split_warps && rows < s.tile.block_m) {
+    int bm = 16;
+    while (bm < rows) bm *= 2;
+    int kw = 16 * s.tile.warps / bm;
+    while (kw > 1 && s.tile.block_n % (16 * kw) != 0) kw /= 2;
+    if (kw > 1) {  // (a key tile too narrow to split keeps the profile's rows per warp)
+      s.tile.warps = kw * bm / 16;
+      s.tile.block_m = bm;
+    }
+  }
   require_valid(s, profile);
   KernelSpec& c = dp.combine;
   c.family = KernelFamily::combine;

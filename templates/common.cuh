@@ -18,6 +18,13 @@ struct FgBool {
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
+// ---- merging attention states (docs/design.md, "Merging attention states") ----
+// max that propagates NaN: once either operand is NaN, so is the result.
+FG_DEVICE float fg_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+// Weight e^(lse - m) of a state with log-sum-exp `lse` against the states'
+// NaN-propagating max m (finite or +inf); 0 for a state that saw no key (lse = -inf).
+FG_DEVICE float fg_state_weight(float lse, float m) { return lse != fg_neg_inf() ? expf(lse - m) : 0.0f; }
+
 // Generic -> shared state space address (PTX ISA: cvta).
 FG_DEVICE u32 fg_smem_addr(const void* p) {
   u32 r;

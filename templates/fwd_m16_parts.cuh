@@ -5,8 +5,14 @@
 // accumulator tile are c0,c1 = (row g, columns 2t, 2t+1), c2,c3 = (row g+8, same
 // columns), g = lane / 4, t = lane % 4.)
 // Each template defines before this: THREADS, BLOCK_M, BLOCK_N, M_SLICES (16-row
-// slices per warp), NT (n8 tiles of S per slice), OT (n8 tiles of O per slice),
-// IS_BF16, ASYNC_COPY, MASK, BIAS_KIND, HAS_LSE.
+// slices per warp), KEY_WARPS (warps that share rows and split each key tile,
+// 1 but in the mma.sync fwd_split kernel), BN_W (keys of a tile per warp,
+// BLOCK_N / KEY_WARPS), NT (n8 tiles of S per slice, BN_W / 8), OT (n8 tiles
+// of O per slice), IS_BF16, ASYNC_COPY, MASK, BIAS_KIND, HAS_LSE.
+
+// Warp `warp`'s first block row, and its first key of each key tile.
+FG_DEVICE int fg_warp_row0(int warp) { return warp / KEY_WARPS * (M_SLICES * 16); }
+FG_DEVICE int fg_warp_key0(int warp) { return warp % KEY_WARPS * BN_W; }
 
 FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
@@ -137,7 +143,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = (warp * M_SLICES + ms) * 16 + g + 8 * r;
+      const int row = fg_warp_row0(warp) + ms * 16 + g + 8 * r;
       if (row < blk.rows_valid) {
         const int qi = fg_row_q(blk, row);
         float* const dst = p.o_partial +
@@ -159,7 +165,7 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
-    const int row0 = (warp * M_SLICES + ms) * 16 + g;
+    const int row0 = fg_warp_row0(warp) + ms * 16 + g;
 #pragma unroll
     for (int nt = 0; nt < W / 8; ++nt) {
       const float* c = o[ms][OFF / 8 + nt];
@@ -283,16 +289,34 @@ struct FgFragM16 {
 FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
                           float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
                           float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
-  fg_bias_mask<FgFragM16>(p, blk, j, warp * M_SLICES * 16 + g, 2 * t, s);
+  fg_bias_mask<FgFragM16>(p, blk, j, fg_warp_row0(warp) + g, fg_warp_key0(warp) + 2 * t, s);
   fg_online_softmax<FgFragM16>(s, row_max, row_sum, corr);
 }
 FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, int g, int t,
                               const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
                               float (&inv)[M_SLICES][2]) {
-  fg_finish_rows<FgFragM16>(p, blk, warp * M_SLICES * 16 + g, t == 0, row_max, row_sum, inv);
+  fg_finish_rows<FgFragM16>(p, blk, fg_warp_row0(warp) + g, t == 0, row_max, row_sum, inv);
 }
-FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+// The causal mask's cut of key tile j for this warp's rows, in the warp's keys
+// (fg_pv_mask's tile-relative keys less fg_warp_key0, within [0, BN_W]).
+FG_DEVICE FgPvMask fg_pv_mask_warp(const FgBlock& blk, int j, int warp) {
+  const int row0 = fg_warp_row0(warp);
+  FgPvMask m = fg_pv_mask<BLOCK_N>(blk, j, row0, row0 + M_SLICES * 16 - 1);
+  if (KEY_WARPS > 1) {
+    const int k0 = fg_warp_key0(warp);
+    m.band_from = max(0, min(BN_W, m.band_from - k0));
+    m.skip_from = max(0, min(BN_W, m.skip_from - k0));
+    m.bad_key = BN_W;
+  }
+  return m;
+}
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int warp, int g,
                             float (&row_sum)[M_SLICES][2]) {
-  fg_pv_poison<FgFragM16>(m, blk, j, row0 + g, row_sum);
+  if (KEY_WARPS == 1) {
+    fg_pv_poison<FgFragM16>(m, blk, j, fg_warp_row0(warp) + g, row_sum);
+  } else {
+    const int k = fg_pv_bad_key<BN_W>(m);
+    if (k < BN_W) fg_poison_rows<FgFragM16>(blk, j, fg_warp_row0(warp) + g, fg_warp_key0(warp) + k, row_sum);
+  }
 }
 

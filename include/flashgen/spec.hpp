@@ -61,8 +61,18 @@ struct KernelSpec {
   /// validate() says which are allowed). Throws Error(internal) for a unit
   /// outside the MatrixUnit enumerators.
   int threads() const;
+  /// Warps that hold the same query rows and split each key tile between
+  /// them: 16 * warps / block_m for a fwd_split kernel with block_m < 16 *
+  /// warps (decode with few packed rows: each warp takes block_n / key_warps
+  /// keys of a tile, and the block merges the warps' states before writing
+  /// its split's partial O and LSE); 1 otherwise (each warp owns block_m /
+  /// warps rows of the whole tile). 0 where the tile is not valid (warps or
+  /// block_m not positive).
+  int key_warps() const;
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
-  /// for the wgmma unit (its tiles are aligned to 1024 bytes); combine: 0.
+  /// for the wgmma unit (its tiles are aligned to 1024 bytes); with
+  /// key_warps() > 1 at least the merge's 4 * key_warps * block_m *
+  /// (head_dim_v + 9) bytes (it reuses the tiles' memory); combine: 0.
   int64_t smem_bytes() const;
 
   /// Canonical string: the family's versioned tag, then every field in fixed

@@ -85,7 +85,9 @@ StateDType parse_state_dtype(std::string_view text, std::string_view what = "dty
 /// states them, one sentence per broken rule.
 struct Tile {
   int block_m = 0;  ///< query rows per thread block: a positive multiple of 16 * warps, at most 256
-                    ///< (wgmma: exactly 16 * warps, 64 query rows per consumer warpgroup)
+                    ///< (wgmma: exactly 16 * warps, 64 query rows per consumer warpgroup; fwd_split on
+                    ///< the m16n8 units may also be 16 * warps / k, k a power of two: k warps share
+                    ///< 16 rows and split each key tile, KernelSpec::key_warps)
   int block_n = 0;  ///< keys per pipeline step: a positive multiple of 16, at most 256 (wgmma with warps 4: 192)
   int warps = 0;    ///< warps per block, [1, 16] (wgmma: the consumer warps, 4 or 8; the kernel adds a
                     ///< 4-warp producer warpgroup); each warp owns block_m / warps query rows

@@ -17,7 +17,8 @@
 //   B. every arch x head_dim in {96, 256} x all 18 (mask, bias, lse)
 //      combinations, dtype alternating over the profile's dtypes;
 //   C. the split-KV forward (fwd_split) on every arch with the profile's
-//      mma.sync unit: head dims 64, 128, 256 x pack 1, 4, 16 x its dtypes.
+//      mma.sync unit: head dims 64, 128, 256 x pack 1, 4, 16 x its dtypes,
+//      and for pack 4 the decode planner's key-split tile (16 rows).
 // sm_70 compiles with an NVRTC of CUDA 12 (CUDA 13's refuses sm_70; see
 // runtime/nvrtc.hpp); without one on the machine its part is skipped with a
 // message saying so. The Blackwell archs need NVRTC 12.9 or later (12.8 has
@@ -234,6 +235,24 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
           REQUIRE(problems.empty());
           if (seen.insert(s.canonical()).second) {
             jobs.push_back({s});
+            ++split_jobs;
+          }
+          // pack 4: also the decode planner's tile for one query row (4 packed
+          // rows: 16-row blocks whose warps split each key tile on the m16n8
+          // units, at 3 blocks per SM).
+          if (pack != 4) continue;
+          const AttentionProblem pr = make_bshd_problem(
+              dt, 1, 1, 4096, 32, 8, d, d, c.mask, reinterpret_cast<const void*>(uintptr_t{0x100000}),
+              reinterpret_cast<const void*>(uintptr_t{0x200000}), reinterpret_cast<const void*>(uintptr_t{0x300000}),
+              reinterpret_cast<void*>(uintptr_t{0x400000}));
+          KernelSpec k = plan_decode(pr, arch, 100).split;
+          k.bias = c.bias;
+          k.has_lse = c.lse;
+          CHECK(k.key_warps() == (profile.matrix_unit.shape == MatrixUnit::m8n8k4 ? 1 : std::min(4, k.tile.block_n / 16)));
+          INFO("spec ", k.canonical());
+          REQUIRE(validate(k, profile).empty());
+          if (seen.insert(k.canonical()).second) {
+            jobs.push_back({k});
             ++split_jobs;
           }
         }

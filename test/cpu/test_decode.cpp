@@ -46,7 +46,11 @@ TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits by wave e
   CHECK(dp.split.family == KernelFamily::fwd_split);
   CHECK(dp.split.unit == MatrixUnit::m16n8k16);
   CHECK(dp.split.pack == 4);  // the 4 query heads of a group share a tile
-  CHECK(dp.split.tile.block_m == 16 * dp.split.tile.warps);
+  // 4 packed rows: one 16-row block whose 4 warps split each key tile of 64.
+  CHECK(dp.split.tile.block_m == 16);
+  CHECK(dp.split.tile.warps == 4);
+  CHECK(dp.split.tile.block_n == 64);
+  CHECK(dp.split.key_warps() == 4);
   CHECK(validate(dp.split, profile_for_arch(90)).empty());
   CHECK(dp.combine.family == KernelFamily::combine);
   CHECK(dp.combine.partial_dtype == StateDType::f32);
@@ -70,10 +74,18 @@ TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits by wave e
   // 64 blocks unsplit: 4 splits fill one wave of 264 (256 blocks); 5 would
   // leave a second wave 21% full.
   CHECK(plan_decode(decode_problem(8, 32, 8, 1, 16384, 128), 90, 132).num_splits == 4);
-  // 512 blocks unsplit (B64 H32/8): no split. D256 (96 KiB of shared memory, two
-  // blocks per SM), 128 blocks: 2 splits fill one wave.
+  // 512 blocks unsplit (B64 H32/8): two waves 0.97 full, no split. 600 blocks
+  // (B75): three waves 0.76 full, so 3 splits (1800 blocks in seven waves, 0.97).
+  CHECK(plan_decode(decode_problem(75, 32, 8, 1, 4096, 128), 90, 132).num_splits == 3);
   CHECK(plan_decode(decode_problem(64, 32, 8, 1, 4096, 128), 90, 132).num_splits == 1);
-  CHECK(plan_decode(decode_problem(8, 16, 16, 1, 16384, 256), 90, 132).num_splits == 2);
+  // D256 (bn 32): two warps split each tile of one 16-row block, 72 KiB of
+  // shared memory, three blocks per SM: 3 splits of 128 blocks fill one wave
+  // of 396 (384 blocks).
+  const DecodePlan d256 = plan_decode(decode_problem(8, 16, 16, 1, 16384, 256), 90, 132);
+  CHECK(d256.split.tile.block_m == 16);
+  CHECK(d256.split.tile.warps == 2);
+  CHECK(d256.split.key_warps() == 2);
+  CHECK(d256.num_splits == 3);
   // Many blocks already: no split.
   const AttentionProblem wide = decode_problem(64, 32, 32, 16, 256, 64);
   CHECK(plan_decode(wide, 90, 132).num_splits == 1);
@@ -82,6 +94,54 @@ TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits by wave e
   CHECK(t.split.unit == MatrixUnit::m16n8k8);
   CHECK(t.split.mask == MaskKind::causal_bottom_right);
   check_cover(decode_problem(2, 16, 2, 4, 1000, 96, DType::f16), t, true);
+}
+
+TEST_CASE("decode plan: the row block follows the packed rows; key-split tiles and their rules") {
+  const Profile& hopper = profile_for_arch(90);
+  // rows = seqlen_q * pack: 1..16 -> 16 rows, 4 key warps; 17..32 -> 32 rows, two
+  // row groups of 2 key warps; more -> the profile's 64 rows, 1 key warp.
+  struct R {
+    int64_t hq, hkv, sq;
+    int bm, w, kw;
+  };
+  for (const R& r : {R{32, 32, 1, 16, 4, 4}, R{32, 8, 4, 16, 4, 4}, R{64, 8, 2, 16, 4, 4}, R{32, 8, 8, 32, 4, 2},
+                     R{32, 8, 16, 64, 4, 1}, R{16, 1, 1, 16, 4, 4}}) {
+    const DecodePlan dp =
+        plan_decode(decode_problem(2, r.hq, r.hkv, r.sq, 4096, 128, DType::bf16, MaskKind::causal_bottom_right), 90, 132);
+    CAPTURE(dp.split.canonical());
+    CHECK(dp.split.tile.block_m == r.bm);
+    CHECK(dp.split.tile.warps == r.w);
+    CHECK(dp.split.key_warps() == r.kw);
+    CHECK(validate(dp.split, hopper).empty());
+    // The merge reuses the tiles' shared memory: it never needs more here.
+    CHECK(dp.split.smem_bytes() == 2 * (r.bm * 128 + 2 * 64 * 256));
+  }
+  // Volta's m8n8k4 kernel has no key-split warps: its rows stay 16 per warp.
+  const DecodePlan volta = plan_decode(decode_problem(1, 32, 8, 1, 4096, 128, DType::f16), 70, 80);
+  CHECK(volta.split.tile.block_m == 16 * volta.split.tile.warps);
+  CHECK(volta.split.key_warps() == 1);
+
+  KernelSpec s = plan_decode(decode_problem(1, 32, 8, 1, 4096, 128), 90, 132).split;
+  s.tile.block_n = 48;  // 4 key warps need whole k16 steps each: a multiple of 64
+  CHECK_FALSE(validate(s, hopper).empty());
+  CHECK(validate(s, hopper)[0].find("block_n (48) must be a multiple of 16 * 4") != std::string::npos);
+  s.tile.block_n = 64;
+  s.tile.block_m = 48;  // 64 / 48 warps: not a power of two
+  CHECK(validate(s, hopper)[0].find("block_m (48) below 16 * warps (64)") != std::string::npos);
+  s.tile.block_m = 16;
+  s.family = KernelFamily::fwd;  // the forward family has no key-split warps
+  s.pack = 1;
+  CHECK(validate(s, hopper)[0].find("block_m (16) must be a positive multiple of 16 * warps (64)") != std::string::npos);
+  CHECK(s.key_warps() == 1);
+  s.family = KernelFamily::fwd_split;
+  s.tile.warps = 0;
+  CHECK(s.key_warps() == 0);
+  // A merge larger than the tiles sets the shared memory: 1 stage of 16 keys at d 16, dv 256.
+  KernelSpec m = plan_decode(decode_problem(1, 32, 8, 1, 4096, 16), 90, 132).split;
+  m.head_dim_v = 256;
+  m.tile = Tile{16, 64, 4, 1};
+  CHECK(m.key_warps() == 4);
+  CHECK(m.smem_bytes() == 4 * 4 * 16 * (256 + 9));
 }
 
 TEST_CASE("decode plan: an explicit num_splits is used as given; refusals name the argument") {

@@ -33,6 +33,9 @@ const char* const kGoldenSpecs[] = {
     "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=64,bn=64,w=4,s=2,pack=4,mask=causalbr,bias=none,lse=1",
     "flashgen.fwd_split.v1:sm=75,unit=m16n8k8,dtype=f16,d=96,dv=64,bm=64,bn=64,w=4,s=2,pack=1,mask=none,bias=f32,lse=0",
     "flashgen.fwd_split.v1:sm=70,unit=m8n8k4,dtype=f16,d=64,dv=64,bm=64,bn=32,w=4,s=2,pack=8,mask=causalbr,bias=none,lse=0",
+    // Key-split warps (block_m < 16 * warps): four warps share 16 packed rows; two row groups of two.
+    "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=16,bn=64,w=4,s=2,pack=4,mask=none,bias=none,lse=0",
+    "flashgen.fwd_split.v1:sm=80,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=32,bn=64,w=4,s=2,pack=4,mask=causalbr,bias=input,lse=1",
     // The merge of attention states (combine family).
     "flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1",
 };

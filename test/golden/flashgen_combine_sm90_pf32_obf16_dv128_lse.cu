@@ -4,8 +4,8 @@
 // arch:        sm_90
 // operation:   merge of attention states (no matrix unit; f32 arithmetic)
 // partial O:   f32   merged O: bf16   head_dim_v: 128   lse: yes
-// work split:  16 lanes per row, 1 chunk(s) of 8 elements per lane, 8 rows per block
-// launch:      grid (any; at most ceil(rows / 8)), block (128), one CombineParams by value
+// work split:  16 lanes per group, 1 chunk(s) of 8 elements per lane, 8 groups per block
+// launch:      grid (any; at most ceil(rows * state_groups / 8)), block (128), one CombineParams by value
 
 // ---- libflashgen device helpers (templates/common.cuh) ----------------------
 // Self-contained: no #include. Inline PTX follows the PTX ISA sections named
@@ -26,6 +26,13 @@ struct FgBool {
 };
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
+
+// ---- merging attention states (docs/design.md, "Merging attention states") ----
+// max that propagates NaN: once either operand is NaN, so is the result.
+FG_DEVICE float fg_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+// Weight e^(lse - m) of a state with log-sum-exp `lse` against the states'
+// NaN-propagating max m (finite or +inf); 0 for a state that saw no key (lse = -inf).
+FG_DEVICE float fg_state_weight(float lse, float m) { return lse != fg_neg_inf() ? expf(lse - m) : 0.0f; }
 
 // Generic -> shared state space address (PTX ISA: cvta).
 FG_DEVICE u32 fg_smem_addr(const void* p) {
@@ -178,28 +185,34 @@ struct CombineParams {
   long long seqlen_q;
   long long heads;
   long long rows;
+  long long state_groups;
 };
 
 // ---- merge of attention states (templates/combine.cu) ------------------------
 // S partial states (O_s, LSE_s) of the same query rows over disjoint key sets ->
 //   LSE = m + log(sum_s exp(LSE_s - m)),  m = max_s LSE_s
 //   O   = sum_s exp(LSE_s - m) O_s / sum_s exp(LSE_s - m)
-// (docs/design.md, "Merging attention states"). Memory-bound: each 16-byte
+// (docs/design.md, "Merging attention states"; the rule's pieces are in
+// common.cuh, shared with the split kernel's merge of key warps). Memory-bound: each 16-byte
 // piece of each partial O is loaded once (partials with LSE_s = -inf not at
 // all), the arithmetic is float32.
 //
-// Work split: ROW_LANES lanes of a warp own one row (b, i, h); lane l holds
-// the CHUNKS_PER_LANE 8-element chunks l, l + ROW_LANES, ... of head_dim_v.
-// ROW_LANES is a power of two, so a row's lanes are an aligned group of the
-// warp and its reductions are xor shuffles within the group. A block owns
-// ROWS_PER_BLOCK consecutive rows per step and strides over the rows by the
-// grid (any grid size covers every row).
+// Work split: ROW_LANES lanes of a warp form a lane group; lane l holds the
+// CHUNKS_PER_LANE 8-element chunks l, l + ROW_LANES, ... of head_dim_v.
+// ROW_LANES is a power of two, so a group is an aligned part of the warp and
+// its reductions are xor shuffles within the group. A row (b, i, h) is worked
+// on by p.state_groups groups of one block (a power of two; the host gives
+// rows few states many groups so that enough loads are in flight): each group
+// takes every state_groups-th state, and the groups' sums meet in shared
+// memory. A block owns ROWS_PER_BLOCK / state_groups consecutive rows per step
+// and strides over the rows by the grid (any grid size covers every row).
 //
 // Exactness: a partial with LSE_s = -inf is not loaded (its O_s may hold
-// anything) and adds 0; a row whose partials are all -inf gets O = 0 and
-// LSE = -inf; the max is NaN-propagating, so a NaN LSE_s makes the row NaN
-// (+inf makes it NaN through inf - inf), and a NaN in a loaded O_s reaches
-// the elements it is added to. Nothing crosses rows.
+// anything) and adds 0; a row whose partials are all -inf
+// gets O = 0 and LSE = -inf; the max is NaN-propagating, so a NaN LSE_s makes
+// the row NaN (+inf makes it NaN through inf - inf), and a NaN in the O_s of a
+// partial that counts reaches the elements it is added to. Nothing crosses
+// rows.
 
 constexpr int PARTIAL_DTYPE = 0;  // 0 f32, 1 f16, 2 bf16
 constexpr int OUT_DTYPE = 2;  // 0 f32, 1 f16, 2 bf16
@@ -208,7 +221,7 @@ constexpr bool HAS_LSE = true;
 constexpr int THREADS = 128;
 constexpr int ROW_LANES = 16;        // lanes per row (a power of two, at most 32)
 constexpr int CHUNKS_PER_LANE = 1;  // 8-element chunks of head_dim_v per lane
-constexpr int ROWS_PER_BLOCK = 8;  // THREADS / ROW_LANES
+constexpr int ROWS_PER_BLOCK = 8;  // THREADS / ROW_LANES: lane groups per block (rows, state_groups = 1)
 
 constexpr int VEC = 8;                                        // elements per chunk (16 bytes of f16/bf16)
 constexpr int CHUNKS = HEAD_DIM_V / VEC;
@@ -223,7 +236,7 @@ static_assert(ROW_LANES >= 1 && ROW_LANES <= 32 && (ROW_LANES & (ROW_LANES - 1))
               "a row's lanes are a power-of-two group of one warp");
 static_assert(ROW_LANES * CHUNKS_PER_LANE >= CHUNKS && ROW_LANES * (CHUNKS_PER_LANE - 1) < CHUNKS,
               "CHUNKS_PER_LANE chunks per lane cover the row, none of them idle");
-static_assert(ROWS_PER_BLOCK * ROW_LANES == THREADS && THREADS % 32 == 0, "whole rows per block, whole warps");
+static_assert(ROWS_PER_BLOCK * ROW_LANES == THREADS && THREADS % 32 == 0, "whole lane groups per block, whole warps");
 static_assert(PART_LOADS >= 1 && OUT_STORES >= 1, "chunks are whole 16-byte vectors");
 
 // 16 bytes from global memory through the non-coherent path (PTX ISA:
@@ -310,27 +323,44 @@ FG_DEVICE void fg_store_chunk(char* p, const float (&y)[VEC]) {
   }
 }
 
-// max that propagates NaN: once either operand is NaN, so is the result.
-FG_DEVICE float fg_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+// q = n / d, rem = n % d for n >= 0, d >= 1: in 32 bits when both fit (the
+// usual case; a 64-bit division is a call, whose saved registers spilled).
+FG_DEVICE void fg_divmod(i64 n, i64 d, i64& q, i64& rem) {
+  if (((n | d) >> 31) == 0) {
+    const unsigned q32 = (unsigned)n / (unsigned)d;
+    q = q32;
+    rem = (i64)((unsigned)n - q32 * (unsigned)d);
+  } else {
+    q = n / d;
+    rem = n - q * d;
+  }
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS) flashgen_combine_sm90_pf32_obf16_dv128_lse(const CombineParams p) {
-  const int group = (int)(threadIdx.x / ROW_LANES);  // the block's row this lane works on
-  const int lane = (int)(threadIdx.x % ROW_LANES);   // lane within the row's group
+  // The groups' sums for the cross-group step, element-major (a warp's lanes
+  // touch consecutive words).
+  __shared__ float s_acc[CHUNKS_PER_LANE * VEC][THREADS];
+  const int groups = (int)p.state_groups;               // lane groups per row
+  const int gi = (int)(threadIdx.x / ROW_LANES);        // the block's lane group
+  const int lane = (int)(threadIdx.x % ROW_LANES);      // lane within the group
+  const int sg = gi % groups;                           // this group's states: sg, sg + groups, ...
+  const int rows_per_step = ROWS_PER_BLOCK / groups;
   const unsigned full = 0xffffffffu;
-  for (i64 row0 = (i64)blockIdx.x * ROWS_PER_BLOCK; row0 < p.rows; row0 += (i64)gridDim.x * ROWS_PER_BLOCK) {
-    // Every lane runs every step (the shuffles below need the whole warp); lanes
-    // of a row past the end read nothing and write nothing.
-    const i64 row = row0 + group;
+  for (i64 row0 = (i64)blockIdx.x * rows_per_step; row0 < p.rows; row0 += (i64)gridDim.x * rows_per_step) {
+    // Every lane runs every step (the shuffles and barriers below need them);
+    // lanes of a row past the end read nothing and write nothing.
+    const i64 row = row0 + gi / groups;
     const bool row_ok = row < p.rows;
     const i64 r = row_ok ? row : 0;
-    const i64 h = r % p.heads;
-    const i64 bi = r / p.heads;
-    const i64 i = bi % p.seqlen_q;
-    const i64 b = bi / p.seqlen_q;
+    i64 bi, h, b, i;
+    fg_divmod(r, p.heads, bi, h);
+    fg_divmod(bi, p.seqlen_q, b, i);
     const float* lse_row = p.lse_partial + b * p.lp_stride_batch + h * p.lp_stride_head + i * p.lp_stride_seq;
+    const char* op_row = static_cast<const char*>(p.o_partial) +
+                         (b * p.op_stride_batch + i * p.op_stride_seq + h * p.op_stride_head) * PART_BYTES;
 
     // m = max_s LSE_s (NaN-propagating), then sum = sum_s exp(LSE_s - m) over
-    // the partials that count; the row's lanes share the states.
+    // the partials that count; every group of the row reduces all states.
     float m = fg_neg_inf();
     for (i64 s = lane; s < p.num_states; s += ROW_LANES)
       if (row_ok) m = fg_max_nan(m, lse_row[s * p.lp_stride_state]);
@@ -339,10 +369,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) flashgen_combine_sm90_pf32
     const bool empty = m == fg_neg_inf();  // every partial -inf (or no row)
     float sum = 0.0f;
     if (!empty) {
-      for (i64 s = lane; s < p.num_states; s += ROW_LANES) {
-        const float l = lse_row[s * p.lp_stride_state];
-        if (l != fg_neg_inf()) sum += expf(l - m);
-      }
+      for (i64 s = lane; s < p.num_states; s += ROW_LANES)
+        sum += fg_state_weight(lse_row[s * p.lp_stride_state], m);
     }
 #pragma unroll
     for (int off = ROW_LANES / 2; off >= 1; off /= 2) sum += __shfl_xor_sync(full, sum, off);
@@ -350,23 +378,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) flashgen_combine_sm90_pf32
     const float inv_sum = empty ? 0.0f : 1.0f / sum;
     const float lse_out = empty ? fg_neg_inf() : m + logf(sum);
 
-    // O: each partial that counts is loaded once, weighted by exp(LSE_s - m).
+    // O: each partial that counts is loaded once, weighted by exp(LSE_s - m);
+    // UNROLL states' loads in flight.
     float acc[CHUNKS_PER_LANE][VEC];
 #pragma unroll
     for (int c = 0; c < CHUNKS_PER_LANE; ++c)
 #pragma unroll
       for (int e = 0; e < VEC; ++e) acc[c][e] = 0.0f;
-    const char* op_row = static_cast<const char*>(p.o_partial) +
-                         (b * p.op_stride_batch + i * p.op_stride_seq + h * p.op_stride_head) * PART_BYTES;
-    for (i64 s0 = 0; s0 < p.num_states; s0 += UNROLL) {
+    for (i64 s0 = sg; s0 < p.num_states; s0 += (i64)groups * UNROLL) {
       U4 raw[UNROLL][CHUNKS_PER_LANE][PART_LOADS];
       float w[UNROLL];
 #pragma unroll
       for (int u = 0; u < UNROLL; ++u) {
-        const i64 s = s0 + u;
+        const i64 s = s0 + groups * u;
         const float l = row_ok && !empty && s < p.num_states ? lse_row[s * p.lp_stride_state] : fg_neg_inf();
         const bool take = l != fg_neg_inf();  // NaN counts (and propagates)
-        w[u] = take ? expf(l - m) : 0.0f;
+        w[u] = fg_state_weight(l, m);
         const char* src = op_row + s * p.op_stride_state * PART_BYTES;
 #pragma unroll
         for (int c = 0; c < CHUNKS_PER_LANE; ++c) {
@@ -393,7 +420,23 @@ extern "C" __global__ void __launch_bounds__(THREADS) flashgen_combine_sm90_pf32
       }
     }
 
-    if (row_ok) {
+    if (groups > 1) {  // block-uniform: the row's groups add their sums in shared memory
+#pragma unroll
+      for (int c = 0; c < CHUNKS_PER_LANE; ++c)
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) s_acc[c * VEC + e][threadIdx.x] = acc[c][e];
+      __syncthreads();
+      if (sg == 0) {
+        for (int g = 1; g < groups; ++g)
+#pragma unroll
+          for (int c = 0; c < CHUNKS_PER_LANE; ++c)
+#pragma unroll
+            for (int e = 0; e < VEC; ++e) acc[c][e] += s_acc[c * VEC + e][threadIdx.x + g * ROW_LANES];
+      }
+      __syncthreads();  // (the next step writes s_acc again)
+    }
+
+    if (row_ok && sg == 0) {
       char* o_row = static_cast<char*>(p.o) + (b * p.o_stride_batch + i * p.o_stride_seq + h * p.o_stride_head) * OUT_BYTES;
 #pragma unroll
       for (int c = 0; c < CHUNKS_PER_LANE; ++c) {

@@ -30,6 +30,13 @@ struct FgBool {
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
+// ---- merging attention states (docs/design.md, "Merging attention states") ----
+// max that propagates NaN: once either operand is NaN, so is the result.
+FG_DEVICE float fg_max_nan(float a, float b) { return (b > a || b != b) ? b : a; }
+// Weight e^(lse - m) of a state with log-sum-exp `lse` against the states'
+// NaN-propagating max m (finite or +inf); 0 for a state that saw no key (lse = -inf).
+FG_DEVICE float fg_state_weight(float lse, float m) { return lse != fg_neg_inf() ? expf(lse - m) : 0.0f; }
+
 // Generic -> shared state space address (PTX ISA: cvta).
 FG_DEVICE u32 fg_smem_addr(const void* p) {
   u32 r;
@@ -486,8 +493,16 @@ constexpr int UNIT_K = 16;     // mma.sync.aligned.m16n8k16
 constexpr bool ASYNC_COPY = true;  // cp.async and cvt.rn.f16x2 (sm_80+ instructions)
 
 constexpr int THREADS = WARPS * 32;
-constexpr int M_SLICES = BLOCK_M / (16 * WARPS);
-constexpr int NT = BLOCK_N / 8;          // n8 tiles of S per slice
+// KEY_WARPS > 1 (fwd_split with block_m < 16 * warps, few packed rows): the
+// warps form row groups of KEY_WARPS warps that hold the same 16 rows and
+// split each key tile, warp w taking keys [w % KEY_WARPS * BN_W, + BN_W); their
+// states are merged through shared memory at the end (fg_merge_key_warps).
+constexpr int KEY_WARPS = BLOCK_M < 16 * WARPS ? 16 * WARPS / BLOCK_M : 1;
+constexpr int BN_W = BLOCK_N / KEY_WARPS;  // keys of a tile per warp
+constexpr int M_SLICES = BLOCK_M * KEY_WARPS / (16 * WARPS);
+constexpr int NT = BN_W / 8;             // n8 tiles of S per slice
+static_assert(KEY_WARPS == 1 || (SPLIT && M_SLICES == 1 && BN_W % 16 == 0 && WARPS % KEY_WARPS == 0),
+              "key-split warps: fwd_split, one 16-row slice per warp, whole k16 steps of keys per warp");
 constexpr int KS16 = HEAD_DIM / 16;      // k16 steps of Q.K^T (the 8-wide tail chunk, if any, uses k8)
 constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
 // Q fragments stay in registers while they cost at most 32 registers per thread
@@ -496,8 +511,13 @@ constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O per slice
 constexpr bool Q_IN_REGS = HEAD_DIM * M_SLICES <= 128;
 constexpr int QF_STEPS = Q_IN_REGS && KS16 > 0 ? KS16 : 1;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
-// Shared memory: Q (then O), STAGES K tiles, STAGES V tiles (fg_smem below).
-static_assert(2 * (Q_REGION + STAGES * BLOCK_N * (HEAD_DIM + HEAD_DIM_V)) == SMEM_BYTES,
+// Shared memory: Q (then O), STAGES K tiles, STAGES V tiles (fg_smem below);
+// KEY_WARPS > 1: after the key loop, the warps' LSE and O rows for the merge
+// (MERGE_BYTES from the start, over all of it; rows padded by 8 floats).
+constexpr int MERGE_STRIDE = HEAD_DIM_V + 8;
+constexpr int MERGE_BYTES = KEY_WARPS > 1 ? 4 * KEY_WARPS * BLOCK_M * (MERGE_STRIDE + 1) : 0;
+constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * BLOCK_N * (HEAD_DIM + HEAD_DIM_V));
+static_assert((TILE_BYTES > MERGE_BYTES ? TILE_BYTES : MERGE_BYTES) == SMEM_BYTES,
               "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 
 // ---- a lane's rows of S and O, for every accumulator layout (templates/fwd_rows.cuh) ----
@@ -724,8 +744,14 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, 
 // accumulator tile are c0,c1 = (row g, columns 2t, 2t+1), c2,c3 = (row g+8, same
 // columns), g = lane / 4, t = lane % 4.)
 // Each template defines before this: THREADS, BLOCK_M, BLOCK_N, M_SLICES (16-row
-// slices per warp), NT (n8 tiles of S per slice), OT (n8 tiles of O per slice),
-// IS_BF16, ASYNC_COPY, MASK, BIAS_KIND, HAS_LSE.
+// slices per warp), KEY_WARPS (warps that share rows and split each key tile,
+// 1 but in the mma.sync fwd_split kernel), BN_W (keys of a tile per warp,
+// BLOCK_N / KEY_WARPS), NT (n8 tiles of S per slice, BN_W / 8), OT (n8 tiles
+// of O per slice), IS_BF16, ASYNC_COPY, MASK, BIAS_KIND, HAS_LSE.
+
+// Warp `warp`'s first block row, and its first key of each key tile.
+FG_DEVICE int fg_warp_row0(int warp) { return warp / KEY_WARPS * (M_SLICES * 16); }
+FG_DEVICE int fg_warp_key0(int warp) { return warp % KEY_WARPS * BN_W; }
 
 FG_DEVICE float fg_in_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 FG_DEVICE u16 fg_f32_to_in(float f) { return IS_BF16 ? fg_f32_to_bf16(f) : fg_f32_to_f16(f); }
@@ -856,7 +882,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = (warp * M_SLICES + ms) * 16 + g + 8 * r;
+      const int row = fg_warp_row0(warp) + ms * 16 + g + 8 * r;
       if (row < blk.rows_valid) {
         const int qi = fg_row_q(blk, row);
         float* const dst = p.o_partial +
@@ -878,7 +904,7 @@ FG_DEVICE void fg_stage_o(u16* so, const float (&o)[M_SLICES][OT][4], const floa
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int ms = 0; ms < M_SLICES; ++ms) {
-    const int row0 = (warp * M_SLICES + ms) * 16 + g;
+    const int row0 = fg_warp_row0(warp) + ms * 16 + g;
 #pragma unroll
     for (int nt = 0; nt < W / 8; ++nt) {
       const float* c = o[ms][OFF / 8 + nt];
@@ -1002,17 +1028,35 @@ struct FgFragM16 {
 FG_DEVICE void fg_softmax(const FwdParams& p, const FgBlock& blk, int j, int warp, int g, int t,
                           float (&s)[M_SLICES][NT][4], float (&row_max)[M_SLICES][2],
                           float (&row_sum)[M_SLICES][2], float (&corr)[M_SLICES][2]) {
-  fg_bias_mask<FgFragM16>(p, blk, j, warp * M_SLICES * 16 + g, 2 * t, s);
+  fg_bias_mask<FgFragM16>(p, blk, j, fg_warp_row0(warp) + g, fg_warp_key0(warp) + 2 * t, s);
   fg_online_softmax<FgFragM16>(s, row_max, row_sum, corr);
 }
 FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int warp, int g, int t,
                               const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
                               float (&inv)[M_SLICES][2]) {
-  fg_finish_rows<FgFragM16>(p, blk, warp * M_SLICES * 16 + g, t == 0, row_max, row_sum, inv);
+  fg_finish_rows<FgFragM16>(p, blk, fg_warp_row0(warp) + g, t == 0, row_max, row_sum, inv);
 }
-FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int row0, int g,
+// The causal mask's cut of key tile j for this warp's rows, in the warp's keys
+// (fg_pv_mask's tile-relative keys less fg_warp_key0, within [0, BN_W]).
+FG_DEVICE FgPvMask fg_pv_mask_warp(const FgBlock& blk, int j, int warp) {
+  const int row0 = fg_warp_row0(warp);
+  FgPvMask m = fg_pv_mask<BLOCK_N>(blk, j, row0, row0 + M_SLICES * 16 - 1);
+  if (KEY_WARPS > 1) {
+    const int k0 = fg_warp_key0(warp);
+    m.band_from = max(0, min(BN_W, m.band_from - k0));
+    m.skip_from = max(0, min(BN_W, m.skip_from - k0));
+    m.bad_key = BN_W;
+  }
+  return m;
+}
+FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int warp, int g,
                             float (&row_sum)[M_SLICES][2]) {
-  fg_pv_poison<FgFragM16>(m, blk, j, row0 + g, row_sum);
+  if (KEY_WARPS == 1) {
+    fg_pv_poison<FgFragM16>(m, blk, j, fg_warp_row0(warp) + g, row_sum);
+  } else {
+    const int k = fg_pv_bad_key<BN_W>(m);
+    if (k < BN_W) fg_poison_rows<FgFragM16>(blk, j, fg_warp_row0(warp) + g, fg_warp_key0(warp) + k, row_sum);
+  }
 }
 
 
@@ -1021,7 +1065,7 @@ FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int ro
 template <int W, int OFF>
 FG_DEVICE void fg_ldsm_q(const u16* sq, u32 (&qf)[M_SLICES][QF_STEPS][4], u32 (&qf8)[M_SLICES][2],
                          int warp, int lane) {
-  const u32 base = fg_smem_addr(sq) + 2 * (warp * M_SLICES * 16) * W;
+  const u32 base = fg_smem_addr(sq) + 2 * fg_warp_row0(warp) * W;
   const int mi = lane >> 3;
   // matrices: (rows +0..7, k lo), (rows +8..15, k lo), (rows +0..7, k hi), (rows +8..15, k hi)
   const FgLdsmOffsets<W> lo((lane & 7) + ((mi & 1) << 3), mi >> 1);
@@ -1045,8 +1089,8 @@ FG_DEVICE void fg_ldsm_q(const u16* sq, u32 (&qf)[M_SLICES][QF_STEPS][4], u32 (&
 template <int W, int OFF>
 FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_STEPS][4],
                      const u32 (&qf8)[M_SLICES][2], float (&s)[M_SLICES][NT][4], int warp, int lane) {
-  const u32 kbase = fg_smem_addr(sk);
-  const u32 qbase = fg_smem_addr(sq) + 2 * (warp * M_SLICES * 16) * W;
+  const u32 kbase = fg_smem_addr(sk) + 2 * fg_warp_key0(warp) * W;  // (a multiple of 16 rows: the same swizzle)
+  const u32 qbase = fg_smem_addr(sq) + 2 * fg_warp_row0(warp) * W;
   const int mi = lane >> 3;
   if (W >= 16) {
     // K matrices: (keys +0..7, k lo), (keys +0..7, k hi), (keys +8..15, k lo), (keys +8..15, k hi)
@@ -1096,13 +1140,14 @@ FG_DEVICE void fg_qk(const u16* sq, const u16* sk, const u32 (&qf)[M_SLICES][QF_
 // PM: FgPvPlain, or FgPvMask on a tile the causal mask cuts (fwd_block.cuh):
 // steps no row of the warp sees are skipped, the V fragments of steps some
 // rows see are cleaned of non-finite values (fg_pv_step).
+// Keys are the warp's (KEY_WARPS > 1: BN_W of them from fg_warp_key0).
 template <int W, int OFF, class PM>
-FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int lane,
-                     PM& pm) {
-  const u32 base = fg_smem_addr(sv);
+FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o)[M_SLICES][OT][4], int warp,
+                     int lane, PM& pm) {
+  const u32 base = fg_smem_addr(sv) + 2 * fg_warp_key0(warp) * W;
   const FgLdsmOffsets<W> vo = fg_pv_offsets<W>(lane);
 #pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk) {
+  for (int kk = 0; kk < BN_W / 16; ++kk) {
     bool check = false;
     if constexpr (PM::checked) {
       if (kk * 16 >= pm.skip_from) break;
@@ -1121,6 +1166,74 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
       else fg_pv_step<W, OFF, false>(base, vo, kk, a, o, lane, pm);
     } else {
       fg_pv_step<W, OFF, false>(base, vo, kk, a, o, lane, pm);
+    }
+  }
+}
+
+// KEY_WARPS > 1, after the key loop: the KEY_WARPS warps of a row group hold
+// states (row max, row sum, O) of the same 16 rows over disjoint keys. Each
+// warp's rows become (O_w / l_w, LSE_w) and are merged by the combine family's
+// rule (common.cuh: fg_max_nan, fg_state_weight): m = max_w LSE_w,
+// LSE = m + log(sum_w e^(LSE_w - m)), O = sum_w e^(LSE_w - m) O_w / sum; a row
+// no warp saw a key of gets O = 0, LSE = -inf; NaN propagates. The split's
+// fp32 partial O and LSE (fg_store_o_partial's layout) are then written with
+// 16-byte stores. `sm`: the block's shared memory, MERGE_BYTES of it (the
+// caller has synchronised: no warp reads the K/V tiles any more).
+FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const float (&o)[M_SLICES][OT][4],
+                                  const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
+                                  float* sm, int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3, kw = warp % KEY_WARPS;
+  float* const s_lse = sm;                        // [KEY_WARPS][BLOCK_M]
+  float* const s_o = sm + KEY_WARPS * BLOCK_M;    // [KEY_WARPS][BLOCK_M][MERGE_STRIDE]
+  float lse[2], inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[0][r];
+    l += __shfl_xor_sync(0xffffffffu, l, FgFragM16::X0);
+    l += __shfl_xor_sync(0xffffffffu, l, FgFragM16::X1);
+    lse[r] = fg_lse<IS_BF16>(row_max[0][r], l);
+    inv[r] = l == 0.f ? 0.f : 1.f / l;
+    if (t == 0) s_lse[kw * BLOCK_M + fg_warp_row0(warp) + g + 8 * r] = lse[r];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = fg_warp_row0(warp) + g + 8 * r;
+    float m = fg_neg_inf();
+#pragma unroll
+    for (int w = 0; w < KEY_WARPS; ++w) m = fg_max_nan(m, s_lse[w * BLOCK_M + row]);
+    const bool empty = m == fg_neg_inf();
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < KEY_WARPS; ++w) sum += fg_state_weight(s_lse[w * BLOCK_M + row], m);
+    // This warp's factor: its weight over the sum, times its 1 / l_w (0 when it saw no key).
+    const bool take = !empty && lse[r] != fg_neg_inf();
+    const float f = take ? fg_state_weight(lse[r], m) / sum * inv[r] : 0.f;
+    float* const dst = s_o + (kw * BLOCK_M + row) * MERGE_STRIDE + 2 * t;
+#pragma unroll
+    for (int nt = 0; nt < OT; ++nt)
+      *reinterpret_cast<float2*>(dst + 8 * nt) =
+          take ? make_float2(o[0][nt][2 * r] * f, o[0][nt][2 * r + 1] * f) : make_float2(0.f, 0.f);
+    if (kw == 0 && t == 0 && row < blk.rows_valid) *fg_lse_dst(p, blk, row) = empty ? fg_neg_inf() : m + logf(sum);
+  }
+  __syncthreads();
+  constexpr int UPR = HEAD_DIM_V / 4;  // float4 units per row
+  for (int u = threadIdx.x; u < BLOCK_M * UPR; u += THREADS) {
+    const int row = u / UPR, c = u % UPR;
+    if (row < blk.rows_valid) {
+      float4 acc = *reinterpret_cast<const float4*>(s_o + row * MERGE_STRIDE + 4 * c);
+#pragma unroll
+      for (int w = 1; w < KEY_WARPS; ++w) {
+        const float4 x = *reinterpret_cast<const float4*>(s_o + (w * BLOCK_M + row) * MERGE_STRIDE + 4 * c);
+        acc.x += x.x;
+        acc.y += x.y;
+        acc.z += x.z;
+        acc.w += x.w;
+      }
+      const int qi = fg_row_q(blk, row);
+      float* const out = p.o_partial +
+                         (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
+      *reinterpret_cast<float4*>(out + 4 * c) = acc;
     }
   }
 }
@@ -1220,14 +1333,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm90_f16_d
   // "causal masks and P.V").
   auto pv = [&](int j, const u16* sVc, const float (&s)[M_SLICES][NT][4]) {
     auto all_chunks = [&](auto& pm) {
-    fg_pv<64, 0>(sVc + BLOCK_N * 0, s, o, lane, pm);
-    fg_pv<8, 64>(sVc + BLOCK_N * 64, s, o, lane, pm);
+    fg_pv<64, 0>(sVc + BLOCK_N * 0, s, o, warp, lane, pm);
+    fg_pv<8, 64>(sVc + BLOCK_N * 64, s, o, warp, lane, pm);
     };
     if (MASK != 0) {
-      FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
-      if (fg_pv_cut<BLOCK_N>(pm)) {
+      FgPvMask pm = fg_pv_mask_warp(blk, j, warp);
+      if (fg_pv_cut<BN_W>(pm)) {
         all_chunks(pm);
-        fg_pv_poison(pm, blk, j, warp * M_SLICES * 16, g, row_sum);
+        fg_pv_poison(pm, blk, j, warp, g, row_sum);
         return;
       }
     }
@@ -1283,6 +1396,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm90_f16_d
   fg_copy_wait<0>();
 
   // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
+  if constexpr (KEY_WARPS > 1) {
+    __syncthreads();  // every warp is done with the K/V buffers: the merge reuses them
+    fg_merge_key_warps(p, blk, o, row_max, row_sum, reinterpret_cast<float*>(fg_smem), warp, lane);
+    return;
+  }
   float inv[M_SLICES][2];
   fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
   if (SPLIT) {

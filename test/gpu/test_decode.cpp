@@ -5,7 +5,8 @@
 // bands untouched, inputs unchanged, every row against the reference. Split
 // counts from 1 to more than there are key tiles (empty splits), key counts
 // that are not multiples of anything, GQA packing 1..16, causal decode with
-// 2-16 query rows in both alignments (rows that see no key included), bias,
+// 2-16 query rows in both alignments (16 and 32 packed rows: key-split warps;
+// 64: one warp per 16 rows; rows that see no key included), bias,
 // LSE, the caller's NaN-poisoned workspace and the library's.
 #include <limits>
 #include <memory>
@@ -64,7 +65,7 @@ std::vector<Case> causal_cases() {
   std::vector<Case> v;
   int k = 0;
   for (MaskKind m : {MaskKind::causal_bottom_right, MaskKind::causal_top_left}) {
-    for (int64_t sq : {2, 4, 16}) {
+    for (int64_t sq : {2, 4, 8, 16}) {
       for (int64_t sk : {int64_t{1}, sq, int64_t{300}, int64_t{2049}}) {
         Case c = decode_case(k % 2 == 0 ? DType::bf16 : DType::f16, 2, 32, 8, sq, sk, 128, k % 3 == 0 ? 0 : 1 + k % 5,
                              k % 2 == 0);
