@@ -969,6 +969,11 @@ LeasedWorkspace library_workspace(int64_t bytes, CUstream stream) {
   return out;
 }
 
+// Whether the split kernel writes the problem's O and LSE itself, so that no
+// combine runs: one split of a key-split tile, whose block merges its warps'
+// states anyway (templates/fwd_m16n8.cu, fg_merge_key_warps, p.num_splits == 1).
+bool writes_output(const DecodePlan& dp) { return dp.num_splits == 1 && dp.split.key_warps() > 1; }
+
 // A caller's plan (plan_decode validated its own): a fwd_split kernel, a
 // split count in range, and both kernels valid for their arch's profile
 // before the plan's tile enters any arithmetic (an edited plan: block_m 0 ...).
@@ -1159,7 +1164,8 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
         dp.num_splits, blocks));
 
   Kernel ks = load_kernel(dp.split);
-  Kernel kc = load_kernel(dp.combine);
+  const bool combine = !writes_output(dp);
+  const Kernel kc = combine ? load_kernel(dp.combine) : Kernel{};
   LeasedWorkspace leased;  // the library's buffer, held through both launches
   if (options.workspace == nullptr) leased = library_workspace(dp.workspace_bytes, stream);
   void* ws = options.workspace != nullptr ? options.workspace : leased.ptr;
@@ -1194,7 +1200,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
   rt::launch_family(ks, split, stream);
 
-  launch(kc, m, stream);
+  if (combine) launch(kc, m, stream);
   info.launched = true;
   return info;
 }

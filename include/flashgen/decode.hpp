@@ -1,8 +1,10 @@
 // libflashgen — split-KV decode: an AttentionProblem run as a fwd_split launch
 // (GQA packing, the key range split over blocks, fp32 partial O and LSE in a
 // workspace) followed by a combine launch (the merge of attention states,
-// merge.hpp) that writes O and, when asked for, LSE. docs/design.md, "The
-// split-KV forward". The result is the forward's (problem.hpp) to the
+// merge.hpp) that writes O and, when asked for, LSE; with one split of a tile
+// whose warps split the keys (KernelSpec::key_warps() > 1) the split kernel
+// writes O and LSE itself and no combine runs (the same bits). docs/design.md,
+// "The split-KV forward". The result is the forward's (problem.hpp) to the
 // rounding of the fp32 partials; with a given num_splits it is bitwise the
 // same run to run.
 //
@@ -94,7 +96,8 @@ struct DecodeInfo {
 };
 
 /// Run `problem` as a split-KV decode on `stream` (asynchronous). O (and LSE)
-/// as the forward writes them; the workspace holds the partials meanwhile.
+/// as the forward writes them; the workspace holds the partials meanwhile
+/// (one split of a key-split tile leaves it untouched: no combine runs).
 /// Throws InvalidArgument (the problem, the options: a workspace too small or
 /// misaligned, a plan of another problem class or whose kernels are not valid
 /// for their arch's profile, e.g. an edited tile), Unsupported, CompileError,

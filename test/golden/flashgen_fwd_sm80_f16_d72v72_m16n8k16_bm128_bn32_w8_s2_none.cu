@@ -1177,12 +1177,17 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
 // LSE = m + log(sum_w e^(LSE_w - m)), O = sum_w e^(LSE_w - m) O_w / sum; a row
 // no warp saw a key of gets O = 0, LSE = -inf; NaN propagates. The split's
 // fp32 partial O and LSE (fg_store_o_partial's layout) are then written with
-// 16-byte stores. `sm`: the block's shared memory, MERGE_BYTES of it (the
-// caller has synchronised: no warp reads the K/V tiles any more).
+// 16-byte stores; with one split (p.num_splits == 1) the merged rows are the
+// result: O in the input dtype and LSE (when p.lse is set) go straight to the
+// problem's tensors, and decode() launches no combine (runtime/api.cpp,
+// writes_output; a combine of one state would write the same bits). `sm`: the
+// block's shared memory, MERGE_BYTES of it (the caller has synchronised: no
+// warp reads the K/V tiles any more).
 FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const float (&o)[M_SLICES][OT][4],
                                   const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
                                   float* sm, int warp, int lane) {
   const int g = lane >> 2, t = lane & 3, kw = warp % KEY_WARPS;
+  const bool direct = p.num_splits == 1;
   float* const s_lse = sm;                        // [KEY_WARPS][BLOCK_M]
   float* const s_o = sm + KEY_WARPS * BLOCK_M;    // [KEY_WARPS][BLOCK_M][MERGE_STRIDE]
   float lse[2], inv[2];
@@ -1214,7 +1219,12 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
     for (int nt = 0; nt < OT; ++nt)
       *reinterpret_cast<float2*>(dst + 8 * nt) =
           take ? make_float2(o[0][nt][2 * r] * f, o[0][nt][2 * r + 1] * f) : make_float2(0.f, 0.f);
-    if (kw == 0 && t == 0 && row < blk.rows_valid) *fg_lse_dst(p, blk, row) = empty ? fg_neg_inf() : m + logf(sum);
+    if (kw == 0 && t == 0 && row < blk.rows_valid) {
+      const float lse_row = empty ? fg_neg_inf() : m + logf(sum);
+      if (!direct) *fg_lse_dst(p, blk, row) = lse_row;
+      else if (p.lse != nullptr)
+        p.lse[blk.b * p.lse_stride_batch + fg_row_h(blk, row) * p.lse_stride_head + fg_row_q(blk, row)] = lse_row;
+    }
   }
   __syncthreads();
   constexpr int UPR = HEAD_DIM_V / 4;  // float4 units per row
@@ -1231,9 +1241,15 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
         acc.w += x.w;
       }
       const int qi = fg_row_q(blk, row);
-      float* const out = p.o_partial +
-                         (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
-      *reinterpret_cast<float4*>(out + 4 * c) = acc;
+      if (direct) {
+        u16* const out = static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + (i64)qi * p.o_stride_seq +
+                         fg_row_h(blk, row) * p.o_stride_head;
+        *reinterpret_cast<uint2*>(out + 4 * c) = make_uint2(fg_pack_in(acc.x, acc.y), fg_pack_in(acc.z, acc.w));
+      } else {
+        float* const out = p.o_partial +
+                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
+        *reinterpret_cast<float4*>(out + 4 * c) = acc;
+      }
     }
   }
 }
