@@ -439,6 +439,7 @@ int KernelSpec::threads() const {
 int KernelSpec::key_warps() const {
   if (tile.warps <= 0 || tile.block_m <= 0) return 0;
   if (family != KernelFamily::fwd_split || tile.block_m >= 16 * int64_t{tile.warps}) return 1;
+  if (!gen::unit_traits(unit).key_split_warps) return 1;  // (no key-split kernel: validate() refuses the tile)
   return static_cast<int>(16 * int64_t{tile.warps} / tile.block_m);
 }
 
@@ -754,14 +755,15 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     add(fmt::format(
         "smem_bytes ({} = 2 * (block_m * max(head_dim, head_dim_v) + stages * block_n * "
         "(head_dim + head_dim_v)){}) must be at most the smem_per_block of profile {} ({}); reduce "
-        "block_m, block_n or stages.",
+        "block_m, block_n or stages{}.",
         smem,
         u.smem_align != 0 ? fmt::format(", each K and V stage rounded up to {} bytes, + {} for the {} tiles' alignment",
                                         u.smem_align, u.smem_align, unit_name)
         : spec.key_warps() > 1 ? fmt::format(", or the key warps' merge, 4 * {} * block_m * (head_dim_v + 9), if more",
                                              spec.key_warps())
                                : std::string(),
-        profile.name, profile.smem_per_block));
+        profile.name, profile.smem_per_block,
+        spec.key_warps() > 1 ? "; the merge shrinks with fewer warps per 16 rows (a larger block_m)" : ""));
   }
   return errors;
 }

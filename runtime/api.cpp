@@ -969,11 +969,6 @@ LeasedWorkspace library_workspace(int64_t bytes, CUstream stream) {
   return out;
 }
 
-// Whether the split kernel writes the problem's O and LSE itself, so that no
-// combine runs: one split of a key-split tile, whose block merges its warps'
-// states anyway (templates/fwd_m16n8.cu, fg_merge_key_warps, p.num_splits == 1).
-bool writes_output(const DecodePlan& dp) { return dp.num_splits == 1 && dp.split.key_warps() > 1; }
-
 // A caller's plan (plan_decode validated its own): a fwd_split kernel, a
 // split count in range, and both kernels valid for their arch's profile
 // before the plan's tile enters any arithmetic (an edited plan: block_m 0 ...).
@@ -1070,16 +1065,18 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   // Fewer packed rows than the tile has: the smallest power-of-two row block
   // of 16 or more, and the warps left over split each key tile (key_warps:
   // the tensor work per K/V byte shrinks with the rows computed).
+  // A key tile too narrow to split, or a merge that does not fit the
+  // profile's shared memory (sm_75: 64 KiB), keeps the profile's rows per warp.
   const int64_t rows = problem.seqlen_q * s.pack;
   if (gen::unit_traits(unit).key_split_warps && rows < s.tile.block_m) {
     int bm = 16;
     while (bm < rows) bm *= 2;
     int kw = 16 * s.tile.warps / bm;
     while (kw > 1 && s.tile.block_n % (16 * kw) != 0) kw /= 2;
-    if (kw > 1) {  // (a key tile too narrow to split keeps the profile's rows per warp)
-      s.tile.warps = kw * bm / 16;
-      s.tile.block_m = bm;
-    }
+    KernelSpec k = s;
+    k.tile.warps = kw * bm / 16;
+    k.tile.block_m = bm;
+    if (kw > 1 && validate(k, profile).empty()) s = k;
   }
   require_valid(s, profile);
   KernelSpec& c = dp.combine;
@@ -1099,6 +1096,11 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   dp.workspace_bytes = decode_workspace_bytes(problem, dp);
   return dp;
 }
+
+// One split of a key-split tile: its block merges its warps' states anyway and
+// writes O and LSE itself (templates/fwd_m16n8.cu, fg_merge_key_warps,
+// p.num_splits == 1).
+bool decode_merges(const DecodePlan& plan) noexcept { return !(plan.num_splits == 1 && plan.split.key_warps() > 1); }
 
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan) {
   check_problem(problem);
@@ -1164,7 +1166,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
         dp.num_splits, blocks));
 
   Kernel ks = load_kernel(dp.split);
-  const bool combine = !writes_output(dp);
+  const bool combine = decode_merges(dp);
   const Kernel kc = combine ? load_kernel(dp.combine) : Kernel{};
   LeasedWorkspace leased;  // the library's buffer, held through both launches
   if (options.workspace == nullptr) leased = library_workspace(dp.workspace_bytes, stream);

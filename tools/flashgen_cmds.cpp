@@ -858,11 +858,15 @@ int run_explain(const ExplainOptions& o) {
     if (decode_preferred(ap, arch, sms > 0 ? sms : INT_MAX)) {
       try {
         const DecodePlan dp = plan_decode(ap, arch, sms > 0 ? sms : 132);
-        row("decode", fmt::format("forward() runs this problem as a split-KV decode{}: {} splits of {} key tiles, "
-                                  "then the merge",
-                                  sms > 0 ? fmt::format(" on {} SMs", sms)
-                                          : " on a GPU with more SMs than its one-kernel grid fills (shown for 132)",
-                                  dp.num_splits, dp.tiles_per_split));
+        row("decode",
+            fmt::format("forward() runs this problem as a split-KV decode{}: {} split{} of {} key tiles, {}", sms > 0
+                            ? fmt::format(" on {} SMs", sms)
+                            : decode_preferred(ap, arch, 132)
+                                  ? std::string(" on a GPU with more SMs than its one-kernel grid fills (shown for 132)")
+                                  : std::string(" on a GPU with more SMs than its one-kernel grid fills (not a 132-SM "
+                                                "one; shown for 132)"),
+                        dp.num_splits, dp.num_splits == 1 ? "" : "s", dp.tiles_per_split,
+                        decode_merges(dp) ? "then the merge" : "whose blocks write O (no merge)"));
         row("", "split   " + dp.split.canonical());
         row("", "combine " + dp.combine.canonical());
       } catch (const Error& e) {

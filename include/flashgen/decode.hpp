@@ -64,6 +64,11 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 /// InvalidArgument when that overflows int64.
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
 
+/// Whether decode() with `plan` launches the combine after the split kernel:
+/// false for one split of a tile whose warps split the keys
+/// (plan.split.key_warps() > 1), whose blocks write O and LSE themselves.
+bool decode_merges(const DecodePlan& plan) noexcept;
+
 /// Whether forward() runs `problem` as a decode on compute capability `arch`
 /// with `sm_count` SMs: the arch has a profile whose mma.sync unit takes the
 /// dtype, the packed rows

@@ -66,8 +66,11 @@ struct KernelSpec {
   /// warps (decode with few packed rows: each warp takes block_n / key_warps
   /// keys of a tile, and the block merges the warps' states before writing
   /// its split's partial O and LSE); 1 otherwise (each warp owns block_m /
-  /// warps rows of the whole tile). 0 where the tile is not valid (warps or
-  /// block_m not positive).
+  /// warps rows of the whole tile), also for the units without key-split
+  /// warps (m8n8k4, wgmma). 0 where warps or block_m is not positive. Defined
+  /// by the formula for any tile; meaningful for tiles validate() accepts
+  /// (a power of two dividing warps). Throws Error(internal) for a unit
+  /// outside the MatrixUnit enumerators, as threads() does.
   int key_warps() const;
   /// Dynamic shared memory bytes: Q tile + stages * (K tile + V tile), + 1024
   /// for the wgmma unit (its tiles are aligned to 1024 bytes); with

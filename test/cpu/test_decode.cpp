@@ -116,10 +116,30 @@ TEST_CASE("decode plan: the row block follows the packed rows; key-split tiles a
     // The merge reuses the tiles' shared memory: it never needs more here.
     CHECK(dp.split.smem_bytes() == 2 * (r.bm * 128 + 2 * 64 * 256));
   }
+  // One split of a key-split tile writes O itself: no combine (decode_merges).
+  CHECK_FALSE(decode_merges(plan_decode(decode_problem(64, 32, 8, 1, 4096, 128), 90, 132)));
+  CHECK(decode_merges(plan_decode(decode_problem(8, 32, 8, 1, 16384, 128), 90, 132)));  // 4 splits
+  CHECK(decode_merges(plan_decode(decode_problem(64, 32, 8, 16, 512, 128), 90, 132, 1)));  // 64 rows: key_warps 1
+  // Turing (64 KiB per block): 64 packed rows of the 128-row tile would give 8
+  // warps, 2 per 16 rows, whose merge needs 70144 bytes: the profile's tile is kept.
+  const DecodePlan turing = plan_decode(
+      decode_problem(1, 32, 8, 16, 4096, 128, DType::f16, MaskKind::causal_bottom_right), 75, 40);
+  CHECK(turing.split.key_warps() == 1);
+  CHECK(validate(turing.split, profile_for_arch(75)).empty());
+  KernelSpec too_big = turing.split;
+  too_big.tile.block_m = 64;  // 8 warps: 2 key warps per 16 rows
+  CHECK(too_big.key_warps() == 2);
+  CHECK(too_big.smem_bytes() == 4 * 2 * 64 * (128 + 9));
+  REQUIRE_FALSE(validate(too_big, profile_for_arch(75)).empty());
+  CHECK(validate(too_big, profile_for_arch(75))[0].find("fewer warps per 16 rows") != std::string::npos);
   // Volta's m8n8k4 kernel has no key-split warps: its rows stay 16 per warp.
   const DecodePlan volta = plan_decode(decode_problem(1, 32, 8, 1, 4096, 128, DType::f16), 70, 80);
   CHECK(volta.split.tile.block_m == 16 * volta.split.tile.warps);
   CHECK(volta.split.key_warps() == 1);
+  KernelSpec v16 = volta.split;
+  v16.tile.block_m = 16;  // refused by validate(); key_warps() says 1 (no key-split kernel on m8n8k4)
+  CHECK(v16.key_warps() == 1);
+  CHECK_FALSE(validate(v16, profile_for_arch(70)).empty());
 
   KernelSpec s = plan_decode(decode_problem(1, 32, 8, 1, 4096, 128), 90, 132).split;
   s.tile.block_n = 48;  // 4 key warps need whole k16 steps each: a multiple of 64
