@@ -1027,6 +1027,18 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
 
 DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits) {
   check_problem(problem);
+  if (arch < gen::kMinArch || arch > gen::kMaxArch)  // (before the profile lookup, which would say Unsupported)
+    throw InvalidArgument(fmt::format("plan_decode: arch ({}) must be a compute capability written 10 * major + minor "
+                                      "(e.g. 90 for sm_90); decode() without a plan uses the current device's",
+                                      arch));
+  if (sm_count < 1)
+    throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
+  return plan_decode(problem, arch, sm_count, num_splits, profile_for_arch(arch));
+}
+
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits,
+                       const Profile& profile) {
+  check_problem(problem);
   if (sm_count < 1)
     throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
   if (num_splits < 0 || num_splits > kMaxDecodeSplits)
@@ -1040,7 +1052,6 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
     throw InvalidArgument(fmt::format("plan_decode: seqlen_k ({}) must be at most 2^31 - 257 (the kernels count keys "
                                       "in 32 bits)",
                                       problem.seqlen_k));
-  const Profile& profile = profile_for_arch(arch);
   const MatrixUnit unit = profile.matrix_unit.shape;  // an mma.sync unit (a profile's wgmma is an extra)
   if (gen::unit_traits(unit).warpgroup)
     throw Unsupported(fmt::format("plan_decode: profile {} (sm_{}) has matrix unit {}; the split-KV forward is "

@@ -42,12 +42,16 @@ struct DecodePlan {
 
 /// Plan a decode of `problem` on compute capability `arch` with `sm_count`
 /// SMs: the profile's mma.sync unit with one 16-row slice per warp, `pack` the
-/// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv,
-/// and, when num_splits is 0, splits chosen by wave efficiency: 1 when the
-/// unsplit grid fills 0.8 of the resident blocks (SMs x blocks per SM, the
-/// latter estimated from the kernel's shared memory, threads and 256 registers
-/// per thread), else the fewest splits whose blocks fill their last wave within
-/// 0.95 of the best count's (at most one split per visible key tile and
+/// largest power of two (at most 16 and block_m) dividing heads_q / heads_kv;
+/// with fewer packed rows (seqlen_q * pack) than the tile has, the smallest
+/// power-of-two block_m of 16 or more that holds them and the leftover warps
+/// splitting each key tile (KernelSpec::key_warps; m16n8 units, when the tile
+/// allows it and its merge fits the profile). When num_splits is 0, splits
+/// chosen by wave efficiency: 1 when the unsplit grid's waves are at least 0.8
+/// full (resident blocks = SMs x blocks per SM, the latter estimated from the
+/// kernel's shared memory, threads and 256 registers per thread), else the
+/// fewest splits whose blocks fill their waves within 0.95 of the best
+/// count's (at most one split per visible key tile and
 /// kMaxDecodeSplits; a top-left causal mask shows min(seqlen_q, seqlen_k) keys;
 /// 1 for an empty problem), trimmed to an even cover of the key tiles; num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
@@ -56,6 +60,13 @@ struct DecodePlan {
 /// num_splits, sm_count or the problem's field) / Unsupported (no profile for
 /// the arch, or a dtype its unit lacks).
 DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits = 0);
+/// plan_decode with `profile` instead of profile_for_arch(arch) (a test or a
+/// binding chooses the hardware description without FLASHGEN_PROFILE): its
+/// matrix_unit, tiles and resources; both kernels are validated against it,
+/// which must list `arch` (Unsupported otherwise). decode() with such a plan
+/// validates its kernels against profile_for_arch(arch), so it runs only
+/// kernels valid there too. Needs no GPU; throws as plan_decode.
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits, const Profile& profile);
 
 /// Bytes of device workspace a decode of `problem` with `plan` needs:
 /// num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4 (the fp32

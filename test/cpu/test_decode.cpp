@@ -164,6 +164,22 @@ TEST_CASE("decode plan: the row block follows the packed rows; key-split tiles a
   CHECK(m.smem_bytes() == 4 * 4 * 16 * (256 + 9));
 }
 
+TEST_CASE("decode plan: an explicit profile instead of the arch's") {
+  const AttentionProblem p = decode_problem(8, 32, 8, 1, 16384, 128);
+  Profile wide = profile_for_arch(90);
+  for (FlashTile& row : wide.flash)
+    if (row.head_dim_le == 128) row.tile.block_n = 128;  // 4 key warps of 32 keys
+  const DecodePlan dp = plan_decode(p, 90, 132, 0, wide);
+  CHECK(dp.split.tile.block_n == 128);
+  CHECK(dp.split.key_warps() == 4);
+  CHECK(validate(dp.split, wide).empty());
+  CHECK(plan_decode(p, 90, 132, 0, profile_for_arch(90)).split == plan_decode(p, 90, 132).split);
+  Profile other = profile_for_arch(90);
+  other.archs = {80};
+  CHECK_THROWS_AS(plan_decode(p, 90, 132, 0, other), Unsupported);
+  CHECK_THROWS_WITH_AS(plan_decode(p, 90, 0, 0, wide), Contains("sm_count (0) must be at least 1"), InvalidArgument);
+}
+
 TEST_CASE("decode plan: an explicit num_splits is used as given; refusals name the argument") {
   const AttentionProblem p = decode_problem(2, 8, 2, 1, 700, 64);  // 11 key tiles of 64
   for (int n : {1, 2, 7, 11, 128}) {
