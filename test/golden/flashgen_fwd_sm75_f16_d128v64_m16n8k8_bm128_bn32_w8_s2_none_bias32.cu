@@ -1179,8 +1179,8 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
 // fp32 partial O and LSE (fg_store_o_partial's layout) are then written with
 // 16-byte stores; with one split (p.num_splits == 1) the merged rows are the
 // result: O in the input dtype and LSE (when p.lse is set) go straight to the
-// problem's tensors, and decode() launches no combine (runtime/api.cpp,
-// writes_output; a combine of one state would write the same bits). `sm`: the
+// problem's tensors, and decode() launches no combine (decode_merges in
+// runtime/api.cpp; a combine of one state would write the same bits). `sm`: the
 // block's shared memory, MERGE_BYTES of it (the caller has synchronised: no
 // warp reads the K/V tiles any more).
 FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const float (&o)[M_SLICES][OT][4],
