@@ -982,6 +982,10 @@ void check_plan_valid(const DecodePlan& dp) {
     throw InvalidArgument(fmt::format("decode: options.plan->num_splits ({}) must be in [1, {}]", dp.num_splits,
                                       kMaxDecodeSplits));
   for (const KernelSpec* k : {&s, &dp.combine}) {
+    if (k->arch < gen::kMinArch || k->arch > gen::kMaxArch)  // (before the profile lookup, which names no field)
+      throw InvalidArgument(fmt::format("decode: options.plan->{}.arch ({}) must be a compute capability written 10 * "
+                                        "major + minor (e.g. 90 for sm_90); make the plan with plan_decode",
+                                        k == &s ? "split" : "combine", k->arch));
     const Profile& profile = profile_for_arch(k->arch);
     const auto errors = validate(*k, profile);
     if (errors.empty()) continue;
@@ -1069,9 +1073,10 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   const int64_t g = group_size(problem);
   s.pack = 1;
   while (s.pack * 2 <= gen::kMaxPack && g % (s.pack * 2) == 0 && s.tile.block_m % (s.pack * 2) == 0) s.pack *= 2;
-  if (problem.seqlen_q > INT32_MAX / s.pack)
-    throw InvalidArgument(fmt::format("plan_decode: seqlen_q * pack = {} * {} must fit an int32 (decode packs the "
-                                      "query heads of a GQA group as rows); split the query rows into smaller calls",
+  if (problem.seqlen_q > (INT32_MAX - 256) / s.pack)
+    throw InvalidArgument(fmt::format("plan_decode: seqlen_q * pack = {} * {} must be at most 2^31 - 257 (decode packs "
+                                      "the query heads of a GQA group as rows, which the kernels count in 32 bits, as "
+                                      "the forward's seqlen_q); split the query rows into smaller calls",
                                       problem.seqlen_q, s.pack));
   // Fewer packed rows than the tile has: the smallest power-of-two row block
   // of 16 or more, and the warps left over split each key tile (key_warps:

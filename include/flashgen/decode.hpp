@@ -56,7 +56,7 @@ struct DecodePlan {
 /// 1 for an empty problem), trimmed to an even cover of the key tiles; num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
 /// which the combine skips). Checks the problem (check_problem) and that
-/// seqlen_q * pack fits an int32 and seqlen_k is below 2^31 - 256. Needs no GPU. Throws InvalidArgument (naming
+/// seqlen_q * pack and seqlen_k are at most 2^31 - 257. Needs no GPU. Throws InvalidArgument (naming
 /// num_splits, sm_count or the problem's field) / Unsupported (no profile for
 /// the arch, or a dtype its unit lacks).
 DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits = 0);

@@ -340,8 +340,16 @@ TEST_CASE("decode: review findings (no heads, options before the device, other-c
   mixed.combine.arch = 80;
   o.plan = &mixed;
   CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("differ"), InvalidArgument);
-  // arch 0 names plan_decode's rule.
+  // arch 0 names plan_decode's rule; an edited plan's arch names the plan's field.
   CHECK_THROWS_WITH_AS(plan_decode(p, 0, 132), Contains("plan_decode: arch (0)"), InvalidArgument);
+  DecodePlan far = dp;
+  far.split.arch = 1234;
+  o.plan = &far;
+  CHECK_THROWS_WITH_AS(decode(p, nullptr, o), Contains("options.plan->split.arch (1234)"), InvalidArgument);
+  // Packed rows are counted in 32 bits with the forward's headroom: seqlen_q * pack <= 2^31 - 257.
+  const AttentionProblem tall = decode_problem(1, 32, 8, (int64_t{1} << 29) - 64, 4096, 128);  // * 4 = 2^31 - 256
+  CHECK_THROWS_WITH_AS(plan_decode(tall, 90, 132), Contains("must be at most 2^31 - 257"), InvalidArgument);
+  CHECK_NOTHROW(plan_decode(decode_problem(1, 32, 8, (int64_t{1} << 29) - 65, 4096, 128), 90, 132));
   // Top-left causal: only min(seqlen_q, seqlen_k) keys are visible, so no empty splits.
   const AttentionProblem tl = decode_problem(1, 32, 8, 16, 32768, 128, DType::bf16, MaskKind::causal_top_left);
   const DecodePlan t = plan_decode(tl, 90, 132);
