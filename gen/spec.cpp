@@ -699,10 +699,8 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                          spec.tile.block_m > 0 && spec.tile.block_m < 16 * spec.tile.warps;
   if (key_split) {
     // Few packed rows: warps that share 16 rows split each key tile.
-    const int kw = spec.tile.block_m % 16 == 0 && (16 * spec.tile.warps) % spec.tile.block_m == 0
-                       ? 16 * spec.tile.warps / spec.tile.block_m
-                       : 0;
-    if (kw == 0 || (kw & (kw - 1)) != 0) {
+    const int kw = spec.key_warps();  // (16 * warps / block_m, floored)
+    if (spec.tile.block_m % 16 != 0 || kw * spec.tile.block_m != 16 * spec.tile.warps || (kw & (kw - 1)) != 0) {
       add(fmt::format("block_m ({}) below 16 * warps ({}) splits each key tile over 16 * warps / block_m warps "
                       "(fwd_split): block_m must be a multiple of 16 that divides 16 * warps by a power of two.",
                       spec.tile.block_m, 16 * spec.tile.warps));

@@ -1029,19 +1029,11 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
 
 }  // namespace
 
-DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits) {
-  check_problem(problem);
-  if (arch < gen::kMinArch || arch > gen::kMaxArch)  // (before the profile lookup, which would say Unsupported)
-    throw InvalidArgument(fmt::format("plan_decode: arch ({}) must be a compute capability written 10 * major + minor "
-                                      "(e.g. 90 for sm_90); decode() without a plan uses the current device's",
-                                      arch));
-  if (sm_count < 1)
-    throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
-  return plan_decode(problem, arch, sm_count, num_splits, profile_for_arch(arch));
-}
+namespace {
 
-DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits,
-                       const Profile& profile) {
+// plan_decode's argument checks (both forms; before any profile lookup, which
+// would report a bad arch as Unsupported).
+void check_decode_args(const AttentionProblem& problem, int arch, int sm_count, int num_splits) {
   check_problem(problem);
   if (sm_count < 1)
     throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
@@ -1052,6 +1044,18 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
     throw InvalidArgument(fmt::format("plan_decode: arch ({}) must be a compute capability written 10 * major + minor "
                                       "(e.g. 90 for sm_90); decode() without a plan uses the current device's",
                                       arch));
+}
+
+}  // namespace
+
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits) {
+  check_decode_args(problem, arch, sm_count, num_splits);
+  return plan_decode(problem, arch, sm_count, num_splits, profile_for_arch(arch));
+}
+
+DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, int num_splits,
+                       const Profile& profile) {
+  check_decode_args(problem, arch, sm_count, num_splits);
   if (problem.seqlen_k > INT32_MAX - 256)
     throw InvalidArgument(fmt::format("plan_decode: seqlen_k ({}) must be at most 2^31 - 257 (the kernels count keys "
                                       "in 32 bits)",
@@ -1211,7 +1215,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   m.lse_partial.stride_state = problem.batch * m.lse_partial.stride_batch;
   m.o = problem.o;
   m.lse = problem.lse;
-  check_merge_problem(m);  // before anything launches (the split kernel writes only the workspace)
+  if (combine) check_merge_problem(m);  // before anything launches (the split kernel writes only the workspace)
   const int64_t rows = problem.seqlen_q * dp.split.pack;
   FwdLaunch split(problem, dp.split, (rows + dp.split.tile.block_m - 1) / dp.split.tile.block_m,
                   blocks * dp.num_splits);
