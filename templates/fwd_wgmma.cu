@@ -55,10 +55,9 @@ constexpr int V_STAGE = (BLOCK_N * HEAD_DIM_V + 511) / 512 * 512;
 constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile's TMA boxes deliver
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
-// The full/empty mbarriers of the K and V stages; with a causal mask, per
-// stage also the mbarrier where a cut tile's V lands (`landed_v`) and an s32,
-// the tile's lowest non-finite hidden V key (`band_key`), 8 bytes each.
-constexpr int BAR_BYTES = 8 * (MASK != 0 ? 6 : 4) * STAGES;
+// The full/empty mbarriers of the K and V stages, then 8 bytes for the lowest
+// non-finite V key of a tile a causal mask cuts (`band_key` in the kernel).
+constexpr int BAR_BYTES = 8 * 4 * STAGES + 8;
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
 // BAR_BYTES were skipped).
@@ -89,11 +88,8 @@ FG_DEVICE int fg_ld_shared_s32(u32 a) {
   return v;
 }
 FG_DEVICE void fg_st_shared_s32(u32 a, int v) { asm volatile("st.shared.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
-// The least of `v` over the warp's 32 lanes (PTX ISA "redux.sync").
-FG_DEVICE int fg_warp_min(int v) {
-  int r;
-  asm volatile("redux.sync.min.s32 %0, %1, 0xffffffff;" : "=r"(r) : "r"(v));
-  return r;
+FG_DEVICE void fg_atom_min_shared_s32(u32 a, int v) {
+  asm volatile("red.shared.min.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
 }
 // Keeps the compiler from moving accesses to accumulators across wgmma issue/wait.
 template <int N>
@@ -171,71 +167,72 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
-// On a tile the mask cuts for some row of the block (a band tile), a V value
-// that is non-finite at a key some row does not see would reach that row
-// through P.V (0 * inf = NaN). The producer's first warp checks those tiles
-// before the consumers read them: their V copy completes on `landed_v`, the
-// warp scans the keys row 0 of the block does not see (fg_v_scan), and only
-// then arrives on the stage's full barrier. Almost always it finds nothing and
-// wgmma reads the tile as it is (the hidden keys' weights are 0). Otherwise it
-// zeroes those values in shared memory and leaves the lowest such key k in the
-// stage's `band_key`; after the P.V the rows that see k get NaN
-// (fg_poison_rows): with causal masks a row that sees a key sees every lower
-// one, so the other rows see no zeroed value. The producer is stages ahead of
-// the consumers, so the scan is off their path; and nothing of it is a
-// warp-level mma: mma.sync code in this kernel makes ptxas keep the key loop's
-// descriptor arithmetic out of the uniform datapath (an R2UR before every
-// wgmma; bench/NOTES.md).
+// On a tile the mask cuts for some row of the block, the consumers look for a
+// non-finite V value at the keys row 0 of the block does not see (fg_v_scan,
+// fg_consumers_any); almost always there is none, and wgmma reads the tile as
+// it is (the hidden keys' weights are 0). Otherwise the block finds the
+// lowest such key k, zeroes those values in shared memory (wgmma then reads the
+// cleaned tile), and the rows that see k get NaN (fg_poison_rows): with causal
+// masks a row that sees a key sees every lower one, so the other rows see no
+// cleaned value. The decisions are the block's (every consumer thread takes
+// part), and nothing of it is a warp-level mma: mma.sync code in this kernel
+// makes ptxas keep the key loop's descriptor arithmetic out of the uniform
+// datapath (an R2UR before every wgmma; bench/NOTES.md).
 
 // Sub-tile `sub` of a V stage (W columns, BLOCK_N keys; the swizzle moves
 // 16-byte units only within a key's row) at keys from `from` on, 16 bytes at
-// a time by lane `lane` of a warp: `lowest` becomes the lowest key with a
-// non-finite half (unchanged: none), and with CLEAN those halves are zeroed.
+// a time, by consumer thread `i` (of THREADS): `bad` gathers the non-finite
+// halves (nonzero: some), `lowest` the lowest key that has one, and with CLEAN
+// they are zeroed. The search (CLEAN false, every band tile) loads all of a
+// thread's units first, from clamped addresses, and tests them without a
+// branch, so the loads are in flight together; the cleaning pass is rare.
 template <int W, bool CLEAN>
-FG_DEVICE void fg_v_scan(u16* sub, int from, int lane, int& lowest) {
-  constexpr int UNITS = BLOCK_N * W / 8;
+FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest) {
+  constexpr int UNITS = BLOCK_N * W / 8, IT = (UNITS + THREADS - 1) / THREADS;
   U4* const u = reinterpret_cast<U4*>(sub);
-#pragma unroll 4
-  for (int k = from * (W / 8) + lane; k < UNITS; k += 32) {
-    U4 x = u[k];
-    const U4 m = {fg_nonfinite_halves<IS_BF16>(x.x), fg_nonfinite_halves<IS_BF16>(x.y),
-                  fg_nonfinite_halves<IS_BF16>(x.z), fg_nonfinite_halves<IS_BF16>(x.w)};
-    if ((m.x | m.y | m.z | m.w) != 0u) {
-      lowest = min(lowest, k / (W / 8));
-      if (CLEAN) {
-        x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
-        u[k] = x;
+  if constexpr (!CLEAN) {
+    constexpr u32 ADD = IS_BF16 ? 0x00800080u : 0x04000400u;  // carries a half's all-ones exponent into its sign bit
+    U4 x[IT];
+#pragma unroll
+    for (int it = 0; it < IT; ++it) x[it] = u[min(it * THREADS + i, UNITS - 1)];
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * THREADS + i;
+      const u32 top = (((x[it].x & 0x7fff7fffu) + ADD) | ((x[it].y & 0x7fff7fffu) + ADD) |
+                       ((x[it].z & 0x7fff7fffu) + ADD) | ((x[it].w & 0x7fff7fffu) + ADD)) &
+                      0x80008000u;
+      const bool hit = top != 0u && k >= from * (W / 8) && (UNITS % THREADS == 0 || k < UNITS);
+      bad |= hit ? top : 0u;
+      lowest = hit ? min(lowest, k / (W / 8)) : lowest;
+    }
+  } else {
+#pragma unroll
+    for (int it = 0; it < IT; ++it) {
+      const int k = it * THREADS + i;
+      if ((UNITS % THREADS == 0 || k < UNITS) && k >= from * (W / 8)) {
+        U4 x = u[k];
+        const U4 m = {fg_nonfinite_halves<IS_BF16>(x.x), fg_nonfinite_halves<IS_BF16>(x.y),
+                      fg_nonfinite_halves<IS_BF16>(x.z), fg_nonfinite_halves<IS_BF16>(x.w)};
+        if ((m.x | m.y | m.z | m.w) != 0u) {
+          x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
+          u[k] = x;
+        }
       }
     }
   }
 }
 
-// The first key tile the mask cuts for row 0 of the block (a band tile; the
-// mask cuts row 0 first): the least j with j * BLOCK_N + BLOCK_N - 1 >
-// m_start + diag; n_tiles without a mask. (FgBlock or FgBandItem.)
-template <class B>
-FG_DEVICE int fg_band_from(const B& blk) {
-  return MASK != 0 ? min(blk.n_tiles, max(0, (blk.m_start + blk.diag + 1) / BLOCK_N)) : blk.n_tiles;
-}
-
-// What the scanning warp needs of work item `item`: fg_block's m_start, diag
-// and n_tiles (fwd_block.cuh; this family has no split and no packing),
-// computed in 32 bits so that the warp stays within the producer's registers
-// (fg_block's 64-bit divisions are calls that spill there). The launch keeps
-// the grid, so every item number, below 2^31.
-struct FgBandItem {
-  int m_start, diag, n_tiles;
-};
-FG_DEVICE FgBandItem fg_band_item(const FwdParams& p, int item) {
-  const int num_m_blocks = (int)p.num_m_blocks, seqlen_q = (int)p.seqlen_q, seqlen_k = (int)p.seqlen_k;
-  int m_block = item % num_m_blocks;
-  if (MASK != 0) m_block = num_m_blocks - 1 - m_block;  // (as fg_block: longest rows first)
-  FgBandItem r;
-  r.m_start = m_block * BLOCK_M;
-  r.diag = MASK == 2 ? seqlen_k - seqlen_q : 0;
-  const int last_key = min(r.m_start + BLOCK_M, seqlen_q) - 1 + r.diag;
-  r.n_tiles = last_key < 0 ? 0 : min((seqlen_k + BLOCK_N - 1) / BLOCK_N, last_key / BLOCK_N + 1);
-  return r;
+// Whether `v` holds for any consumer thread (named barrier 2 of THREADS
+// threads with an OR reduction; PTX ISA "bar.red"). Every consumer calls it.
+FG_DEVICE bool fg_consumers_any(bool v) {
+  u32 r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n barrier.cta.red.or.pred q, 2, %2, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"((u32)v), "n"(THREADS)
+      : "memory");
+  return r != 0u;
 }
 
 // The work item of this block's round r: rounds alternate direction (block i
@@ -245,11 +242,6 @@ FG_DEVICE i64 fg_work_item(i64 round) {
   const i64 G = gridDim.x;
   return round * G + ((round & 1) ? G - 1 - (i64)blockIdx.x : (i64)blockIdx.x);
 }
-
-// The number of work items (m blocks x heads x batch). Each warp role computes
-// it after its setmaxnreg: a value live across the producer's register
-// decrease is spilled and reloaded by ptxas.
-FG_DEVICE i64 fg_n_items(const FwdParams& p) { return p.num_m_blocks * p.heads_q * p.batch; }
 
 extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     @@KERNEL_NAME@@(const FwdParams p, const __grid_constant__ FgTmaMaps tma) {
@@ -269,9 +261,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_k = [&](u32 s) { return bars + 8 * (STAGES + s); };
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
-  // (MASK != 0) stage s: where a band tile's V lands; its lowest non-finite hidden key (an s32, BLOCK_N: none).
-  auto landed_v = [&](u32 s) { return bars + 8 * (4 * STAGES + s); };
-  auto band_key = [&](u32 s) { return bars + 8 * (5 * STAGES + s); };
+  const u32 band_key = bars + 8 * 4 * STAGES;  // a cut tile's lowest non-finite V key (an s32, BLOCK_N: none)
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -280,24 +270,21 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_init(empty_k(s), WARPS);   // one arrive per consumer warp
       fg_mbar_init(full_v(s), 1);
       fg_mbar_init(empty_v(s), WARPS);
-      if (MASK != 0) fg_mbar_init(landed_v(s), 1);  // the producer's arrive.expect_tx (+ the tile's bytes)
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
 
+  const i64 n_items = p.num_m_blocks * p.heads_q * p.batch;
 
   // K/V tile number c (counted over all items of this block) lives in stage
   // c % STAGES; its full barrier completes phase c / STAGES, and its empty
   // barrier must have completed phase c / STAGES - 1 before the stage is
   // refilled with tile c.
   if (threadIdx.x >= THREADS) {
-    // ---- producer warpgroup: one thread issues every copy; with a causal
-    // mask its second warp scans the band tiles' V ----
+    // ---- producer warpgroup: one thread issues every copy ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-    const int plane = threadIdx.x - THREADS;
-    const i64 n_items = fg_n_items(p);
-    if (plane == 0) {
+    if (threadIdx.x == THREADS) {
 @@TMA_PREFETCH@@
       u32 c = 0;
       for (i64 r = 0;; ++r) {
@@ -306,10 +293,9 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
         const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
         const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
-        // Stage of tile number cnt in a ring whose stage-0 empty barrier is
-        // `empty0` (stage s: + 8 s): wait until the consumers released the
-        // stage's previous tile, then announce the tile's bytes on `full0`'s
-        // stage s.
+        // Stage of tile number cnt in a ring whose stage-0 barriers are
+        // `empty0` and `full0` (stage s: + 8 s): wait until the consumers
+        // released the stage's previous tile, then announce the tile's bytes.
         auto claim = [&](u32 cnt, u32 empty0, u32 full0, u32 bytes) {
           const u32 s = cnt % STAGES;
           if (cnt >= (u32)STAGES) fg_mbar_wait(empty0 + 8 * s, (cnt / STAGES - 1) & 1);
@@ -321,54 +307,18 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           const u32 dst = fg_smem_addr(sK + s * K_STAGE);
 @@TMA_K@@
         };
-        // V of a band tile (from tile band_from on) lands on landed_v and
-        // reaches the consumers through full_v once scanned.
-        const int n = blk.n_tiles, band_from = fg_band_from(blk);
-        auto load_v = [&](u32 cnt, int t) {
-          const u32 v0 = MASK != 0 && t >= band_from ? landed_v(0) : full_v(0);
-          const u32 s = claim(cnt, empty_v(0), v0, V_TILE_BYTES), bar = v0 + 8 * s;
+        auto load_v = [&](u32 cnt, int n0) {
+          const u32 s = claim(cnt, empty_v(0), full_v(0), V_TILE_BYTES), bar = full_v(s);
           const u32 dst = fg_smem_addr(sV + s * V_STAGE);
-          const int n0 = t * BLOCK_N;
 @@TMA_V@@
         };
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
+        const int n = blk.n_tiles;
         for (int t = 0; t <= n; ++t) {
           if (t < n) load_k(c + t, t * BLOCK_N);
-          if (t >= 1) load_v(c + t - 1, t - 1);
+          if (t >= 1) load_v(c + t - 1, (t - 1) * BLOCK_N);
         }
         c += n;
-      }
-    } else if (MASK != 0 && plane >= 32 && plane < 64) {
-      // The scanning warp: every band tile's V in the order it is loaded.
-      const int lane = plane - 32;
-      u32 c = 0, landed_parity = 0u;  // (bit s: the phase of landed_v(s) to wait for next)
-      for (i64 r = 0;; ++r) {
-        const i64 item = fg_work_item(r);
-        if (item >= n_items) break;
-        const FgBandItem blk = fg_band_item(p, (int)item);
-        for (int j = fg_band_from(blk); j < blk.n_tiles; ++j) {
-          const u32 s = (c + j) % STAGES;
-          fg_mbar_wait(landed_v(s), (landed_parity >> s) & 1u);
-          landed_parity ^= 1u << s;
-          const int scan_from = max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
-          u16* const v_stage = sV + s * V_STAGE;
-          int lowest = BLOCK_N;
-          auto scan = [&](auto clean) {
-@@V_SCAN@@
-          };
-          scan(FgBool<false>{});
-          lowest = fg_warp_min(lowest);
-          if (lowest < BLOCK_N) {  // rare: the values zeroed, through the generic proxy before wgmma reads them
-            scan(FgBool<true>{});
-            fg_fence_proxy_async();
-          }
-          __syncwarp();
-          if (lane == 0) {
-            fg_st_shared_s32(band_key(s), lowest);
-            fg_mbar_arrive(full_v(s));  // (release: the key and the zeroed values with it)
-          }
-        }
-        c += blk.n_tiles;
       }
     }
     return;
@@ -376,10 +326,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 
   // ---- consumer warpgroups ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
-  const i64 n_items = fg_n_items(p);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
+  if (MASK != 0 && tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (before the item loop's first barrier)
   const float scale = (float)p.softmax_scale;
   auto release = [&](u32 bar) {
     if (lane == 0) fg_mbar_arrive(bar);
@@ -464,9 +414,28 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       qk(ck);
       fg_rescale_o(o, corr);
-      // A tile the mask cuts for row 0 of the block: the lowest key with a
-      // non-finite V value row 0 does not see, which the producer zeroed (BLOCK_N: none).
-      const int band_k = BAND && MASK != 0 ? fg_ld_shared_s32(band_key(cv % STAGES)) : BLOCK_N;
+      // A tile the mask cuts for row 0 of the block: its V at the keys row 0
+      // does not see, scanned for non-finite values (see fg_v_scan).
+      int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
+      if (BAND && MASK != 0) {
+        const int scan_from = max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
+        u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
+        u32 bad = 0u;
+        int lowest = BLOCK_N;
+        auto scan = [&](auto clean) {
+@@V_SCAN@@
+        };
+        scan(FgBool<false>{});
+        if (fg_consumers_any(bad != 0u)) {  // rare: the block's lowest such key, then the values zeroed
+          if (lowest < BLOCK_N) fg_atom_min_shared_s32(band_key, lowest);
+          fg_consumer_sync();
+          band_k = fg_ld_shared_s32(band_key);
+          scan(FgBool<true>{});
+          fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
+          fg_consumer_sync();
+          if (tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (read by all before the barrier above)
+        }
+      }
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
 @@PV@@
@@ -483,7 +452,9 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       release(empty_v(cv % STAGES));
       if (next) to_p();
     };
-    const int band_from = fg_band_from(blk);
+    // The first tile the mask cuts for row 0 of the block (cut first): the
+    // least j with j * BLOCK_N + BLOCK_N - 1 > m_start + diag.
+    const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1) / BLOCK_N)) : n_tiles;
     int j = 0;
     for (; j < band_from; ++j) tile(j, FgBool<false>{});
     if (MASK != 0)
