@@ -134,7 +134,7 @@ std::vector<Case> pattern_cases() {
 // under causal masks: bad values at keys that rows of the same query block do
 // not see (a masked weight 0 times NaN is NaN), several in one tile, both
 // alignments, seqlen_q < seqlen_k and > seqlen_k, head dims of one and of two
-// chunks (96 = 64 + 32).
+// chunks (96 = 64 + 32), and more query blocks than the GPU holds at once.
 std::vector<Case> poison_cases() {
   std::vector<Case> v;
   int k = 0;
@@ -178,6 +178,22 @@ std::vector<Case> poison_cases() {
       c.sample_rows = 0;
       v.push_back(c);
     }
+    // More work items than resident blocks: the persistent wgmma kernel's
+    // blocks take several items each, so the band tiles' scans follow each
+    // other through every stage.
+    Case c = base("poison");
+    c.dtype = k++ % 2 == 1 ? DType::bf16 : DType::f16;
+    c.head_dim = c.head_dim_v = 64;
+    c.batch = 2;
+    c.heads_q = 16;
+    c.heads_kv = 4;
+    c.seqlen_q = 1100;
+    c.seqlen_k = 1100;
+    c.mask = MaskKind::causal_top_left;
+    c.poison = Poison::v_many;
+    c.poison_value = bad;
+    c.sample_rows = 0;
+    v.push_back(c);
   }
   return v;
 }
