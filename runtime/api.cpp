@@ -564,7 +564,7 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
 // Each kernel family describes its launch through rt::FamilyLaunch
 // (runtime/launch.hpp): the workspace it needs, driver-side preparation, the
 // grid and the kernel arguments. launch_family() does what every family shares:
-// the context check, then cuLaunchKernelEx with the spec's block and shared memory.
+// the context check, then cuLaunchKernel with the spec's block and shared memory.
 
 namespace {
 
@@ -691,7 +691,7 @@ class CombineLaunch final : public rt::FamilyLaunch {
 
 }  // namespace
 
-void rt::launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream, bool after_prerequisite) {
+void rt::launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream) {
   const KernelSpec& s = kernel.spec;
   const rt::Driver& d = rt::driver();
   // The function belongs to the context it was loaded into: make that one
@@ -709,23 +709,12 @@ void rt::launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stre
   }
   launch.prepare(d);
   const int64_t grid = launch.grid(d, kernel);
-  CUlaunchConfig config{};
-  config.gridDimX = static_cast<unsigned>(grid);
-  config.gridDimY = config.gridDimZ = 1;
-  config.blockDimX = static_cast<unsigned>(s.threads());
-  config.blockDimY = config.blockDimZ = 1;
-  config.sharedMemBytes = static_cast<unsigned>(s.smem_bytes());
-  config.hStream = stream;
-  CUlaunchAttribute programmatic{};
-  programmatic.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  programmatic.value.programmaticStreamSerializationAllowed = 1;
-  if (after_prerequisite && s.arch >= 90) {
-    config.attrs = &programmatic;
-    config.numAttrs = 1;
-  }
-  rt::check(d.cuLaunchKernelEx(&config, static_cast<CUfunction>(kernel.function), launch.args(), nullptr),
-            fmt::format("cuLaunchKernelEx({}, grid {}, block {}, smem {}{})", s.kernel_name(), grid, s.threads(),
-                        s.smem_bytes(), config.numAttrs != 0 ? ", programmatic serialization" : "")
+  rt::check(d.cuLaunchKernel(static_cast<CUfunction>(kernel.function),
+                             static_cast<unsigned>(grid), 1, 1,
+                             static_cast<unsigned>(s.threads()), 1, 1,
+                             static_cast<unsigned>(s.smem_bytes()), stream, launch.args(), nullptr),
+            fmt::format("cuLaunchKernel({}, grid {}, block {}, smem {})", s.kernel_name(), grid,
+                        s.threads(), s.smem_bytes())
                 .c_str());
 }
 
@@ -1233,10 +1222,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
   rt::launch_family(ks, split, stream);
 
-  if (combine) {  // (checked above; it overlaps the split's tail: it waits for the split grid itself)
-    CombineLaunch merge(m, kc.spec);
-    rt::launch_family(kc, merge, stream, /*after_prerequisite=*/true);
-  }
+  if (combine) launch(kc, m, stream);
   info.launched = true;
   return info;
 }

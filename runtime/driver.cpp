@@ -102,7 +102,6 @@ DriverState load_driver() {
   FLASHGEN_RESOLVE(cuFuncSetAttribute, "cuFuncSetAttribute");
   FLASHGEN_RESOLVE(cuFuncGetAttribute, "cuFuncGetAttribute");
   FLASHGEN_RESOLVE(cuLaunchKernel, "cuLaunchKernel");
-  FLASHGEN_RESOLVE(cuLaunchKernelEx, "cuLaunchKernelEx");
   FLASHGEN_RESOLVE(cuMemAlloc, "cuMemAlloc");
   FLASHGEN_RESOLVE(cuMemFree, "cuMemFree");
   FLASHGEN_RESOLVE(cuMemcpyHtoD, "cuMemcpyHtoD");

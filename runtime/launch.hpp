@@ -29,14 +29,10 @@ class FamilyLaunch {
 };
 
 /// Make the kernel's context current (or refuse another one), prepare,
-/// then launch with grid launch.grid(), block kernel.spec.threads() and
-/// kernel.spec.smem_bytes() bytes of dynamic shared memory on `stream`.
-/// `after_prerequisite`: the kernel waits for the previous kernel on the
-/// stream itself (griddepcontrol.wait, templates/common.cuh), so it is launched
-/// with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuLaunchKernelEx;
-/// CUDA driver API "Programmatic Dependent Launch") when kernel.spec.arch >= 90,
-/// and plainly otherwise. Throws InvalidArgument (wrong context) / DriverError.
-void launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream, bool after_prerequisite = false);
+/// then cuLaunchKernel with grid launch.grid(), block kernel.spec.threads()
+/// and kernel.spec.smem_bytes() bytes of dynamic shared memory on `stream`.
+/// Throws InvalidArgument (wrong context) / DriverError.
+void launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream);
 
 /// The combine spec of a merge on `arch` (no checks).
 KernelSpec merge_spec(const MergeProblem& problem, int arch);

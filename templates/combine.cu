@@ -143,7 +143,6 @@ extern "C" __global__ void __launch_bounds__(THREADS) @@KERNEL_NAME@@(const Comb
   // The groups' sums for the cross-group step, element-major (a warp's lanes
   // touch consecutive words).
   __shared__ float s_acc[CHUNKS_PER_LANE * VEC][THREADS];
-  fg_wait_prerequisite();  // (decode: the split kernel's partials, common.cuh)
   const int groups = (int)p.state_groups;               // lane groups per row
   const int gi = (int)(threadIdx.x / ROW_LANES);        // the block's lane group
   const int lane = (int)(threadIdx.x % ROW_LANES);      // lane within the group

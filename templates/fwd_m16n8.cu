@@ -243,7 +243,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  if (SPLIT) fg_launch_dependents();  // the combine may be scheduled (it waits for this grid; common.cuh)
 
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;

@@ -378,7 +378,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   u16* const sV = sK + STAGES * BLOCK_N * HEAD_DIM;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  if (SPLIT) fg_launch_dependents();  // the combine may be scheduled (it waits for this grid; common.cuh)
   // Quadpair roles (see the top of this file).
   const int a0 = lane & 1, a1 = (lane >> 1) & 1, qm = (lane >> 2) & 1, qn = (lane >> 3) & 1, hb = lane >> 4;
   const int t = a0 + 2 * a1 + 4 * hb;

@@ -37,25 +37,6 @@ FG_DEVICE float fg_max_nan(float a, float b) { return (b > a || b != b) ? b : a;
 // NaN-propagating max m (finite or +inf); 0 for a state that saw no key (lse = -inf).
 FG_DEVICE float fg_state_weight(float lse, float m) { return lse != fg_neg_inf() ? expf(lse - m) : 0.0f; }
 
-// ---- programmatic dependent launch (PTX ISA "griddepcontrol", sm_90+) ----
-// Decode launches the combine right behind the split kernel with the
-// programmatic-serialization attribute: the combine's blocks may start once
-// every split block has signalled (fg_launch_dependents) and wait in
-// fg_wait_prerequisite until the split grid has completed and its writes are
-// visible, so the second launch's latency overlaps the first's tail. Without
-// the attribute (or below sm_90) both are no-ops in effect: the wait returns at
-// once when no prerequisite grid is in flight.
-FG_DEVICE void fg_launch_dependents() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
-}
-FG_DEVICE void fg_wait_prerequisite() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // Generic -> shared state space address (PTX ISA: cvta).
 FG_DEVICE u32 fg_smem_addr(const void* p) {
   u32 r;

@@ -224,7 +224,7 @@ FLASHGEN_GPU_FAULT_TEST("faults: out of device memory at module load and at laun
       const std::string name = flashgen::plan(fresh_dc.problem).kernel_name();
       const std::string msg = e.what();
       CHECK((contains(msg, "cuModuleLoadData(" + name + ")") || contains(msg, "cuModuleGetFunction(" + name + ")") ||
-             contains(msg, "cuFuncSetAttribute(" + name + ",") || contains(msg, "cuLaunchKernelEx(" + name + ",")));
+             contains(msg, "cuFuncSetAttribute(" + name + ",") || contains(msg, "cuLaunchKernel(" + name + ",")));
       CHECK((e.cu_result() == CUDA_ERROR_OUT_OF_MEMORY || e.cu_result() == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
       CHECK_FALSE(contains(msg, "the cubin is for"));  // not mistaken for a bad image
     }
@@ -236,7 +236,7 @@ FLASHGEN_GPU_FAULT_TEST("faults: out of device memory at module load and at laun
     } catch (const flashgen::DriverError& e) {
       launch_failed = true;
       std::printf("  launch: DriverError: %s\n", e.what());
-      CHECK(contains(e.what(), "cuLaunchKernelEx("));
+      CHECK(contains(e.what(), "cuLaunchKernel("));
       CHECK((e.cu_result() == CUDA_ERROR_OUT_OF_MEMORY || e.cu_result() == CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES));
       check_untouched(warm_hc, warm_dc, "after the failed launch");
     }
