@@ -3,7 +3,8 @@
 # (tools/mma_probe, f16 and bf16), then time our forward and PyTorch SDPA
 # (flash, cuDNN, efficient) on the same inputs (bench/bench.py). Logs under $OUT.
 #   usage: bench/run.sh [bench.py args...]   (BENCH_DECODE=1: + bench/bench_decode.py; BENCH_DECODE_ONLY=1: only it;
-#   BENCH_DECODE_ARGS: its arguments, e.g. "--runs 20 --rows 0,2")
+#   BENCH_DECODE_ARGS: its arguments, e.g. "--runs 20 --rows 0,2"; BENCH_SOFTCAP=1 / BENCH_SOFTCAP_ONLY=1:
+#   bench/bench_softcap.py, arguments in BENCH_SOFTCAP_ARGS)
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline).
@@ -55,7 +56,7 @@ for dt in f16 bf16; do
 done
 c16=$(awk '/^achieved/ {print $2}' "$OUT/probe-f16.txt")
 c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
-if [[ "${BENCH_DECODE_ONLY:-0}" != 1 ]]; then
+if [[ "${BENCH_DECODE_ONLY:-0}" != 1 && "${BENCH_SOFTCAP_ONLY:-0}" != 1 ]]; then
 PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${baseline[@]}" "$@" \
   2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
@@ -65,6 +66,13 @@ fi
 if [[ "${BENCH_DECODE:-0}" == 1 || "${BENCH_DECODE_ONLY:-0}" == 1 ]]; then
   PYTHONUNBUFFERED=1 python3 bench/bench_decode.py --lib build/libflashgen.so "${decode_baseline[@]}" ${BENCH_DECODE_ARGS:-} 2>&1 |
     tee "$OUT/bench-decode.log"
+  rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
+fi
+# BENCH_SOFTCAP=1: also softcap against the plain forward (bench/bench_softcap.py,
+# arguments in BENCH_SOFTCAP_ARGS); BENCH_SOFTCAP_ONLY=1: only that.
+if [[ "${BENCH_SOFTCAP:-0}" == 1 || "${BENCH_SOFTCAP_ONLY:-0}" == 1 ]]; then
+  PYTHONUNBUFFERED=1 python3 bench/bench_softcap.py --lib build/libflashgen.so ${BENCH_SOFTCAP_ARGS:-} 2>&1 |
+    tee "$OUT/bench-softcap.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
 exit "${rc:-0}"

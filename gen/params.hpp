@@ -43,7 +43,8 @@
   X(float*, float*, o_partial)                                  \
   X(float*, float*, lse_partial)                                \
   X(int64_t, long long, num_splits)                             \
-  X(int64_t, long long, tiles_per_split)
+  X(int64_t, long long, tiles_per_split)                        \
+  X(double, double, softcap)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

@@ -298,6 +298,29 @@ std::vector<SpecField> make_spec_fields() {
     f.constant_value = [](const KernelSpec& s) { return std::string(s.has_lse ? "true" : "false"); };
     t.push_back(f);
   }
+  {
+    SpecField f;
+    f.key = "softcap";
+    f.name = "softcap";
+    f.group = G::variant;
+    f.kind = SpecFieldKind::flag;
+    f.omit_default = true;
+    f.format = [](const KernelSpec& s) { return std::string(s.softcap ? "1" : "0"); };
+    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+      if (v != "0" && v != "1") return "; allowed: 0, 1";
+      s.softcap = v == "1";
+      return "";
+    };
+    f.get_flag = [](const KernelSpec& s) { return s.softcap; };
+    f.set_flag = [](KernelSpec& s, bool v) { s.softcap = v; };
+    f.name_rank = 12;
+    f.name_part = [](const KernelSpec& s) { return std::string(s.softcap ? "_softcap" : ""); };
+    f.constant = "SOFTCAP";
+    f.constant_type = "bool";
+    f.constant_value = [](const KernelSpec& s) { return std::string(s.softcap ? "true" : "false"); };
+    f.constant_comment = "   // S = cap * tanh(S / cap), cap = p.softcap";
+    t.push_back(f);
+  }
   // The families of each field: the forward families have every field but the
   // combine's element types; combine has arch, its element types, head_dim_v, lse.
   const unsigned fwd = family_bit(KernelFamily::fwd) | family_bit(KernelFamily::fwd_split);
@@ -363,6 +386,10 @@ const SpecField* find_spec_field(std::string_view key) {
 std::string spec_field_list(KernelFamily family) {
   std::string s;
   for (const SpecField* f : spec_fields(family)) {
+    if (f->omit_default) {  // (written only when set)
+      s += fmt::format("[,{}]", f->key);
+      continue;
+    }
     if (!s.empty()) s += ",";
     s += f->key;
   }
@@ -471,6 +498,7 @@ std::string KernelSpec::canonical() const {
   std::string out = spec_tag(family);
   bool first = true;
   for (const gen::SpecField* f : gen::spec_fields(family)) {
+    if (f->omit_default && !f->get_flag(*this)) continue;  // (a later field at its default)
     if (!first) out += ',';
     first = false;
     out += f->key;
@@ -520,7 +548,9 @@ KernelSpec KernelSpec::parse(const std::string& text) {
   }
   if (!tagged) spec_error(text, fmt::format("does not start with the tag {}", tag_list()));
 
-  const std::vector<const gen::SpecField*>& fields = gen::spec_fields(s.family);
+  // The family's fields, less those written only when set (omit_default)
+  // that the string does not have (filled in once the items are known).
+  std::vector<const gen::SpecField*> fields;
   const std::string order = gen::spec_field_list(s.family);
   auto field_index = [&](std::string_view key) {
     for (size_t i = 0; i < fields.size(); ++i)
@@ -544,6 +574,11 @@ KernelSpec KernelSpec::parse(const std::string& text) {
     items.emplace_back(item.substr(0, eq), item.substr(eq + 1));
     if (comma == std::string_view::npos) break;
     rest.remove_prefix(comma + 1);
+  }
+  for (const gen::SpecField* f : gen::spec_fields(s.family)) {
+    bool present = !f->omit_default;
+    for (const auto& item : items) present = present || item.first == f->key;
+    if (present) fields.push_back(f);
   }
 
   // Keys must be exactly the table's, in order; diagnose the first deviation.

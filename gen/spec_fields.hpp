@@ -43,6 +43,10 @@ struct SpecField {
   int min = 0;
   int max = 0;
   int multiple = 1;
+  /// Flag fields added after the first release of a family: written
+  /// (canonical string, tune files) only when set, and read as false when
+  /// absent, so the strings and files of specs without them stay as they were.
+  bool omit_default = false;
   /// The value as the canonical string writes it.
   std::string (*format)(const KernelSpec&) = nullptr;
   /// Set the field from its canonical text; "" on success, else the reason

@@ -257,6 +257,7 @@ KernelSpec problem_variant(const AttentionProblem& problem, int arch) {
   spec.mask = problem.mask;
   spec.bias = problem.bias.kind;
   spec.has_lse = problem.lse.data != nullptr;
+  spec.softcap = problem.softcap > 0.f;
   return spec;
 }
 
@@ -545,6 +546,9 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
   if (problem.bias.kind != s.bias)
     throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
                                    std::string(to_string(s.bias)), s));
+  if ((problem.softcap > 0.f) != s.softcap)
+    throw InvalidArgument(mismatch("softcap", fmt::format("{}", problem.softcap),
+                                   s.softcap ? "a cap > 0" : "0 (off)", s));
   if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
@@ -608,6 +612,7 @@ class FwdLaunch final : public rt::FamilyLaunch {
     params_.seqlen_k = problem.seqlen_k;
     params_.num_m_blocks = num_m_blocks;
     params_.softmax_scale = static_cast<double>(problem.scale());
+    params_.softcap = static_cast<double>(problem.softcap);
     args_[0] = &params_;
   }
   /// The fwd_split family's extra arguments: the workspace's partials and the split of the key range.
@@ -1011,6 +1016,7 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   field("head_dim_v", std::to_string(s.head_dim_v), std::to_string(problem.head_dim_v));
   field("mask", std::string(to_string(s.mask)), std::string(to_string(problem.mask)));
   field("bias", std::string(to_string(s.bias)), std::string(to_string(problem.bias.kind)));
+  field("softcap", s.softcap ? "on" : "off", problem.softcap > 0.f ? "on" : "off");
   const int64_t g = group_size(problem);
   if (s.pack < 1 || g % s.pack != 0)
     throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",

@@ -144,6 +144,7 @@ AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
   p.lse.data = c->lse.data;
   p.lse.stride_batch = c->lse.stride_batch;
   p.lse.stride_head = c->lse.stride_head;
+  p.softcap = c->softcap;
   return p;
 }
 
@@ -260,6 +261,7 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
     c.o = from_tensor(p.o);
     c.bias.kind = FLASHGEN_BIAS_NONE;
     c.lse.data = nullptr;
+    c.softcap = 0.0f;
     *problem = c;
   });
 }

@@ -133,6 +133,7 @@ KernelSpec spec_of(const ProblemClass& c) {
   s.mask = c.mask;
   s.bias = c.bias;
   s.has_lse = c.has_lse;
+  s.softcap = c.softcap;
   return s;
 }
 ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
@@ -143,6 +144,7 @@ ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
   c.mask = s.mask;
   c.bias = s.bias;
   c.has_lse = s.has_lse;
+  c.softcap = s.softcap;
   c.seqlen_q_le = seqlen_q_le;
   return c;
 }
@@ -189,6 +191,7 @@ std::string format_fields(const KernelSpec& spec, gen::SpecFieldGroup group) {
   std::string out;
   for (const gen::SpecField& field : fwd_fields()) {
     if (field.group != group) continue;
+    if (field.omit_default && !field.get_flag(spec)) continue;  // (written only when set)
     if (!out.empty()) out += ", ";
     out += fmt::format("{}: {}", field.name,
                        field.kind == gen::SpecFieldKind::flag ? (field.get_flag(spec) ? "true" : "false")
@@ -219,14 +222,15 @@ TuneEntry parse_entry(const Reader& r, const YAML::Node& node, const std::string
   {
     // The problem class: the variant fields of the spec's field table, then the seqlen bucket.
     const std::string pp = path + ".problem";
-    std::vector<std::string> keys;
+    std::vector<std::string> keys, optional;
     for (const gen::SpecField& field : fwd_fields())
-      if (field.group == gen::SpecFieldGroup::variant) keys.emplace_back(field.name);
+      if (field.group == gen::SpecFieldGroup::variant) (field.omit_default ? optional : keys).emplace_back(field.name);
     keys.emplace_back("seqlen_q_le");
-    auto p = r.fields(f["problem"], pp, keys);
+    auto p = r.fields(f["problem"], pp, keys, optional);
     KernelSpec spec;
     for (const gen::SpecField& field : fwd_fields()) {
       if (field.group != gen::SpecFieldGroup::variant) continue;
+      if (field.omit_default && !p.count(std::string(field.name))) continue;  // absent: false
       read_field(r, field, p[std::string(field.name)], pp + "." + std::string(field.name), spec);
     }
     e.problem = class_of(spec, r.integer(p["seqlen_q_le"], pp + ".seqlen_q_le", 64, kMaxSeqlenBucket));
@@ -361,13 +365,14 @@ ProblemClass problem_class(const AttentionProblem& p) {
   c.mask = p.mask;
   c.bias = p.bias.kind;
   c.has_lse = p.lse.data != nullptr;
+  c.softcap = p.softcap > 0.f;
   c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);
   return c;
 }
 
 std::string ProblemClass::str() const {
-  return fmt::format("{} d{}/v{} mask={} bias={} lse={} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
-                     to_string(mask), to_string(bias), has_lse ? 1 : 0, seqlen_q_le);
+  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
+                     to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "", seqlen_q_le);
 }
 
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {

@@ -155,6 +155,7 @@ class RowKernel {
       : p_(p),
         table_(p.dtype == DType::bf16 ? decode_table().bf16 : decode_table().f16),
         scale_(p.scale()),
+        softcap_(static_cast<double>(p.softcap)),
         group_(p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1),
         qs_(static_cast<size_t>(p.head_dim)),
         s_(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 0))),
@@ -209,6 +210,10 @@ class RowKernel {
         mag += std::fabs(t);
       }
       float sf = static_cast<float>(acc);
+      // Softcap: cap * tanh(x / cap) of the fp32 logit, rounded to fp32. It
+      // shrinks differences (slope <= 1), so the sum's error bound carries over;
+      // the kernel's tanh adds at most cap * 2^-18 (eps below).
+      if (softcap_ > 0.0) sf = static_cast<float>(softcap_ * std::tanh(static_cast<double>(sf) / softcap_));
       double bias = 0.0;
       if (has_bias) {
         const int64_t off = bias_row + j * p_.bias.stride_k;
@@ -233,7 +238,7 @@ class RowKernel {
         affected = true;
         continue;
       }
-      const double eps = (static_cast<double>(D) / 4 + 4) * 0x1p-23 * mag + 2 * ulp32(sf);
+      const double eps = (static_cast<double>(D) / 4 + 4) * 0x1p-23 * mag + 2 * ulp32(sf) + softcap_ * 0x1p-18;
       eps_j_[static_cast<size_t>(j)] = eps;
       eps_max = std::max(eps_max, eps);
       if (sj > m) m = sj;
@@ -310,6 +315,7 @@ class RowKernel {
   const AttentionProblem& p_;
   const float* table_;
   float scale_;
+  double softcap_;  // 0: off
   int64_t group_;
   std::vector<double> qs_;
   std::vector<double> s_;

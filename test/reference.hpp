@@ -47,7 +47,8 @@ struct RowBounds {
 /// threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale) with the
 /// product in float32 (as the kernel does); the logits are rounded to float32
 /// as the kernel forms them, S = f32(f32(Qs.K) + bias) (+ mask; Qs.K summed in
-/// float64 before its rounding); everything after that in float64:
+/// float64 before its rounding; with a softcap, f32(Qs.K) is first replaced by
+/// f32(cap * tanh(f32(Qs.K) / cap)), the tanh in float64); everything after that in float64:
 /// P = softmax(S), O = P V, LSE = log(sum exp S), at any finite magnitude of S.
 /// (The kernel also rounds P to the dtype before P V; that is inside the tests' tolerance.)
 /// `bounds` (optional) receives the error bounds described at RowBounds.

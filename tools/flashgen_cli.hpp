@@ -54,6 +54,7 @@ struct ProblemDesc {
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool lse = false;
+  float softcap = 0.f;         ///< 0: off; else the cap (AttentionProblem::softcap)
 
   std::string str() const;  ///< one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 causalbr bias=none lse=0"
 };
@@ -64,7 +65,7 @@ struct ProblemDesc {
 AttentionProblem to_problem(const ProblemDesc& d);
 
 /// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
-/// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse).
+/// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap).
 /// seqlen sets both seqlens, heads both head counts (and cannot be combined
 /// with seqlen_q / seqlen_k, heads_q / heads_kv); head_dim_v defaults to
 /// head_dim and seqlen_k to seqlen_q. batch, seqlens and heads are integers in

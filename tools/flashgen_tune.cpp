@@ -82,6 +82,7 @@ struct Workload {
     const ProblemDesc& d = desc;
     AttentionProblem p = make_bshd_problem(d.dtype, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.head_dim,
                                            d.head_dim_v, d.mask, s.q.ptr(), s.k.ptr(), s.v.ptr(), s.o.ptr());
+    p.softcap = d.softcap;
     if (d.bias != BiasKind::none) {
       p.bias.kind = d.bias;
       p.bias.data = s.bias.ptr();

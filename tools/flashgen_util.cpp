@@ -96,9 +96,15 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
     d.bias = parse_bias(value, what);
   } else if (key == "lse") {
     d.lse = parse_bool(what, value);
+  } else if (key == "softcap") {
+    const std::optional<double> v = real_in_range(value, 0.0, std::numeric_limits<float>::max());
+    if (!v || (*v != 0.0 && *v < std::numeric_limits<float>::min()))
+      throw InvalidArgument(fmt::format("{} has value '{}': must be 0 (off) or a cap in [{}, {}]", what, value,
+                                        std::numeric_limits<float>::min(), std::numeric_limits<float>::max()));
+    d.softcap = static_cast<float>(*v);
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
-                                      "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse",
+                                      "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap",
                                       what));
   }
 }
@@ -144,15 +150,17 @@ int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t 
 }
 
 std::string ProblemDesc::str() const {
-  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}", name.empty() ? "" : name + ": ",
+  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}", name.empty() ? "" : name + ": ",
                      to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v,
-                     to_string(mask), to_string(bias), lse ? 1 : 0);
+                     to_string(mask), to_string(bias), lse ? 1 : 0,
+                     softcap > 0.f ? fmt::format(" softcap={}", softcap) : std::string());
 }
 
 AttentionProblem to_problem(const ProblemDesc& d) {
   const void* fake = reinterpret_cast<const void*>(uintptr_t{0x10000000});
   AttentionProblem p = make_bshd_problem(d.dtype, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.head_dim,
                                          d.head_dim_v, d.mask, fake, fake, fake, const_cast<void*>(fake));
+  p.softcap = d.softcap;
   if (d.bias != BiasKind::none) {
     p.bias.kind = d.bias;
     p.bias.data = fake;

@@ -149,6 +149,10 @@ typedef struct flashgen_problem {
   flashgen_tensor o;  /* [batch, seqlen_q, heads_q, head_dim_v]; written by forward */
   flashgen_bias bias; /* kind FLASHGEN_BIAS_NONE: no bias */
   flashgen_lse lse;   /* data NULL: no LSE output */
+  float softcap;      /* > 0: each logit x = Qs.K becomes softcap * tanh(x / softcap) before the
+                         bias and the mask; 0: off (flashgen_problem_init_bshd sets 0). Must be 0
+                         or finite and at least FLT_MIN. (Added after 0.1.0: code built against
+                         an older header must recompile.) */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none
@@ -158,7 +162,7 @@ const char* flashgen_last_error(void);
 
 /* Fill *problem for contiguous BSHD tensors: strides
  *   q/o: [seqlen*heads*dim, heads*dim, dim], k/v likewise with heads_kv,
- * no bias, no LSE, default scale (has_scale = 0). Pointers are device
+ * no bias, no LSE, default scale (has_scale = 0), no softcap. Pointers are device
  * pointers (never dereferenced here). Only the arguments needed to compute
  * strides are checked (problem non-NULL, enums in range, sizes >= 0); the full
  * check happens in flashgen_plan / flashgen_forward.

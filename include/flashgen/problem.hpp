@@ -3,7 +3,8 @@
 // Semantics (see docs/design.md, "The operation"): per batch b and query head h,
 // with g = heads_q / heads_kv and KV head h / g:
 //   Qs  = round_to_dtype(Q * softmax_scale)
-//   S   = Qs K^T (fp32 accumulate) + bias + mask
+//   S   = softcap(Qs K^T (fp32 accumulate)) + bias + mask
+//         softcap(x) = cap * tanh(x / cap) when softcap > 0 (else x)
 //   P   = softmax(S) row-wise (online, exp2 domain)
 //   O   = P V    (P rounded to the input dtype, fp32 accumulate)
 //   LSE = log(sum_j exp(S_ij))   (natural log, fp32)
@@ -72,6 +73,11 @@ struct AttentionProblem {
   TensorRef o;
   BiasRef bias;
   LseRef lse;   ///< data == nullptr: no LSE output
+  /// Logit softcapping (Gemma 2, Grok): cap > 0 replaces each logit x = Qs.K by
+  /// cap * tanh(x / cap) before the bias and the mask; 0 turns it off. A cap is a
+  /// kernel specialization (KernelSpec::softcap) with the value passed at launch.
+  /// Must be 0 or finite and at least FLT_MIN (InvalidArgument names it otherwise).
+  float softcap = 0.f;
 
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)
 };

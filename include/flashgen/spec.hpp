@@ -27,7 +27,7 @@ std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
 /// The specialization of one generated kernel (a plain value type).
 ///
 /// A family uses some of the fields (gen/spec_fields.hpp lists which):
-///  - fwd: arch, unit, dtype, head_dim, head_dim_v, tile, mask, bias, has_lse;
+///  - fwd: arch, unit, dtype, head_dim, head_dim_v, tile, mask, bias, has_lse, softcap;
 ///  - fwd_split: those and pack;
 ///  - combine: arch, partial_dtype, out_dtype, head_dim_v, has_lse.
 /// The others are ignored: canonical(), kernel_name() and operator== leave
@@ -43,6 +43,10 @@ struct KernelSpec {
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;                   ///< write LSE [batch, heads_q, seqlen_q] fp32
+  /// Logit softcapping, S = cap * tanh(S / cap) before bias and mask (the cap
+  /// is a launch argument, AttentionProblem::softcap); canonical() writes the
+  /// field only when set ("softcap=1"), so specs without it keep their strings.
+  bool softcap = false;
   /// fwd_split: query heads of one GQA group packed as rows of one tile (GQA
   /// packing: row r of the packed problem is query position r / pack of head
   /// r % pack of the group, so the group's K/V are read once); 1, 2, 4, 8 or
@@ -88,7 +92,8 @@ struct KernelSpec {
   static KernelSpec parse(const std::string& text);
   /// Readable name, the extern "C" symbol, NVRTC program name and cache stem, e.g.
   /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_bias16" for an
-  /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse); the
+  /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse, then
+  /// "_softcap" when softcap); the
   /// prefix is "flashgen_<family>" ("flashgen_fwd_split_...", "flashgen_combine_...").
   /// combine: "flashgen_combine_sm90_pf32_of16_dv128" (+ "_lse").
   std::string kernel_name() const;

@@ -50,10 +50,12 @@ struct ProblemClass {
   MaskKind mask = MaskKind::none;
   BiasKind bias = BiasKind::none;
   bool has_lse = false;
+  bool softcap = false;            ///< logit softcapping on (AttentionProblem::softcap > 0)
   int64_t seqlen_q_le = 64;        ///< bucket: seqlen_q_bucket(seqlen_q)
 
   bool operator==(const ProblemClass&) const = default;
-  /// e.g. "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096"
+  /// e.g. "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096" (" softcap" after lse=
+  /// when set)
   std::string str() const;
 };
 

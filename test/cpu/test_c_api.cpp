@@ -106,6 +106,19 @@ TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
   CHECK(s.arch == 80);
   CHECK(s.bias == BiasKind::f32);
   CHECK(s.has_lse);
+  CHECK_FALSE(s.softcap);
+  CHECK(std::string(spec).find("softcap") == std::string::npos);
+
+  // a softcap reaches the spec; a bad one is refused naming it
+  p.softcap = 30.0f;
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(KernelSpec::parse(spec).softcap);
+  CHECK(std::string(spec).ends_with(",lse=1,softcap=1"));
+  for (float bad : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 1e-40f}) {
+    p.softcap = bad;
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(std::string(flashgen_last_error()).find("softcap") != std::string::npos);
+  }
 }
 
 TEST_CASE("c_api: plan refuses a buffer that is too small and says the size needed") {

@@ -323,6 +323,24 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   CHECK(contains(no_tile.out, "the profile's tile"));
 }
 
+TEST_CASE("cli: a softcap in the problem syntax reaches the spec") {
+  TempDir work("flashgen-cli-softcap");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem = "dtype=bf16,seqlen=77,heads=3,head_dim=80,mask=causalbr,softcap=30";
+  const cli::ProblemDesc d = cli::parse_problem_text(problem);
+  CHECK(d.softcap == 30.0f);
+  CHECK(contains(d.str(), "softcap=30"));
+  const KernelSpec spec = plan(cli::to_problem(d), 80);
+  CHECK(spec.softcap);
+  const Run a = run_cli({"show", "--problem", problem, "--arch", "80"}, env);
+  CHECK(a.rc == 0);
+  CHECK(contains(a.out, "constexpr bool SOFTCAP = true;"));
+  CHECK(a.out == generate(spec));
+  const Run off = run_cli({"show", "--problem", "dtype=bf16,seqlen=77,heads=3,head_dim=80,softcap=0", "--arch", "80"}, env);
+  CHECK(off.rc == 0);
+  CHECK(contains(off.out, "constexpr bool SOFTCAP = false;"));
+}
+
 TEST_CASE("cli: show prints the generated source") {
   TempDir work("flashgen-cli-show");
   const auto env = base_env(work.path() + "/cache");
@@ -694,6 +712,11 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"key 'seqlen_q' cannot be combined with key 'seqlen'"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,heads_q=16,head_dim=64"},
             {"key 'heads_q' cannot be combined with key 'heads'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=-1"},
+            {"key 'softcap' has value '-1': must be 0 (off) or a cap in ["}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=nan"}, {"key 'softcap' has value 'nan'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1e300"}, {"key 'softcap' has value '1e300'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1e-40"}, {"key 'softcap' has value '1e-40'"}},
        }) {
     CAPTURE(b.args[0]);
     CAPTURE(b.args.back());

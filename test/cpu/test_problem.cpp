@@ -136,6 +136,22 @@ TEST_CASE("check_problem: sizes") {
   }
 }
 
+TEST_CASE("check_problem: softcap is 0 (off) or a finite cap >= FLT_MIN") {
+  AttentionProblem p = valid_problem();
+  for (float ok : {0.0f, std::numeric_limits<float>::min(), 1.0f, 50.0f, std::numeric_limits<float>::max()}) {
+    p.softcap = ok;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  p.softcap = -1.0f;
+  CHECK_REJECTED(p, "softcap (-1) must be 0 (no softcapping) or a finite cap >= ");
+  p.softcap = std::numeric_limits<float>::infinity();
+  CHECK_REJECTED(p, "softcap (inf) must be 0");
+  p.softcap = std::numeric_limits<float>::quiet_NaN();
+  CHECK_REJECTED(p, "softcap (nan) must be 0");
+  p.softcap = 1e-40f;  // subnormal: 2 log2(e) / cap would overflow
+  CHECK_REJECTED(p, "softcap (1e-40) must be 0");
+}
+
 TEST_CASE("check_problem: softmax_scale must be finite (any finite value is allowed)") {
   AttentionProblem p = valid_problem();
   p.softmax_scale = std::numeric_limits<float>::infinity();

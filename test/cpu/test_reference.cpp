@@ -298,6 +298,36 @@ TEST_CASE("two keys: softmax of scores 0 and 1") {
   for (int d = 3; d < 16; ++d) CHECK(out.O(h.p, 0, 0, 0, d) == 0.0);
 }
 
+TEST_CASE("softcap: cap * tanh(S / cap) before the bias; huge logits saturate at the cap") {
+  // Keys with S = 4, 64 and -64 (q = 1 at d 0; k = S there; softmax_scale 1),
+  // cap 8, bias +1 on key 0: logits 8 tanh(0.5) + 1, 8 tanh(8), -8 tanh(8)
+  // (each rounded to fp32 as the kernel forms it).
+  Host h(DType::f16, 1, 1, 3, 1, 1, 16, 16, MaskKind::none);
+  h.p.softmax_scale = 1.0f;
+  h.p.softcap = 8.0f;
+  h.set_q(0, 0, 0, 0, 1.0f);
+  const float ks[3] = {4.0f, 64.0f, -64.0f};
+  for (int j = 0; j < 3; ++j) {
+    h.set_k(0, j, 0, 0, ks[j]);
+    h.set_v(0, j, 0, j, 1.0f);  // V_j = e_j
+  }
+  std::vector<float> bias = {1.0f, 0.0f, 0.0f};
+  h.p.bias.kind = BiasKind::f32;
+  h.p.bias.data = bias.data();
+  h.p.bias.stride_k = 1;
+  double s[3];
+  for (int j = 0; j < 3; ++j) s[j] = static_cast<float>(8.0 * std::tanh(ks[j] / 8.0));
+  s[0] = static_cast<float>(static_cast<float>(s[0]) + 1.0f);
+  const double m = std::max({s[0], s[1], s[2]});
+  double sum = 0.0;
+  for (double x : s) sum += std::exp(x - m);
+  const Out out = run_all(h.p);
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(m + std::log(sum)).epsilon(1e-14));
+  for (int j = 0; j < 3; ++j) CHECK(out.O(h.p, 0, 0, 0, j) == doctest::Approx(std::exp(s[j] - m) / sum).epsilon(1e-14));
+  // Uncapped, key 1 would take all but e^-59 of the weight; capped 8 vs 4.69: 0.965.
+  CHECK(out.O(h.p, 0, 0, 0, 1) < 0.97);
+}
+
 TEST_CASE("softmax_scale multiplies Q in float32, then Q is rounded to the dtype") {
   // q = 1, k = 1, one key: LSE = S = round_to_dtype(1 * scale).
   for (DType dt : {DType::f16, DType::bf16}) {

@@ -306,6 +306,40 @@ TEST_CASE("kernel names") {
   CHECK(s.kernel_name() == "flashgen_fwd_sm80_bf16_d64v128_m16n8k8_bm128_bn64_w4_s2_none");
 }
 
+TEST_CASE("softcap: written only when set, read when absent, named last") {
+  KernelSpec s = example_spec();
+  CHECK(s.canonical().find("softcap") == std::string::npos);  // today's strings stay as they were
+  s.softcap = true;
+  const std::string text = s.canonical();
+  CHECK(text == std::string(kExampleCanonical) + ",softcap=1");
+  CHECK(KernelSpec::parse(text) == s);
+  CHECK(KernelSpec::parse(text).softcap);
+  CHECK_FALSE(KernelSpec::parse(kExampleCanonical).softcap);
+  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",softcap=0") == example_spec());
+  CHECK(s.kernel_name() == example_spec().kernel_name() + "_softcap");
+  CHECK_FALSE(s == example_spec());
+  for (KernelFamily f : {KernelFamily::fwd_split, KernelFamily::combine}) {
+    KernelSpec o = s;
+    o.family = f;
+    CHECK((o.canonical().find("softcap=1") != std::string::npos) == (f == KernelFamily::fwd_split));
+  }
+  auto refused = [](const std::string& t) {
+    try {
+      (void)KernelSpec::parse(t);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refused(std::string(kExampleCanonical) + ",softcap=2").find("field 'softcap' has value '2'") != std::string::npos);
+  CHECK(refused(std::string(kExampleCanonical) + ",softcap=1,softcap=1").find("more than once") != std::string::npos);
+  // out of order: before lse
+  std::string moved = kExampleCanonical;
+  moved.insert(moved.find(",lse="), ",softcap=1");
+  CHECK(refused(moved).find("'softcap'") != std::string::npos);
+  CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,softcap=1").find("unknown") != std::string::npos);
+}
+
 TEST_CASE("kernel families: tag, kernel name, round trip; fwd_split's pack") {
   const std::string body =
       "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";

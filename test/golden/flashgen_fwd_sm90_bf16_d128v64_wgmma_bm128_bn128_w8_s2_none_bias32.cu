@@ -202,6 +202,7 @@ struct FwdParams {
   float* lse_partial;
   long long num_splits;
   long long tiles_per_split;
+  double softcap;
 };
 
 constexpr bool SPLIT = false;
@@ -505,6 +506,7 @@ constexpr int STAGES = 2;
 constexpr int MASK = 0;        // 0 none, 1 causal top-left, 2 causal bottom-right
 constexpr int BIAS_KIND = 2;   // 0 none, 1 input dtype, 2 float32
 constexpr bool HAS_LSE = false;
+constexpr bool SOFTCAP = false;   // S = cap * tanh(S / cap), cap = p.softcap
 constexpr int SMEM_BYTES = 132096;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 constexpr bool IS_BF16 = true;
 
@@ -571,13 +573,29 @@ struct FgTmaMaps {
 
 FG_DEVICE float fg_in16_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 
-// S of key tile j (+ bias, masks): the bias of each visible (row, key) is
-// added, keys past seqlen_k and those the causal mask hides become -inf.
+// S of key tile j (softcap, + bias, masks): with SOFTCAP each logit x becomes
+// cap * tanh(x / cap); the bias of each visible (row, key) is added, keys past
+// seqlen_k and those the causal mask hides become -inf.
 template <class F, int R>
 FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int row0, int col0,
                             float (&s)[M_SLICES][NT][R]) {
   const int n_start = (SPLIT ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
+  if (SOFTCAP) {
+    // tanh(y) = 1 - 2 / (e^(2y) + 1): one exp2 and one approximate reciprocal
+    // per logit. +-inf give +-cap exactly (e = inf: 2 / inf = 0; e = 0: 1 - 2),
+    // NaN stays NaN; elsewhere the error is a few fp32 ulp of 1, times cap
+    // (absolute: cap * 2^-18 bounds it, test/reference.cpp). A normal cap keeps
+    // k finite (check_problem).
+    const float cap = (float)p.softcap, k = 2.f * LOG2E / cap;
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+          s[ms][nt][i] = cap * (1.f - __fdividef(2.f, fg_exp2(s[ms][nt][i] * k) + 1.f));
+  }
   if (BIAS_KIND != 0) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)

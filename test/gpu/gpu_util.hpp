@@ -235,6 +235,7 @@ struct Case {
   Poison poison = Poison::none;
   float poison_value = 0.0f;
   bool lse = true;
+  float softcap = 0.0f;            ///< AttentionProblem::softcap (0: off)
   Layout layout = Layout::bshd;
   int64_t sample_rows = -1;        ///< -1: 256 rows when a seqlen >= 4096, else all; 0: all; n: n rows
   /// Split-KV decode (decode.hpp) instead of forward(): -1 no; 0 num_splits
@@ -262,6 +263,7 @@ struct Case {
     std::string extra;
     if (logits != Logits::plain) extra += fmt::format(" logits={}:{:.3g}", logits_name(logits), magnitude);
     if (poison != Poison::none) extra += fmt::format(" poison={}:{}", poison_name(poison), poison_value);
+    if (softcap > 0.0f) extra += fmt::format(" softcap={}", softcap);
     if (decode_splits >= 0)
       extra += fmt::format(" decode={}{}", decode_splits == 0 ? std::string("auto") : std::to_string(decode_splits),
                            decode_caller_workspace ? ",ws" : "");
@@ -448,6 +450,7 @@ inline AttentionProblem make_problem(const Case& c, const Geometry& g, uintptr_t
   p.head_dim = c.head_dim;
   p.head_dim_v = c.head_dim_v;
   p.mask = c.mask;
+  p.softcap = c.softcap;
   auto tensor = [](uintptr_t base, const View& v) {
     flashgen::TensorRef t;
     t.data = base != 0 ? reinterpret_cast<const void*>(base + 2 * static_cast<uintptr_t>(v.offset)) : nullptr;

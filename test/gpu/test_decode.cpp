@@ -92,6 +92,26 @@ std::vector<Case> bias_cases() {
   return v;
 }
 
+// Softcap through the split kernel (with and without key-split warps: one
+// query row packs 4 heads into a 16-row tile) and the combine; logits around
+// 1e3 that the cap of 20 saturates.
+std::vector<Case> softcap_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (int64_t sq : {1, 5}) {
+    for (int splits : {0, 1, 3}) {
+      Case c = decode_case(k % 2 == 0 ? DType::bf16 : DType::f16, 2, 16, 4, sq, 777, 128, splits, splits == 3);
+      c.softcap = 20.0f;
+      c.logits = Logits::qk;
+      c.magnitude = 1e3;
+      c.mask = sq > 1 ? MaskKind::causal_bottom_right : MaskKind::none;
+      v.push_back(c);
+      ++k;
+    }
+  }
+  return v;
+}
+
 std::vector<Case> poison_cases() {
   std::vector<Case> v;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
@@ -172,6 +192,8 @@ FLASHGEN_GPU_TEST("decode: one query row, GQA packing, split counts 1..more than
 FLASHGEN_GPU_TEST("decode: causal with 2-16 query rows, both alignments") { run_group("decode causal", causal_cases()); }
 
 FLASHGEN_GPU_TEST("decode: bias with -inf entries") { run_group("decode bias", bias_cases()); }
+
+FLASHGEN_GPU_TEST("decode: softcap, logits far past the cap") { run_group("decode softcap", softcap_cases()); }
 
 FLASHGEN_GPU_TEST("decode: a NaN or +inf in V changes only the rows that read it") {
   run_group("decode poison", poison_cases());

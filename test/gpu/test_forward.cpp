@@ -247,6 +247,44 @@ std::vector<Case> lse_cases() {
   return v;
 }
 
+// Softcap (cap * tanh(S / cap)): every mask, both dtypes, bias, GQA, head
+// dims of one and of several chunks, caps that bind (logits around 1e2 and
+// 1e4 from Q and K, far past the cap) and one that barely does.
+std::vector<Case> softcap_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (float cap : {5.0f, 30.0f, 1e4f}) {
+      Case c = base("softcap");
+      c.dtype = dt;
+      c.softcap = cap;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = 150;
+      c.seqlen_k = 333;
+      c.head_dim = c.head_dim_v = k % 3 == 0 ? 64 : (k % 3 == 1 ? 96 : 128);
+      c.mask = kMasks[k % 3];
+      c.bias = k % 2 == 0 ? BiasKind::f32 : BiasKind::none;
+      c.bias_neg_inf = c.bias != BiasKind::none;
+      c.logits = Logits::qk;
+      c.magnitude = k % 2 == 0 ? 1e2 : 1e4;
+      c.lse = true;
+      v.push_back(c);
+      ++k;
+    }
+  // Several key tiles per row and a head dim of four chunks.
+  Case c = base("softcap");
+  c.dtype = DType::bf16;
+  c.softcap = 50.0f;
+  c.heads_q = c.heads_kv = 2;
+  c.seqlen_q = c.seqlen_k = 1000;
+  c.head_dim = c.head_dim_v = 256;
+  c.mask = MaskKind::causal_bottom_right;
+  v.push_back(c);
+  return v;
+}
+
 // seqlen_k = 0 (O = 0, LSE = -inf, null K/V), seqlen_q = 0 and batch = 0 (no launch).
 std::vector<Case> empty_cases() {
   std::vector<Case> v;
@@ -614,6 +652,10 @@ FLASHGEN_GPU_TEST("forward: additive bias (input dtype, f32), -inf entries and r
 }
 
 FLASHGEN_GPU_TEST("forward: GQA / MQA group sizes 1, 2, 4, 7, 8") { run_group("gqa", gqa_cases()); }
+
+FLASHGEN_GPU_TEST("forward: softcap with logits past the cap, bias, every mask") {
+  run_group("softcap", softcap_cases());
+}
 
 FLASHGEN_GPU_TEST("forward: LSE on and off") { run_group("lse", lse_cases()); }
 
