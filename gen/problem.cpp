@@ -223,10 +223,10 @@ void check_problem(const AttentionProblem& p) {
   if (p.heads_kv > 0 && p.heads_q % p.heads_kv != 0) {
     fail(fmt::format("heads_q ({}) must be a multiple of heads_kv ({})", p.heads_q, p.heads_kv));
   }
-  if (!(p.softcap == 0.f ||
-        (p.softcap >= std::numeric_limits<float>::min() && p.softcap <= std::numeric_limits<float>::max()))) {
-    fail(fmt::format("softcap ({}) must be 0 (no softcapping) or a finite cap >= {} (the smallest normal float)",
-                     p.softcap, std::numeric_limits<float>::min()));
+  if (!(p.softcap == 0.f || (p.softcap >= std::numeric_limits<float>::min() && p.softcap <= kMaxSoftcap))) {
+    fail(fmt::format("softcap ({}) must be 0 (no softcapping) or a cap in [{}, {}] (the smallest normal float; "
+                     "the kernels' tanh has an absolute error of about cap * 2^-21)",
+                     p.softcap, std::numeric_limits<float>::min(), kMaxSoftcap));
   }
   if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
     fail(fmt::format("softmax_scale ({}) must be finite", *p.softmax_scale));

@@ -547,8 +547,8 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
     throw InvalidArgument(mismatch("bias.kind", std::string(to_string(problem.bias.kind)),
                                    std::string(to_string(s.bias)), s));
   if ((problem.softcap > 0.f) != s.softcap)
-    throw InvalidArgument(mismatch("softcap", fmt::format("{}", problem.softcap),
-                                   s.softcap ? "a cap > 0" : "0 (off)", s));
+    throw InvalidArgument(mismatch("softcap", fmt::format("{} ({})", problem.softcap, problem.softcap > 0.f ? "on" : "off"),
+                                   s.softcap ? "on" : "off", s));
   if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())

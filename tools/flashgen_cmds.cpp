@@ -241,6 +241,8 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--masks", o.masks, "none, causaltl, causalbr")->capture_default_str();
   c->add_option("--bias", o.biases, "bias kinds: none, input, f32")->capture_default_str();
   c->add_option("--lse", o.lse, "LSE output: no, yes (both: no,yes)")->capture_default_str();
+  c->add_option("--softcap", o.softcap, "softcap specialization: no, yes (both: no,yes; the cap is a launch argument)")
+      ->capture_default_str();
   c->add_option("--tiles", o.tiles,
                 "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
                 "entry's)")
@@ -309,27 +311,33 @@ int run_pregen(const PregenOptions& o) {
       }
       dims.emplace_back(static_cast<int>(*d), static_cast<int>(*dv));
     }
-    std::vector<bool> lses;
-    for (const std::string& t : items(o.lse)) {
-      if (t == "no" || t == "false" || t == "0") lses.push_back(false);
-      else if (t == "yes" || t == "true" || t == "1") lses.push_back(true);
-      else throw InvalidArgument(fmt::format("--lse: '{}' is not one of no, yes", t));
-    }
+    auto yes_no = [&](const std::vector<std::string>& values, const char* option) {
+      std::vector<bool> out;
+      for (const std::string& t : items(values)) {
+        if (t == "no" || t == "false" || t == "0") out.push_back(false);
+        else if (t == "yes" || t == "true" || t == "1") out.push_back(true);
+        else throw InvalidArgument(fmt::format("{}: '{}' is not one of no, yes", option, t));
+      }
+      return out;
+    };
+    const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap");
     for (const std::string& dt : items(o.dtypes))
       for (auto [d, dv] : dims)
         for (const std::string& mk : items(o.masks))
           for (const std::string& bk : items(o.biases))
-            for (bool l : lses) {
-              ProblemDesc p;
-              p.dtype = parse_dtype(dt, "--dtypes");
-              p.head_dim = d;
-              p.head_dim_v = dv;
-              p.mask = parse_mask(mk, "--masks");
-              p.bias = parse_bias(bk, "--bias");
-              p.lse = l;
-              p.seqlen_q = p.seqlen_k = 1024;
-              problems.push_back(p);
-            }
+            for (bool l : lses)
+              for (bool sc : softcaps) {
+                ProblemDesc p;
+                p.dtype = parse_dtype(dt, "--dtypes");
+                p.head_dim = d;
+                p.head_dim_v = dv;
+                p.mask = parse_mask(mk, "--masks");
+                p.bias = parse_bias(bk, "--bias");
+                p.lse = l;
+                p.softcap = sc ? 1.0f : 0.0f;  // (any cap: the kernel takes it at launch)
+                p.seqlen_q = p.seqlen_k = 1024;
+                problems.push_back(p);
+              }
   }
   std::vector<std::optional<Tile>> tiles;
   for (const std::string& t : items(o.tiles)) {
@@ -518,7 +526,7 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
         [&](ProblemDesc& x) { x.heads_q = d.heads_q, x.heads_kv = d.heads_kv; },
         [&](ProblemDesc& x) { x.head_dim = d.head_dim; },
         [&](ProblemDesc& x) { x.head_dim_v = d.head_dim_v; },
-        [&](ProblemDesc& x) { x.mask = d.mask, x.bias = d.bias, x.lse = d.lse; },
+        [&](ProblemDesc& x) { x.mask = d.mask, x.bias = d.bias, x.lse = d.lse, x.softcap = d.softcap; },
     };
     size_t found = 0;
     for (const auto& g : groups) {

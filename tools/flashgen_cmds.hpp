@@ -21,6 +21,7 @@ struct PregenOptions {
   std::vector<std::string> masks = {"none", "causaltl", "causalbr"};
   std::vector<std::string> biases = {"none"};
   std::vector<std::string> lse = {"no"};
+  std::vector<std::string> softcap = {"no"};
   std::vector<std::string> tiles = {"default"};
   std::string problems_file;
   std::string device;

@@ -129,6 +129,7 @@ KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& p
   s.mask = problem.mask;
   s.bias = problem.bias;
   s.has_lse = problem.lse;
+  s.softcap = problem.softcap > 0.f;  // (every variant field of the spec: plan()'s, runtime/api.cpp)
   return s;
 }
 

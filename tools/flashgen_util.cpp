@@ -97,10 +97,10 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
   } else if (key == "lse") {
     d.lse = parse_bool(what, value);
   } else if (key == "softcap") {
-    const std::optional<double> v = real_in_range(value, 0.0, std::numeric_limits<float>::max());
+    const std::optional<double> v = real_in_range(value, 0.0, kMaxSoftcap);
     if (!v || (*v != 0.0 && *v < std::numeric_limits<float>::min()))
       throw InvalidArgument(fmt::format("{} has value '{}': must be 0 (off) or a cap in [{}, {}]", what, value,
-                                        std::numeric_limits<float>::min(), std::numeric_limits<float>::max()));
+                                        std::numeric_limits<float>::min(), kMaxSoftcap));
     d.softcap = static_cast<float>(*v);
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "

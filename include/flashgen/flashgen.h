@@ -151,8 +151,8 @@ typedef struct flashgen_problem {
   flashgen_lse lse;   /* data NULL: no LSE output */
   float softcap;      /* > 0: each logit x = Qs.K becomes softcap * tanh(x / softcap) before the
                          bias and the mask; 0: off (flashgen_problem_init_bshd sets 0). Must be 0
-                         or finite and at least FLT_MIN. (Added after 0.1.0: code built against
-                         an older header must recompile.) */
+                         or in [FLT_MIN, 1024] (the kernels' tanh is accurate to about
+                         cap * 2^-21 in absolute terms). (Added in 0.2.0.) */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none

@@ -50,6 +50,9 @@ struct LseRef {
   int64_t stride_head = 0;
 };
 
+/// The largest softcap a problem may ask for (AttentionProblem::softcap).
+inline constexpr float kMaxSoftcap = 1024.0f;
+
 struct AttentionProblem {
   DType dtype = DType::f16;
   int64_t batch = 1;
@@ -76,7 +79,9 @@ struct AttentionProblem {
   /// Logit softcapping (Gemma 2, Grok): cap > 0 replaces each logit x = Qs.K by
   /// cap * tanh(x / cap) before the bias and the mask; 0 turns it off. A cap is a
   /// kernel specialization (KernelSpec::softcap) with the value passed at launch.
-  /// Must be 0 or finite and at least FLT_MIN (InvalidArgument names it otherwise).
+  /// Must be 0 or in [FLT_MIN, kMaxSoftcap] (InvalidArgument names it otherwise): the
+  /// kernels' tanh is accurate to about cap * 2^-21 in absolute terms, which a larger cap
+  /// (beyond the logits' range anyway) would make a visible error.
   float softcap = 0.f;
 
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)

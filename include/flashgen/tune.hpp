@@ -14,7 +14,8 @@
 // with one warning on stderr (tune files only ever change speed, never
 // results). Files are re-read when they change.
 //
-// Format (YAML; every key required, unknown keys rejected):
+// Format (YAML; every key required but `softcap` in `problem` (true for a
+// softcap specialization; absent: false), unknown keys rejected):
 //
 //   version: 1
 //   entries:
@@ -22,7 +23,7 @@
 //       arch: 90                        # 10*major+minor
 //       profile: hopper                 # Profile::name
 //       profile_hash: 5c0d0b2a3e91f4a7  # profile_hash(), 16 hex digits
-//       generator: 0.1.0                # kGeneratorVersion of the measuring library
+//       generator: 0.2.0                # kGeneratorVersion of the measuring library
 //       problem: {dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, bias: none,
 //                 lse: false, seqlen_q_le: 4096}
 //       tile: {block_m: 128, block_n: 64, warps: 8, stages: 2}

@@ -114,7 +114,7 @@ TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
   REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
   CHECK(KernelSpec::parse(spec).softcap);
   CHECK(std::string(spec).ends_with(",lse=1,softcap=1"));
-  for (float bad : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 1e-40f}) {
+  for (float bad : {-1.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 1e-40f, 2000.0f}) {
     p.softcap = bad;
     CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
     CHECK(std::string(flashgen_last_error()).find("softcap") != std::string::npos);

@@ -341,6 +341,45 @@ TEST_CASE("cli: a softcap in the problem syntax reaches the spec") {
   CHECK(contains(off.out, "constexpr bool SOFTCAP = false;"));
 }
 
+TEST_CASE("cli: pregen --softcap lists the softcap specializations beside the plain ones") {
+  TempDir work("flashgen-cli-pregen-softcap");
+  const auto env = base_env(work.path() + "/cache");
+  const Run both = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks", "none",
+                            "--softcap", "no,yes"},
+                           env);
+  CHECK(both.rc == 0);
+  KernelSpec plain = plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64")), 80);
+  KernelSpec capped = plain;
+  capped.softcap = true;
+  CHECK(contains(both.out, plain.canonical() + "\n"));
+  CHECK(contains(both.out, capped.canonical()));
+  const Run only_plain = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks",
+                                  "none"},
+                                 env);
+  CHECK(only_plain.rc == 0);
+  CHECK_FALSE(contains(only_plain.out, "softcap"));
+  // Explicit tiles keep the softcap: pregen --tiles, show/explain --tile, tune's candidates.
+  const Run tiles = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks", "none",
+                             "--softcap", "yes", "--tiles", "64x64x4x2,default"},
+                            env);
+  CHECK(tiles.rc == 0);
+  CHECK(contains(tiles.out, "bm=64,bn=64,w=4,s=2,mask=none,bias=none,lse=0,softcap=1"));
+  CHECK_FALSE(contains(tiles.out, "lse=0\n"));
+  const std::string problem = "dtype=f16,seqlen=128,heads=1,head_dim=64,softcap=50";
+  const Run show = run_cli({"show", "--arch", "80", "--tile", "64x64x4x2", "--problem", problem}, env);
+  CHECK(show.rc == 0);
+  CHECK(contains(show.out, "constexpr bool SOFTCAP = true;"));
+  const Run dry = run_cli({"tune", "--dry-run", "--arch", "80", "--problem", problem}, env);
+  CHECK(dry.rc == 0);
+  INFO(dry.out);
+  // The profile's tile is one candidate (a candidate spec without the softcap
+  // would differ from the default's and list the tile twice).
+  const std::string tile = "bm128 bn64 w8 s2";
+  size_t n = 0;
+  for (size_t at = dry.out.find(tile); at != std::string::npos; at = dry.out.find(tile, at + 1)) ++n;
+  CHECK(n == 1);
+}
+
 TEST_CASE("cli: show prints the generated source") {
   TempDir work("flashgen-cli-show");
   const auto env = base_env(work.path() + "/cache");
@@ -698,6 +737,7 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"--head-dims has value '99999999999'", "in [0, 1048576]"}},
            {{"pregen", "--arch", "80", "--list", "--head-dims", "64:-99999999999"}, {"'64:-99999999999'"}},
            {{"pregen", "--arch", "80", "--list", "-j", "-1"}, {"--jobs", "'-1'", "[0, 4096]"}},
+           {{"pregen", "--arch", "80", "--list", "--softcap", "maybe"}, {"--softcap: 'maybe' is not one of no, yes"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
            {{"explain", "--problem", p, "--sms", "0"}, {"--sms", "'0'", "[1, 4096]"}},
            {{"explain", "--problem", p, "--arch", "0"}, {"--arch", "'0'", "[10, 999]"}},
@@ -717,6 +757,8 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=nan"}, {"key 'softcap' has value 'nan'"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1e300"}, {"key 'softcap' has value '1e300'"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1e-40"}, {"key 'softcap' has value '1e-40'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1025"},
+            {"key 'softcap' has value '1025': must be 0 (off) or a cap in [1.1754944e-38, 1024]"}},
        }) {
     CAPTURE(b.args[0]);
     CAPTURE(b.args.back());

@@ -136,20 +136,24 @@ TEST_CASE("check_problem: sizes") {
   }
 }
 
-TEST_CASE("check_problem: softcap is 0 (off) or a finite cap >= FLT_MIN") {
+TEST_CASE("check_problem: softcap is 0 (off) or a cap in [FLT_MIN, kMaxSoftcap]") {
   AttentionProblem p = valid_problem();
-  for (float ok : {0.0f, std::numeric_limits<float>::min(), 1.0f, 50.0f, std::numeric_limits<float>::max()}) {
+  for (float ok : {0.0f, std::numeric_limits<float>::min(), 1.0f, 50.0f, kMaxSoftcap}) {
     p.softcap = ok;
     CHECK_NOTHROW(check_problem(p));
   }
   p.softcap = -1.0f;
-  CHECK_REJECTED(p, "softcap (-1) must be 0 (no softcapping) or a finite cap >= ");
+  CHECK_REJECTED(p, "softcap (-1) must be 0 (no softcapping) or a cap in [1.1754944e-38, 1024]");
   p.softcap = std::numeric_limits<float>::infinity();
   CHECK_REJECTED(p, "softcap (inf) must be 0");
   p.softcap = std::numeric_limits<float>::quiet_NaN();
   CHECK_REJECTED(p, "softcap (nan) must be 0");
   p.softcap = 1e-40f;  // subnormal: 2 log2(e) / cap would overflow
   CHECK_REJECTED(p, "softcap (1e-40) must be 0");
+  p.softcap = std::nextafter(kMaxSoftcap, 2 * kMaxSoftcap);  // the tanh's absolute error grows with the cap
+  CHECK_REJECTED(p, "softcap (1024.0001) must be 0 (no softcapping) or a cap in [1.1754944e-38, 1024]");
+  p.softcap = std::numeric_limits<float>::max();
+  CHECK_REJECTED(p, "softcap (3.4028235e+38) must be 0");
 }
 
 TEST_CASE("check_problem: softmax_scale must be finite (any finite value is allowed)") {

@@ -254,7 +254,7 @@ std::vector<Case> softcap_cases() {
   std::vector<Case> v;
   int k = 0;
   for (DType dt : kDtypes)
-    for (float cap : {5.0f, 30.0f, 1e4f}) {
+    for (float cap : {5.0f, 30.0f, 1000.0f}) {
       Case c = base("softcap");
       c.dtype = dt;
       c.softcap = cap;
