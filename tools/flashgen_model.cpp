@@ -56,7 +56,11 @@ namespace {
 
 constexpr int kMaxBlocksPerSm = 32;
 constexpr double kLoadLatency = 600.0;  // SM clocks from cp.async (or TMA) issue to data in shared memory
-constexpr int64_t kSmemReservedPerBlock = 1024;  // bytes of shared memory the GPU keeps per resident block
+// Bytes of shared memory the GPU keeps per resident block: 1 KiB from sm_80 on
+// (CUDA programming guide, compute capability 8.x and later; cudaDevAttrReservedSharedMemoryPerBlock),
+// none on Volta and Turing.
+constexpr int64_t kSmemReservedPerBlock = 1024;
+int64_t smem_reserved_per_block(int arch) { return arch >= 80 ? kSmemReservedPerBlock : 0; }
 constexpr double kStepOverhead = 80.0;  // SM clocks per K/V step: barriers, row max/sum shuffles
 constexpr int kRegisterLimit = 255;
 constexpr int kRegisterAllocUnit = 256;  // registers, per warp
@@ -191,7 +195,8 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   // Occupancy.
   const int threads = spec.threads();
   const int64_t smem = spec.smem_bytes();
-  const int by_smem = smem > 0 ? static_cast<int>(profile.smem_per_sm / (smem + kSmemReservedPerBlock)) : kMaxBlocksPerSm;
+  const int by_smem =
+      smem > 0 ? static_cast<int>(profile.smem_per_sm / (smem + smem_reserved_per_block(spec.arch))) : kMaxBlocksPerSm;
   const int64_t regs_per_warp =
       (static_cast<int64_t>(m.registers) * 32 + kRegisterAllocUnit - 1) / kRegisterAllocUnit * kRegisterAllocUnit;
   const int by_regs = wgmma ? (spec.tile.warps == 4 ? 2 : 1)

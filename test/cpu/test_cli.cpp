@@ -275,6 +275,19 @@ TEST_CASE("cli: explain a supported problem") {
   CHECK(contains(cached.out, "cached: " + work.path() + "/cache/" + spec.kernel_name() + "-"));
 }
 
+TEST_CASE("cli: explain's occupancy: a tile of the whole 64 KiB fits Turing (no per-block reserve before sm_80)") {
+  TempDir work("flashgen-cli-occupancy");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem = "dtype=f16,batch=2,seqlen=4096,heads=32,head_dim=128,mask=causalbr";
+  const KernelSpec spec = plan(cli::to_problem(cli::parse_problem_text(problem)), 75);
+  REQUIRE(spec.smem_bytes() == 65536);  // (the profile's D128 tile takes all of it)
+  const Run r = run_cli({"explain", "--problem", problem, "--arch", "75", "--no-compile"}, env);
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "occupancy    1 block per SM"));
+  CHECK_FALSE(contains(r.out, "occupancy    0 blocks"));
+}
+
 TEST_CASE("cli: explain reports what launch refuses: sequences past 2^31 - 257, grids past 2^31 - 1") {
   TempDir work("flashgen-cli-explain-limits");
   const auto env = base_env(work.path() + "/cache");
