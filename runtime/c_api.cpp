@@ -7,6 +7,7 @@
 #include <exception>
 #include <new>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,35 @@ flashgen_status guarded(const char* fn, F&& body) noexcept {
 
 void require_non_null(const void* p, const char* fn, const char* arg) {
   if (p == nullptr) throw InvalidArgument(fmt::format("{}: {} is NULL; pass a valid pointer", fn, arg));
+}
+
+// decode() and plan_decode() name their C++ arguments (`options.num_splits`,
+// `options.workspace`, `options.workspace_bytes`, "decode:", "plan_decode:",
+// decode_workspace_bytes); the C calls take them as plain arguments. Runs
+// `body` and rethrows its InvalidArgument / Unsupported with the C names and
+// `fn` as the prefix.
+template <class F>
+void with_c_names(const char* fn, F&& body) {
+  auto rename = [&](std::string m) {
+    auto replace_all = [&m](std::string_view from, std::string_view to) {
+      for (size_t at = m.find(from); at != std::string::npos; at = m.find(from, at + to.size()))
+        m.replace(at, from.size(), to);
+    };
+    for (std::string_view prefix : {"decode: ", "plan_decode: "})
+      if (m.starts_with(prefix)) m = std::string(fn) + ": " + m.substr(prefix.size());
+    replace_all("options.workspace_bytes", "workspace_bytes");
+    replace_all("options.workspace", "workspace");
+    replace_all("options.num_splits", "num_splits");
+    replace_all("(decode_workspace_bytes)", "(flashgen_decode_workspace_bytes)");
+    return m;
+  };
+  try {
+    body();
+  } catch (const Unsupported& e) {
+    throw Unsupported(rename(e.what()));
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(rename(e.what()));
+  }
 }
 
 DType to_dtype(int v, const char* fn) {
@@ -318,7 +348,8 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
   return guarded(fn, [&] {
     if (bytes == nullptr) throw InvalidArgument(fmt::format("{}: bytes is NULL", fn));
     const AttentionProblem p = to_problem(problem, fn);
-    const DecodePlan dp = plan_decode(p, arch, sm_count, num_splits);
+    DecodePlan dp;
+    with_c_names(fn, [&] { dp = plan_decode(p, arch, sm_count, num_splits); });
     *bytes = dp.workspace_bytes;
     if (num_splits_out != nullptr) *num_splits_out = dp.num_splits;
   });
@@ -333,7 +364,7 @@ flashgen_status flashgen_decode(const flashgen_problem* problem, int num_splits,
     o.num_splits = num_splits;
     o.workspace = workspace;
     o.workspace_bytes = workspace_bytes;
-    decode(p, stream, o);
+    with_c_names(fn, [&] { decode(p, stream, o); });
   });
 }
 

@@ -282,6 +282,22 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   CHECK(flashgen_decode_workspace_bytes(&c, 61, 30, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+
+  // The C calls' messages name their own arguments, not DecodeOptions' fields.
+  auto last = [] { return std::string(flashgen_last_error()); };
+  CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count (0) must be at least 1");
+  CHECK(flashgen_decode(&c, -1, nullptr, 0, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last().starts_with("flashgen_decode: num_splits (-1) must be 0 (chosen) or in [1, "));
+  CHECK(flashgen_decode(&c, 0, nullptr, 64, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last().starts_with("flashgen_decode: workspace_bytes (64) is given without workspace "));
+  void* const odd = reinterpret_cast<void*>(uintptr_t{0x10008});
+  CHECK(flashgen_decode(&c, 0, odd, 4096, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last().starts_with("flashgen_decode: workspace (0x10008) must be 256-byte aligned"));
+  CHECK(flashgen_decode(&c, 0, reinterpret_cast<void*>(uintptr_t{0x10000}), 0, nullptr) ==
+        FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last().starts_with("flashgen_decode: workspace_bytes (0) must be positive with workspace"));
+  CHECK(last().find("options.") == std::string::npos);
 }
 
 TEST_CASE("decode_preferred: forward() runs few-row, long-key problems as decode") {
