@@ -348,6 +348,11 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
   return guarded(fn, [&] {
     if (bytes == nullptr) throw InvalidArgument(fmt::format("{}: bytes is NULL", fn));
     const AttentionProblem p = to_problem(problem, fn);
+    if (arch == 0 || sm_count == 0) {  // the current device's (needs a GPU)
+      const DeviceInfo dev = current_device();
+      if (arch == 0) arch = dev.arch;
+      if (sm_count == 0) sm_count = dev.sm_count;
+    }
     DecodePlan dp;
     with_c_names(fn, [&] { dp = plan_decode(p, arch, sm_count, num_splits); });
     *bytes = dp.workspace_bytes;

@@ -285,8 +285,12 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
 
   // The C calls' messages name their own arguments, not DecodeOptions' fields.
   auto last = [] { return std::string(flashgen_last_error()); };
-  CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count (0) must be at least 1");
+  CHECK(flashgen_decode_workspace_bytes(&c, 90, -3, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count (-3) must be at least 1");
+  if (!gpu_available()) {  // arch 0 / sm_count 0: the current device's
+    CHECK(flashgen_decode_workspace_bytes(&c, 0, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+  }
   CHECK(flashgen_decode(&c, -1, nullptr, 0, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(last().starts_with("flashgen_decode: num_splits (-1) must be 0 (chosen) or in [1, "));
   CHECK(flashgen_decode(&c, 0, nullptr, 64, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
