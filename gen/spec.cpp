@@ -171,6 +171,33 @@ SpecField name_field(std::string_view key, std::string_view name, SpecFieldGroup
   return f;
 }
 
+// A flag field (a bool member): canonical 0 / 1, kernel-name part `suffix`
+// when set, constant `constant` (a bool) with `comment` after it.
+template <class Ref>
+SpecField flag_field(std::string_view key, SpecFieldGroup group, int name_rank, std::string (*name_part)(const KernelSpec&),
+                     std::string_view constant, std::string_view comment, Ref) {
+  SpecField f;
+  f.key = key;
+  f.name = key;
+  f.group = group;
+  f.kind = SpecFieldKind::flag;
+  f.format = [](const KernelSpec& s) { return std::string(Ref{}(s) ? "1" : "0"); };
+  f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
+    if (v != "0" && v != "1") return "; allowed: 0, 1";
+    Ref{}(s) = v == "1";
+    return "";
+  };
+  f.get_flag = [](const KernelSpec& s) -> bool { return Ref{}(s); };
+  f.set_flag = [](KernelSpec& s, bool v) { Ref{}(s) = v; };
+  f.name_rank = name_rank;
+  f.name_part = name_part;
+  f.constant = constant;
+  f.constant_type = "bool";
+  f.constant_value = [](const KernelSpec& s) { return std::string(Ref{}(s) ? "true" : "false"); };
+  f.constant_comment = comment;
+  return f;
+}
+
 std::vector<SpecField> make_spec_fields() {
   using G = SpecFieldGroup;
   std::vector<SpecField> t;
@@ -277,48 +304,14 @@ std::vector<SpecField> make_spec_fields() {
     f.constant_comment = "   // 0 none, 1 input dtype, 2 float32";
     t.push_back(f);
   }
+  t.push_back(flag_field(
+      "lse", G::variant, 11, [](const KernelSpec& s) { return std::string(s.has_lse ? "_lse" : ""); }, "HAS_LSE", "",
+      [](auto& s) -> auto& { return s.has_lse; }));
   {
-    SpecField f;
-    f.key = "lse";
-    f.name = "lse";
-    f.group = G::variant;
-    f.kind = SpecFieldKind::flag;
-    f.format = [](const KernelSpec& s) { return std::string(s.has_lse ? "1" : "0"); };
-    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
-      if (v != "0" && v != "1") return "; allowed: 0, 1";
-      s.has_lse = v == "1";
-      return "";
-    };
-    f.get_flag = [](const KernelSpec& s) { return s.has_lse; };
-    f.set_flag = [](KernelSpec& s, bool v) { s.has_lse = v; };
-    f.name_rank = 11;
-    f.name_part = [](const KernelSpec& s) { return std::string(s.has_lse ? "_lse" : ""); };
-    f.constant = "HAS_LSE";
-    f.constant_type = "bool";
-    f.constant_value = [](const KernelSpec& s) { return std::string(s.has_lse ? "true" : "false"); };
-    t.push_back(f);
-  }
-  {
-    SpecField f;
-    f.key = "softcap";
-    f.name = "softcap";
-    f.group = G::variant;
-    f.kind = SpecFieldKind::flag;
+    SpecField f = flag_field(
+        "softcap", G::variant, 12, [](const KernelSpec& s) { return std::string(s.softcap ? "_softcap" : ""); },
+        "SOFTCAP", "   // S = cap * tanh(S / cap), cap = p.softcap", [](auto& s) -> auto& { return s.softcap; });
     f.omit_default = true;
-    f.format = [](const KernelSpec& s) { return std::string(s.softcap ? "1" : "0"); };
-    f.parse = [](KernelSpec& s, std::string_view v) -> std::string {
-      if (v != "0" && v != "1") return "; allowed: 0, 1";
-      s.softcap = v == "1";
-      return "";
-    };
-    f.get_flag = [](const KernelSpec& s) { return s.softcap; };
-    f.set_flag = [](KernelSpec& s, bool v) { s.softcap = v; };
-    f.name_rank = 12;
-    f.name_part = [](const KernelSpec& s) { return std::string(s.softcap ? "_softcap" : ""); };
-    f.constant = "SOFTCAP";
-    f.constant_type = "bool";
-    f.constant_value = [](const KernelSpec& s) { return std::string(s.softcap ? "true" : "false"); };
-    f.constant_comment = "   // S = cap * tanh(S / cap), cap = p.softcap";
     t.push_back(f);
   }
   // The families of each field: the forward families have every field but the
