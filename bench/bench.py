@@ -77,7 +77,9 @@ class Problem(ctypes.Structure):
                 ("seqlen_k", ctypes.c_int64), ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
                 ("head_dim", ctypes.c_int64), ("head_dim_v", ctypes.c_int64), ("mask", ctypes.c_int),
                 ("has_scale", ctypes.c_int), ("scale", ctypes.c_float), ("q", Tensor), ("k", Tensor),
-                ("v", Tensor), ("o", Tensor), ("bias", Bias), ("lse", Lse), ("softcap", ctypes.c_float)]
+                ("v", Tensor), ("o", Tensor), ("bias", Bias), ("lse", Lse), ("softcap", ctypes.c_float),
+                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("sinks", ctypes.c_void_p),
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_stride_batch", ctypes.c_int64)]
 
 
 def load_lib(path):

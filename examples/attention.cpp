@@ -73,6 +73,8 @@ const char* mask_words(MaskKind m) {
     case MaskKind::none: return "none";
     case MaskKind::causal_top_left: return "causal top-left (j <= i)";
     case MaskKind::causal_bottom_right: return "causal bottom-right (j <= i + seqlen_k - seqlen_q)";
+    case MaskKind::window_top_left: return "sliding window top-left";
+    case MaskKind::window_bottom_right: return "sliding window bottom-right";
   }
   return "?";
 }

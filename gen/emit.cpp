@@ -159,6 +159,11 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
   src += fmt::format("constexpr bool SPLIT = {};\nconstexpr int PACK = {};  // query heads per packed row group\n",
                      spec.family == KernelFamily::fwd_split ? "true" : "false",
                      spec.family == KernelFamily::fwd_split ? spec.pack : 1);
+  // A sliding-window mask (MASK 3 or 4): rows see keys on both sides of a band.
+  if (spec.mask == MaskKind::window_top_left || spec.mask == MaskKind::window_bottom_right)
+    src += "constexpr bool WINDOW = true;  // a sliding-window mask\n";
+  else
+    src += "constexpr bool WINDOW = false;  // a sliding-window mask\n";
   // Where an f16 row shifts its weights (fwd_block.cuh, the offsets): after the
   // exp2 for a warpgroup unit (P.V waits for all of P), before it otherwise.
   src += fmt::format("constexpr bool LATE_SHIFT = {};  // f16 shift after the exp2\n",

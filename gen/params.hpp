@@ -44,7 +44,12 @@
   X(float*, float*, lse_partial)                                \
   X(int64_t, long long, num_splits)                             \
   X(int64_t, long long, tiles_per_split)                        \
-  X(double, double, softcap)
+  X(double, double, softcap)                                    \
+  X(const float*, const float*, sinks)                          \
+  X(const float*, const float*, alibi_slopes)                   \
+  X(int64_t, long long, alibi_stride_batch)                     \
+  X(int64_t, long long, window_left)                            \
+  X(int64_t, long long, window_right)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

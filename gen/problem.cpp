@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -20,6 +21,9 @@ constexpr int64_t kMaxHeadDim = 256;
 constexpr int64_t kHeadDimMultiple = 8;
 constexpr int64_t kStrideMultiple = 8;   // 8 fp16/bf16 elements = 16 bytes
 constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
+// With a window mask the kernels form i + (seqlen_k - seqlen_q) + window sizes
+// clamped to the keys in 32 bits, with a tile's headroom.
+constexpr int64_t kMaxWindowSeqlenSum = int64_t{2147483647} - 256;
 
 // Saturates to the largest multiple of 8 so that a saturated stride fails the
 // overflow check (with its clear message), not the multiple-of-8 rule.
@@ -204,8 +208,9 @@ void check_problem(const AttentionProblem& p) {
     fail(fmt::format("dtype ({}) is not a dtype; allowed: f16, bf16", static_cast<int>(p.dtype)));
   }
   if (p.mask != MaskKind::none && p.mask != MaskKind::causal_top_left &&
-      p.mask != MaskKind::causal_bottom_right) {
-    fail(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr",
+      p.mask != MaskKind::causal_bottom_right && p.mask != MaskKind::window_top_left &&
+      p.mask != MaskKind::window_bottom_right) {
+    fail(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr",
                      static_cast<int>(p.mask)));
   }
   if (p.batch < 0) fail(fmt::format("batch ({}) must be >= 0", p.batch));
@@ -230,6 +235,24 @@ void check_problem(const AttentionProblem& p) {
   }
   if (p.softmax_scale && !std::isfinite(*p.softmax_scale)) {
     fail(fmt::format("softmax_scale ({}) must be finite", *p.softmax_scale));
+  }
+  // Window sizes: read only with a window mask.
+  const bool window = p.mask == MaskKind::window_top_left || p.mask == MaskKind::window_bottom_right;
+  for (const auto& [name, value] : {std::pair<const char*, int64_t>{"window_left", p.window_left},
+                                    std::pair<const char*, int64_t>{"window_right", p.window_right}}) {
+    if (window && value < -1) {
+      fail(fmt::format("{} ({}) must be >= -1 (a window size in keys; -1: unbounded on that side)", name, value));
+    }
+    if (!window && value != -1) {
+      fail(fmt::format("{} ({}) must be -1 with mask {}: window sizes are read only with a sliding-window mask; "
+                       "use mask windowtl or windowbr (MaskKind::window_top_left / window_bottom_right)",
+                       name, value, to_string(p.mask)));
+    }
+  }
+  if (window && (p.seqlen_q > kMaxWindowSeqlenSum || p.seqlen_k > kMaxWindowSeqlenSum - p.seqlen_q)) {
+    fail(fmt::format("seqlen_q ({}) + seqlen_k ({}) must be at most 2^31 - 257 = {} with a window mask (mask {}): "
+                     "the kernels add a query position to a key offset in 32 bits; split the call",
+                     p.seqlen_q, p.seqlen_k, kMaxWindowSeqlenSum, to_string(p.mask)));
   }
 
   // Nothing is read or written when there is no query row (batch, seqlen_q or
@@ -300,6 +323,34 @@ void check_problem(const AttentionProblem& p) {
     default:
       fail(fmt::format("bias.kind ({}) is not a bias kind; allowed: none, input, f32",
                        static_cast<int>(b.kind)));
+  }
+
+  // Sinks [heads_q] float32; ignored entirely when null.
+  if (p.sinks != nullptr && has_rows &&
+      reinterpret_cast<uintptr_t>(p.sinks) % alignof(float) != 0) {
+    fail(fmt::format("sinks ({}) must be {}-byte aligned (float32 [heads_q])",
+                     ptr_text(static_cast<const void*>(p.sinks)), alignof(float)));
+  }
+
+  // ALiBi slopes: element (b, h) at alibi_slopes[b * alibi_stride_batch + h], float32; ignored when null.
+  if (p.alibi_slopes != nullptr) {
+    if (p.alibi_stride_batch < 0) {
+      fail(fmt::format("alibi_stride_batch ({}) must be >= 0 (0: one slope per query head for every batch; "
+                       "heads_q: [batch, heads_q] slopes)",
+                       p.alibi_stride_batch));
+    }
+    if (has_rows) {
+      if (reinterpret_cast<uintptr_t>(p.alibi_slopes) % alignof(float) != 0) {
+        fail(fmt::format("alibi_slopes ({}) must be {}-byte aligned (float32)",
+                         ptr_text(static_cast<const void*>(p.alibi_slopes)), alignof(float)));
+      }
+      int64_t bytes;
+      if (!max_byte_offset({{p.batch, p.alibi_stride_batch}, {p.heads_q, 1}}, 4, &bytes)) {
+        fail(fmt::format("alibi_slopes: the largest offset (batch-1)*alibi_stride_batch + heads_q-1 = ({}-1)*{} + "
+                         "{}-1 elements overflows a signed 64-bit byte offset",
+                         p.batch, p.alibi_stride_batch, p.heads_q));
+      }
+    }
   }
 
   // LSE [batch, heads_q, seqlen_q] float32; ignored entirely when data is null.

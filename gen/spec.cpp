@@ -282,7 +282,8 @@ std::vector<SpecField> make_spec_fields() {
     f.constant = "MASK";
     f.constant_type = "int";
     f.constant_value = [](const KernelSpec& s) { return std::to_string(mask_code(s.mask)); };
-    f.constant_comment = "        // 0 none, 1 causal top-left, 2 causal bottom-right";
+    f.constant_comment =
+        "        // 0 none, 1 causal top-left, 2 causal bottom-right, 3 window top-left, 4 window bottom-right";
     t.push_back(f);
   }
   {
@@ -311,6 +312,20 @@ std::vector<SpecField> make_spec_fields() {
     SpecField f = flag_field(
         "softcap", G::variant, 12, [](const KernelSpec& s) { return std::string(s.softcap ? "_softcap" : ""); },
         "SOFTCAP", "   // S = cap * tanh(S / cap), cap = p.softcap", [](auto& s) -> auto& { return s.softcap; });
+    f.omit_default = true;
+    t.push_back(f);
+  }
+  {
+    SpecField f = flag_field(
+        "sinks", G::variant, 13, [](const KernelSpec& s) { return std::string(s.sinks ? "_sinks" : ""); }, "SINKS",
+        "   // one fp32 logit per query head joins the softmax (p.sinks)", [](auto& s) -> auto& { return s.sinks; });
+    f.omit_default = true;
+    t.push_back(f);
+  }
+  {
+    SpecField f = flag_field(
+        "alibi", G::variant, 14, [](const KernelSpec& s) { return std::string(s.alibi ? "_alibi" : ""); }, "ALIBI",
+        "    // S -= slope * |i + off - j| (p.alibi_slopes)", [](auto& s) -> auto& { return s.alibi; });
     f.omit_default = true;
     t.push_back(f);
   }
@@ -394,6 +409,8 @@ int mask_code(MaskKind m) {
     case MaskKind::none: return 0;
     case MaskKind::causal_top_left: return 1;
     case MaskKind::causal_bottom_right: return 2;
+    case MaskKind::window_top_left: return 3;
+    case MaskKind::window_bottom_right: return 4;
   }
   return 0;
 }
@@ -766,7 +783,7 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                     threads, kMaxThreads));
   }
   if (to_string(spec.mask) == "invalid") {
-    add(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr.",
+    add(fmt::format("mask ({}) is not a mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr.",
                     static_cast<int>(spec.mask)));
   }
   if (to_string(spec.bias) == "invalid") {

@@ -91,7 +91,8 @@ const SpecField* find_spec_field(std::string_view key);
 std::string spec_field_list(KernelFamily family = KernelFamily::fwd);
 
 /// The MASK / BIAS_KIND constants of the templates: 0 none, 1 causal top-left,
-/// 2 causal bottom-right; 0 none, 1 input dtype, 2 float32.
+/// 2 causal bottom-right, 3 window top-left, 4 window bottom-right; 0 none,
+/// 1 input dtype, 2 float32.
 int mask_code(MaskKind m);
 int bias_code(BiasKind b);
 /// The PARTIAL_DTYPE / OUT_DTYPE constants of the combine template: 0 f32, 1 f16, 2 bf16.

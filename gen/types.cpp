@@ -39,10 +39,12 @@ constexpr NameTable<DType, 5> kDTypeNames{{
     {"bfloat16", DType::bf16},
 }};
 
-constexpr NameTable<MaskKind, 3> kMaskNames{{
+constexpr NameTable<MaskKind, 5> kMaskNames{{
     {"none", MaskKind::none},
     {"causaltl", MaskKind::causal_top_left},
     {"causalbr", MaskKind::causal_bottom_right},
+    {"windowtl", MaskKind::window_top_left},
+    {"windowbr", MaskKind::window_bottom_right},
 }};
 
 constexpr NameTable<BiasKind, 3> kBiasNames{{
@@ -98,6 +100,8 @@ std::string_view to_string(MaskKind m) {
     case MaskKind::none: return "none";
     case MaskKind::causal_top_left: return "causaltl";
     case MaskKind::causal_bottom_right: return "causalbr";
+    case MaskKind::window_top_left: return "windowtl";
+    case MaskKind::window_bottom_right: return "windowbr";
   }
   return kInvalidName;
 }

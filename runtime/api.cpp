@@ -258,6 +258,8 @@ KernelSpec problem_variant(const AttentionProblem& problem, int arch) {
   spec.bias = problem.bias.kind;
   spec.has_lse = problem.lse.data != nullptr;
   spec.softcap = problem.softcap > 0.f;
+  spec.sinks = problem.sinks != nullptr;
+  spec.alibi = problem.alibi_slopes != nullptr;
   return spec;
 }
 
@@ -549,6 +551,15 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
   if ((problem.softcap > 0.f) != s.softcap)
     throw InvalidArgument(mismatch("softcap", fmt::format("{} ({})", problem.softcap, problem.softcap > 0.f ? "on" : "off"),
                                    s.softcap ? "on" : "off", s));
+  if ((problem.sinks != nullptr) != s.sinks)
+    throw InvalidArgument(mismatch("sinks", fmt::format("{} ({})", static_cast<const void*>(problem.sinks),
+                                                        problem.sinks != nullptr ? "on" : "off"),
+                                   s.sinks ? "on" : "off", s));
+  if ((problem.alibi_slopes != nullptr) != s.alibi)
+    throw InvalidArgument(mismatch("alibi_slopes",
+                                   fmt::format("{} ({})", static_cast<const void*>(problem.alibi_slopes),
+                                               problem.alibi_slopes != nullptr ? "on" : "off"),
+                                   s.alibi ? "on" : "off", s));
   if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
@@ -613,6 +624,11 @@ class FwdLaunch final : public rt::FamilyLaunch {
     params_.num_m_blocks = num_m_blocks;
     params_.softmax_scale = static_cast<double>(problem.scale());
     params_.softcap = static_cast<double>(problem.softcap);
+    params_.sinks = problem.sinks;
+    params_.alibi_slopes = problem.alibi_slopes;
+    params_.alibi_stride_batch = problem.alibi_stride_batch;
+    params_.window_left = problem.window_left;  // (-1: unbounded; the kernels read them only with a window mask)
+    params_.window_right = problem.window_right;
     args_[0] = &params_;
   }
   /// The fwd_split family's extra arguments: the workspace's partials and the split of the key range.
@@ -840,12 +856,52 @@ namespace {
 
 StateDType state_dtype_of(DType d) { return d == DType::bf16 ? StateDType::bf16 : StateDType::f16; }
 
-// Key tiles of `block_n` keys some row of the problem sees: a top-left causal
-// mask shows at most seqlen_q of them, bottom-right ones all (its last row sees
-// every key); the kernel cuts further per block.
+// The keys the rows of `p` can see, all of them together: the consecutive keys
+// [first, first + count) (count 0: none). Any set of the problem's rows (a block
+// of the split kernel) sees at most these. Query i sees keys j with
+// i + off - left <= j <= i + off + right (the mask as a window: none is
+// (-1, -1), causal (-1, 0); -1 is unbounded), so over the rows 0..seqlen_q-1 the
+// keys from off - left to seqlen_q - 1 + off + right, clamped to the keys.
+struct KeySpan {
+  int64_t first = 0;
+  int64_t count = 0;
+};
+KeySpan visible_key_span(const AttentionProblem& p) {
+  int64_t left = -1, right = -1;
+  switch (p.mask) {
+    case MaskKind::none: break;
+    case MaskKind::causal_top_left:
+    case MaskKind::causal_bottom_right: right = 0; break;
+    case MaskKind::window_top_left:
+    case MaskKind::window_bottom_right:
+      left = p.window_left;
+      right = p.window_right;
+      break;
+  }
+  const bool bottom_right = p.mask == MaskKind::causal_bottom_right || p.mask == MaskKind::window_bottom_right;
+  const int64_t off = bottom_right ? p.seqlen_k - p.seqlen_q : 0;
+  KeySpan span;
+  if (p.seqlen_q <= 0 || p.seqlen_k <= 0) return span;
+  // (check_problem bounded the seqlens; window sizes beyond the keys are clamped before they are added)
+  const int64_t first = left < 0 ? 0 : std::max<int64_t>(0, off - std::min(left, p.seqlen_k + p.seqlen_q));
+  const int64_t last =
+      right < 0 ? p.seqlen_k - 1 : std::min(p.seqlen_k - 1, p.seqlen_q - 1 + off + std::min(right, p.seqlen_k));
+  if (last < first) return span;
+  span.first = first;
+  span.count = last - first + 1;
+  return span;
+}
+
+// Key tiles of `block_n` keys one block of the split kernel visits at most: the
+// tiles of visible_key_span from the one holding its first key (a top-left
+// causal mask shows at most seqlen_q keys, bottom-right ones all; a window
+// shows its width and the rows' span, plus a tile where its first key is not a
+// tile's first). The kernel splits each block's own visible tiles, counted from
+// its first one, so ceil(key_tiles / num_splits) tiles per split cover every block.
 int64_t key_tiles(const AttentionProblem& p, int block_n) {
-  const int64_t keys = p.mask == MaskKind::causal_top_left ? std::min(p.seqlen_k, p.seqlen_q) : p.seqlen_k;
-  return (keys + block_n - 1) / block_n;
+  const KeySpan span = visible_key_span(p);
+  if (span.count == 0) return 0;
+  return (span.first + span.count - 1) / block_n - span.first / block_n + 1;
 }
 
 // Query heads per K/V head (1 for an empty problem without heads).
@@ -1017,6 +1073,8 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   field("mask", std::string(to_string(s.mask)), std::string(to_string(problem.mask)));
   field("bias", std::string(to_string(s.bias)), std::string(to_string(problem.bias.kind)));
   field("softcap", s.softcap ? "on" : "off", problem.softcap > 0.f ? "on" : "off");
+  field("sinks", s.sinks ? "on" : "off", problem.sinks != nullptr ? "on" : "off");
+  field("alibi", s.alibi ? "on" : "off", problem.alibi_slopes != nullptr ? "on" : "off");
   const int64_t g = group_size(problem);
   if (s.pack < 1 || g % s.pack != 0)
     throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",
@@ -1242,7 +1300,9 @@ bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) n
     if (std::find(dts.begin(), dts.end(), problem.dtype) == dts.end()) return false;
     if (is_empty_problem(problem) || problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512)
       return false;  // (nothing to run, or few keys)
-    if (problem.mask == MaskKind::causal_top_left && problem.seqlen_q < 512) return false;  // few keys visible
+    if ((problem.mask == MaskKind::causal_top_left || problem.mask == MaskKind::window_top_left) &&
+        problem.seqlen_q < 512)
+      return false;  // few keys visible
     const int64_t g = problem.heads_q / problem.heads_kv;
     if (problem.seqlen_q > 64 / std::max<int64_t>(g, 1)) return false;
     const int64_t blocks = (problem.seqlen_q + 63) / 64;

@@ -107,10 +107,13 @@ MaskKind to_mask(int v, const char* fn) {
     case FLASHGEN_MASK_NONE: return MaskKind::none;
     case FLASHGEN_MASK_CAUSAL_TOP_LEFT: return MaskKind::causal_top_left;
     case FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT: return MaskKind::causal_bottom_right;
+    case FLASHGEN_MASK_WINDOW_TOP_LEFT: return MaskKind::window_top_left;
+    case FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT: return MaskKind::window_bottom_right;
     default:
       throw InvalidArgument(fmt::format(
           "{}: mask = {} is not a flashgen_mask (allowed: FLASHGEN_MASK_NONE = 0, "
-          "FLASHGEN_MASK_CAUSAL_TOP_LEFT = 1, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2)",
+          "FLASHGEN_MASK_CAUSAL_TOP_LEFT = 1, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2, "
+          "FLASHGEN_MASK_WINDOW_TOP_LEFT = 3, FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT = 4)",
           fn, v));
   }
 }
@@ -175,6 +178,11 @@ AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
   p.lse.stride_batch = c->lse.stride_batch;
   p.lse.stride_head = c->lse.stride_head;
   p.softcap = c->softcap;
+  p.window_left = c->window_left;
+  p.window_right = c->window_right;
+  p.sinks = c->sinks;
+  p.alibi_slopes = c->alibi_slopes;
+  p.alibi_stride_batch = c->alibi_stride_batch;
   return p;
 }
 
@@ -292,6 +300,11 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
     c.bias.kind = FLASHGEN_BIAS_NONE;
     c.lse.data = nullptr;
     c.softcap = 0.0f;
+    c.window_left = -1;
+    c.window_right = -1;
+    c.sinks = nullptr;
+    c.alibi_slopes = nullptr;
+    c.alibi_stride_batch = 0;
     *problem = c;
   });
 }

@@ -134,6 +134,8 @@ KernelSpec spec_of(const ProblemClass& c) {
   s.bias = c.bias;
   s.has_lse = c.has_lse;
   s.softcap = c.softcap;
+  s.sinks = c.sinks;
+  s.alibi = c.alibi;
   return s;
 }
 ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
@@ -145,6 +147,8 @@ ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
   c.bias = s.bias;
   c.has_lse = s.has_lse;
   c.softcap = s.softcap;
+  c.sinks = s.sinks;
+  c.alibi = s.alibi;
   c.seqlen_q_le = seqlen_q_le;
   return c;
 }
@@ -366,13 +370,16 @@ ProblemClass problem_class(const AttentionProblem& p) {
   c.bias = p.bias.kind;
   c.has_lse = p.lse.data != nullptr;
   c.softcap = p.softcap > 0.f;
+  c.sinks = p.sinks != nullptr;
+  c.alibi = p.alibi_slopes != nullptr;
   c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);
   return c;
 }
 
 std::string ProblemClass::str() const {
-  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
-                     to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "", seqlen_q_le);
+  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{}{}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
+                     to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "",
+                     sinks ? " sinks" : "", alibi ? " alibi" : "", seqlen_q_le);
 }
 
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {

@@ -8,15 +8,27 @@
 // heads of a GQA group as rows of one block: block row r is query position
 // (m_start + r) / PACK of head h + (m_start + r) % PACK (PACK divides BLOCK_M,
 // so a block starts at a query position).
+// Window masks (MASK 3, 4: WINDOW) bound each row's keys on both sides: query i
+// sees keys j with i + diag_lo <= j <= i + diag, off = 0 (top-left) or seqlen_k -
+// seqlen_q (bottom-right), diag = off + window_right, diag_lo = off - window_left,
+// each clamped so that an unbounded side (-1) or one past the keys covers every
+// key without overflowing 32 bits (check_problem: seqlen_q + seqlen_k < 2^31).
+// The upper side then works exactly as a causal mask's (diag), the lower one is
+// WINDOW's own (diag_lo), and a block visits only the key tiles its rows see,
+// from key0 (KEYS_FROM_KEY0).
+// (WINDOW is emitted before this part, with SPLIT.)
+constexpr bool KEYS_FROM_KEY0 = SPLIT || WINDOW;  // a block's keys start at key0, not at 0
+
 struct FgBlock {
   i64 b, h, kvh;       // batch, query head (PACK > 1: the group's first), K/V head (GQA: heads_q / heads_kv per K/V head)
   int m_start;         // first row of the block (PACK > 1: of the packed rows, seqlen_q * PACK of them)
   int rows_valid;      // rows of the block inside the problem
   int seqlen_q, seqlen_k;
-  int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q)
+  int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q; WINDOW: + window_right)
+  int diag_lo;         // WINDOW: query i sees keys j >= i + diag_lo
   int split;           // SPLIT: the key split; its first key is key0
-  int key0;            // first key of the item's range (0 without SPLIT; read as SPLIT ? key0 : 0, a
-                       // constant for the fwd family: a helper function there changed how NVVM unrolled
+  int key0;            // first key of the item's range (0 without KEYS_FROM_KEY0; read as KEYS_FROM_KEY0 ? key0 : 0,
+                       // a constant for the other kernels: a helper function there changed how NVVM unrolled
                        // the m8n8k4 d256 kernels, which then spilled)
   int n_tiles;         // key tiles of BN keys the block visits, from key0
   const u16* q;        // Q row m_start of (b, h)
@@ -57,17 +69,35 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
         (i64)(r.m_start / PACK) * p.q_stride_seq;
   r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
   r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
-  r.diag = MSK == 2 ? r.seqlen_k - r.seqlen_q : 0;
+  r.diag = MSK == 2 || MSK == 4 ? r.seqlen_k - r.seqlen_q : 0;
+  r.diag_lo = 0;
+  int first_tile = 0;  // the first key tile some row of the block sees
+  if (MSK == 3 || MSK == 4) {
+    // (64-bit: window sizes are any int64 >= -1; the clamps keep i + diag in 32 bits)
+    const i64 off = r.diag;
+    r.diag = (int)(p.window_right < 0 ? (i64)r.seqlen_k : min((i64)r.seqlen_k, off + p.window_right));
+    r.diag_lo = (int)(p.window_left < 0 ? -(i64)r.seqlen_q : max(-(i64)r.seqlen_q, off - p.window_left));
+    const int first_key = r.m_start / PACK + r.diag_lo;  // first key any row of the block sees
+    first_tile = first_key <= 0 ? 0 : first_key / BN;
+  }
   r.n_tiles = (r.seqlen_k + BN - 1) / BN;
   if (MSK != 0) {
     const int last_key = (r.m_start + r.rows_valid - 1) / PACK + r.diag;  // last key any row of the block sees
     r.n_tiles = last_key < 0 ? 0 : min(r.n_tiles, last_key / BN + 1);
   }
   r.key0 = 0;
+  if (MSK == 3 || MSK == 4) {
+    r.n_tiles = max(0, r.n_tiles - first_tile);
+    r.key0 = first_tile * BN;
+  }
   if (SPLIT) {
+    // The split's tiles, counted from the block's first visible tile.
     const int first = r.split * (int)p.tiles_per_split;
-    r.key0 = first * BN;
+    r.key0 += first * BN;
     r.n_tiles = max(0, min(r.n_tiles, first + (int)p.tiles_per_split) - first);
+    r.k += (i64)r.key0 * p.k_stride_seq;
+    r.v += (i64)r.key0 * p.v_stride_seq;
+  } else if (MSK == 3 || MSK == 4) {
     r.k += (i64)r.key0 * p.k_stride_seq;
     r.v += (i64)r.key0 * p.v_stride_seq;
   }
@@ -184,6 +214,7 @@ FG_DEVICE u32 fg_nonfinite_halves(u32 x) {
 // are block rows [row_lo, row_hi]; keys are tile-relative.
 struct FgPvMask {
   static constexpr bool checked = true;
+  static constexpr bool window = false;
   int skip_from;  // steps starting here or later: no row of the warp sees them (skipped)
   int band_from;  // steps reaching past this key: some rows see them, some not (V checked)
   int bad_key;    // this lane's lowest key with a non-finite V value in a checked step (BN: none)
@@ -191,25 +222,78 @@ struct FgPvMask {
 // The plain P.V of an uncut tile.
 struct FgPvPlain {
   static constexpr bool checked = false;
+  static constexpr bool window = false;
 };
 
 template <int BN>
 FG_DEVICE FgPvMask fg_pv_mask(const FgBlock& blk, int j, int row_lo, int row_hi) {
   FgPvMask m;
-  if constexpr (PACK == 1 && !SPLIT) {
+  if constexpr (PACK == 1 && !KEYS_FROM_KEY0) {
     // (this form, exactly: another one of the same value cost the m8n8k4 d256 kernels 40 bytes of spills)
     const int first = blk.m_start + blk.diag + 1 - j * BN;  // + row: the first key that row does not see
     m.band_from = max(0, min(BN, first + row_lo));
     m.skip_from = max(0, min(BN, first + row_hi));
   } else {
     // The first key (tile-relative) a row does not see: its query position + diag + 1.
-    const int first = blk.diag + 1 - ((SPLIT ? blk.key0 : 0) + j * BN);
+    const int first = blk.diag + 1 - ((KEYS_FROM_KEY0 ? blk.key0 : 0) + j * BN);
     m.band_from = max(0, min(BN, fg_row_q(blk, row_lo) + first));
     m.skip_from = max(0, min(BN, fg_row_q(blk, row_hi) + first));
   }
   m.bad_key = BN;
   return m;
 }
+// WINDOW: the cut of key tile j for rows [row_lo, row_hi] on both sides of the
+// window. With a window a row sees an interval of keys, so the rows that see a
+// non-finite V value are found per key: each lane keeps a bit per key of its
+// checked steps that has one (`bad`, tile-relative keys, 32 per word), and
+// fg_window_poison tests every row's interval against them.
+template <int BN>
+struct FgPvWindow {
+  static constexpr bool checked = true;
+  static constexpr bool window = true;
+  static constexpr int WORDS = (BN + 31) / 32;
+  int skip_below;  // steps ending at or below this key: no row of the warp sees them (skipped)
+  int band_below;  // steps starting below this key: some rows do not see them (V checked)
+  int skip_from;   // as FgPvMask: steps from here on are skipped,
+  int band_from;   // and those reaching past this key checked
+  u32 bad[WORDS];
+};
+template <int BN>
+FG_DEVICE FgPvWindow<BN> fg_pv_window(const FgBlock& blk, int j, int row_lo, int row_hi) {
+  FgPvWindow<BN> m;
+  const int t0 = blk.key0 + j * BN;  // (WINDOW: KEYS_FROM_KEY0)
+  const int q_lo = fg_row_q(blk, row_lo), q_hi = fg_row_q(blk, row_hi);
+  m.band_from = max(0, min(BN, q_lo + blk.diag + 1 - t0));
+  m.skip_from = max(0, min(BN, q_hi + blk.diag + 1 - t0));
+  m.skip_below = max(0, min(BN, q_lo + blk.diag_lo - t0));
+  m.band_below = max(0, min(BN, q_hi + blk.diag_lo - t0));
+#pragma unroll
+  for (int w = 0; w < FgPvWindow<BN>::WORDS; ++w) m.bad[w] = 0u;
+  return m;
+}
+template <int BN>
+FG_DEVICE bool fg_pv_cut(const FgPvWindow<BN>& m) { return m.band_from < BN || m.band_below > 0; }
+
+// Record the non-finite halves a checked step found (`lo`: keys k, k + 1 of
+// the halves of `lo`; `hi`: keys k + HI, k + HI + 1), all in word `word` of the
+// lane's record from bit `bit` (the layouts keep a step's keys in one word).
+template <int BN>
+FG_DEVICE void fg_pv_note(FgPvWindow<BN>& m, int word, int bit, u32 lo, u32 hi, int HI) {
+  const u32 x = ((lo & 0xffffu) ? 1u : 0u) | ((lo >> 16) ? 2u : 0u) | ((hi & 0xffffu) ? (1u << HI) : 0u) |
+                ((hi >> 16) ? (2u << HI) : 0u);
+  m.bad[word] |= x << bit;
+}
+
+// The bits of keys [lo, hi] (relative to bit 0 of word w; any range) in word w.
+FG_DEVICE u32 fg_range_bits(int lo, int hi, int w) {
+  lo -= 32 * w;
+  hi -= 32 * w;
+  if (hi < 0 || lo > 31 || lo > hi) return 0u;
+  lo = max(lo, 0);
+  hi = min(hi, 31);
+  return (0xffffffffu >> (31 - hi)) & (0xffffffffu << lo);
+}
+
 // Whether the mask cuts the tile for these rows: some key is hidden from the
 // first (warp-uniform). That includes a tile hidden from every row of the warp
 // (skip_from = 0: no step runs), which other warps of the block see.

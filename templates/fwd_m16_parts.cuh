@@ -255,8 +255,12 @@ FG_DEVICE void fg_pv_step(u32 base, const FgLdsmOffsets<W>& vo, int kk, const u3
   if constexpr (CHECK) {
     if (bad_lo | bad_hi) {
       const int k0 = kk * 16 + 2 * (lane & 3);
-      const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
-      pm.bad_key = min(pm.bad_key, key);
+      if constexpr (PM::window) {
+        fg_pv_note(pm, kk >> 1, k0 & 31, bad_lo, bad_hi, 8);  // (a step's 16 keys lie in one word)
+      } else {
+        const int key = (bad_lo & 0xffffu) ? k0 : bad_lo ? k0 + 1 : (bad_hi & 0xffffu) ? k0 + 8 : k0 + 9;
+        pm.bad_key = min(pm.bad_key, key);
+      }
     }
   }
 }
@@ -309,6 +313,23 @@ FG_DEVICE FgPvMask fg_pv_mask_warp(const FgBlock& blk, int j, int warp) {
     m.bad_key = BN_W;
   }
   return m;
+}
+// WINDOW: the window's cut of key tile j for this warp's rows and keys.
+FG_DEVICE FgPvWindow<BN_W> fg_pv_window_warp(const FgBlock& blk, int j, int warp) {
+  const int row0 = fg_warp_row0(warp), k0 = fg_warp_key0(warp);
+  const FgPvWindow<BLOCK_N> t = fg_pv_window<BLOCK_N>(blk, j, row0, row0 + M_SLICES * 16 - 1);
+  FgPvWindow<BN_W> m;
+  m.band_from = max(0, min(BN_W, t.band_from - k0));
+  m.skip_from = max(0, min(BN_W, t.skip_from - k0));
+  m.skip_below = max(0, min(BN_W, t.skip_below - k0));
+  m.band_below = max(0, min(BN_W, t.band_below - k0));
+#pragma unroll
+  for (int w = 0; w < FgPvWindow<BN_W>::WORDS; ++w) m.bad[w] = 0u;
+  return m;
+}
+FG_DEVICE void fg_pv_poison(FgPvWindow<BN_W>& m, const FgBlock& blk, int j, int warp, int g,
+                            float (&row_sum)[M_SLICES][2]) {
+  fg_pv_poison<FgFragM16>(m, blk, j, fg_warp_row0(warp) + g, fg_warp_key0(warp), row_sum);
 }
 FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int warp, int g,
                             float (&row_sum)[M_SLICES][2]) {

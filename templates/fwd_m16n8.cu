@@ -133,6 +133,10 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
     if constexpr (PM::checked) {
       if (kk * 16 >= pm.skip_from) break;
       check = kk * 16 + 16 > pm.band_from;
+      if constexpr (PM::window) {
+        if (kk * 16 + 16 <= pm.skip_below) continue;
+        check = check || kk * 16 < pm.band_below;
+      }
     }
     u32 a[M_SLICES][4];
 #pragma unroll
@@ -154,7 +158,8 @@ FG_DEVICE void fg_pv(const u16* sv, const float (&s)[M_SLICES][NT][4], float (&o
 // KEY_WARPS > 1, after the key loop: the KEY_WARPS warps of a row group hold
 // states (row max, row sum, O) of the same 16 rows over disjoint keys. Each
 // warp's rows become (O_w / l_w, LSE_w) and are merged by the combine family's
-// rule (common.cuh: fg_max_nan, fg_state_weight): m = max_w LSE_w,
+// rule (common.cuh: fg_max_nan, fg_state_weight), with the sink as one more
+// state (O = 0, LSE = sink) where fg_sink_here: m = max_w LSE_w,
 // LSE = m + log(sum_w e^(LSE_w - m)), O = sum_w e^(LSE_w - m) O_w / sum; a row
 // no warp saw a key of gets O = 0, LSE = -inf; NaN propagates. The split's
 // fp32 partial O and LSE (fg_store_o_partial's layout) are then written with
@@ -188,10 +193,18 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
     float m = fg_neg_inf();
 #pragma unroll
     for (int w = 0; w < KEY_WARPS; ++w) m = fg_max_nan(m, s_lse[w * BLOCK_M + row]);
+    // With sinks (fg_sink_here) the row's sink logit is one more state, whose O
+    // is 0 (compile-time branches: the kernels without sinks keep their code).
+    float sink = fg_neg_inf();
+    if constexpr (SINKS) {
+      if (fg_sink_here(blk)) sink = p.sinks[fg_row_h(blk, row)];
+      m = fg_max_nan(m, sink);
+    }
     const bool empty = m == fg_neg_inf();
     float sum = 0.f;
 #pragma unroll
     for (int w = 0; w < KEY_WARPS; ++w) sum += fg_state_weight(s_lse[w * BLOCK_M + row], m);
+    if constexpr (SINKS) sum += fg_state_weight(sink, m);
     // This warp's factor: its weight over the sum, times its 1 / l_w (0 when it saw no key).
     const bool take = !empty && lse[r] != fg_neg_inf();
     const float f = take ? fg_state_weight(lse[r], m) / sum * inv[r] : 0.f;
@@ -266,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       const int n0 = tile * BLOCK_N;
       u16* sKs = sK + (tile % STAGES) * BLOCK_N * HEAD_DIM;
       const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
-      const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
+      const int kv_valid = seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - n0;
 @@LOAD_K@@
     }
   };
@@ -275,7 +288,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
       const int n0 = tile * BLOCK_N;
       u16* sVs = sV + (tile % STAGES) * BLOCK_N * HEAD_DIM_V;
       const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-      const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
+      const int kv_valid = seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - n0;
 @@LOAD_V@@
     }
   };
@@ -324,7 +337,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     auto all_chunks = [&](auto& pm) {
 @@PV@@
     };
-    if (MASK != 0) {
+    if constexpr (WINDOW) {
+      FgPvWindow<BN_W> pm = fg_pv_window_warp(blk, j, warp);
+      if (fg_pv_cut(pm)) {
+        all_chunks(pm);
+        fg_pv_poison(pm, blk, j, warp, g, row_sum);
+        return;
+      }
+    } else if (MASK != 0) {
       FgPvMask pm = fg_pv_mask_warp(blk, j, warp);
       if (fg_pv_cut<BN_W>(pm)) {
         all_chunks(pm);

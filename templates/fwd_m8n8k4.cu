@@ -290,6 +290,10 @@ FG_DEVICE void fg_pv(const u16* sv, const u32 (&pf)[M_SLICES][PK][2], float (&o)
     if constexpr (PM::checked) {
       if (kk * 4 >= pm.skip_from) break;
       check = kk * 4 + 4 > pm.band_from;
+      if constexpr (PM::window) {
+        if (kk * 4 + 4 <= pm.skip_below) continue;
+        check = check || kk * 4 < pm.band_below;
+      }
     }
     u32 bad_lo = 0, bad_hi = 0;
 #pragma unroll
@@ -305,8 +309,12 @@ FG_DEVICE void fg_pv(const u16* sv, const u32 (&pf)[M_SLICES][PK][2], float (&o)
     }
     if constexpr (PM::checked) {
       if (check && (bad_lo | bad_hi)) {
-        const int key = (bad_lo & 0xffffu) ? 4 * kk : bad_lo ? 4 * kk + 1 : (bad_hi & 0xffffu) ? 4 * kk + 2 : 4 * kk + 3;
-        pm.bad_key = min(pm.bad_key, key);
+        if constexpr (PM::window) {
+          fg_pv_note(pm, kk >> 3, (kk & 7) * 4, bad_lo, bad_hi, 2);
+        } else {
+          const int key = (bad_lo & 0xffffu) ? 4 * kk : bad_lo ? 4 * kk + 1 : (bad_hi & 0xffffu) ? 4 * kk + 2 : 4 * kk + 3;
+          pm.bad_key = min(pm.bad_key, key);
+        }
       }
     }
   }
@@ -401,7 +409,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
     u16* sVs = sV;
     const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
     const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-    const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
+    const int kv_valid = seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - n0;
 @@LOAD_KV@@
   }
 
@@ -435,7 +443,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         u16* sVs = sV;
         const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
         const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-        const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
+        const int kv_valid = seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - n0;
         __syncthreads();
 @@LOAD_KV@@
         __syncthreads();
@@ -449,7 +457,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
         u16* sVs = sV + (jn % STAGES) * BLOCK_N * HEAD_DIM_V;
         const u16* kg = k_ptr + (i64)n0 * p.k_stride_seq;
         const u16* vg = v_ptr + (i64)n0 * p.v_stride_seq;
-        const int kv_valid = seqlen_k - (SPLIT ? blk.key0 : 0) - n0;
+        const int kv_valid = seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - n0;
 @@LOAD_KV@@
       }
     }
@@ -496,7 +504,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
 @@PV@@
     };
     bool plain = true;
-    if (MASK != 0) {
+    if constexpr (WINDOW) {
+      FgPvWindow<BLOCK_N> pm = fg_pv_window<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
+      if (fg_pv_cut(pm)) {
+        plain = false;
+        all_chunks(pm);
+        fg_pv_poison<FgFragM8>(pm, blk, j, row0, 0, row_sum);
+      }
+    } else if (MASK != 0) {
       FgPvMask pm = fg_pv_mask<BLOCK_N>(blk, j, warp * M_SLICES * 16, warp * M_SLICES * 16 + M_SLICES * 16 - 1);
       if (fg_pv_cut<BLOCK_N>(pm)) {
         plain = false;

@@ -15,15 +15,19 @@
 // M_SLICES, NT (n-tiles of S per slice), BLOCK_N, MASK, BIAS_KIND, HAS_LSE,
 // IS_BF16.
 
+constexpr bool BOTTOM_RIGHT = MASK == 2 || MASK == 4;  // the mask's alignment (and ALiBi's)
+
 FG_DEVICE float fg_in16_to_f32(u16 h) { return IS_BF16 ? fg_bf16_to_f32(h) : fg_f16_to_f32(h); }
 
-// S of key tile j (softcap, + bias, masks): with SOFTCAP each logit x becomes
-// cap * tanh(x / cap); the bias of each visible (row, key) is added, keys past
-// seqlen_k and those the causal mask hides become -inf.
+// S of key tile j (softcap, + bias, ALiBi, masks): with SOFTCAP each logit x
+// becomes cap * tanh(x / cap); the bias of each visible (row, key) is added,
+// with ALIBI -slope_h * |i + off - j| (off: the mask's alignment, bottom-right
+// without a mask); keys past seqlen_k and those the mask hides (causal: above
+// the diagonal; WINDOW: outside [i + diag_lo, i + diag]) become -inf.
 template <class F, int R>
 FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int row0, int col0,
                             float (&s)[M_SLICES][NT][R]) {
-  const int n_start = (SPLIT ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
+  const int n_start = (KEYS_FROM_KEY0 ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
   if (SOFTCAP) {
     // tanh(y) = 1 - 2 / (e^(2y) + 1): one exp2 and one approximate reciprocal
@@ -77,7 +81,24 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
         }
       }
   }
-  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > fg_row_q(blk, 0) + blk.diag);
+  if (ALIBI) {
+    const int off = BOTTOM_RIGHT || MASK == 0 ? seqlen_k - seqlen_q : 0;
+#pragma unroll
+    for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int a = blk.m_start + row0 + ms * 16 + F::ROW_STEP * r;
+        const float slope = p.alibi_slopes[blk.b * p.alibi_stride_batch + fg_abs_row_h(blk, a)];
+        const int d0 = fg_abs_row_q(a) + off - (n_start + col0);  // i + off - j for this lane's first key
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+          for (int e = 0; e < F::E; ++e)
+            s[ms][nt][F::reg(r, e)] -= slope * fabsf((float)(d0 - nt * F::NW - F::col(e)));
+      }
+  }
+  const bool need_mask = n_start + BLOCK_N > seqlen_k || (MASK != 0 && n_start + BLOCK_N - 1 > fg_row_q(blk, 0) + blk.diag) ||
+                         (WINDOW && n_start < fg_row_q(blk, BLOCK_M - 1) + blk.diag_lo);
   if (need_mask) {
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
@@ -85,11 +106,17 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
       for (int r = 0; r < 2; ++r) {
         const int qi = fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r);
         const int limit = MASK != 0 ? min(seqlen_k - 1, qi + blk.diag) : seqlen_k - 1;  // last visible key
+        // WINDOW: keys [first, limit] visible, one unsigned compare per key
+        // (two cost the wgmma kernels registers); `span` keys, 0 when none.
+        const int first = WINDOW ? qi + blk.diag_lo : 0;
+        const u32 span = (u32)max(0, limit - first + 1);
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-          for (int e = 0; e < F::E; ++e)
-            if (n_start + col0 + nt * F::NW + F::col(e) > limit) s[ms][nt][F::reg(r, e)] = fg_neg_inf();
+          for (int e = 0; e < F::E; ++e) {
+            const int key = n_start + col0 + nt * F::NW + F::col(e);
+            if (WINDOW ? (u32)(key - first) >= span : key > limit) s[ms][nt][F::reg(r, e)] = fg_neg_inf();
+          }
       }
   }
 }
@@ -186,7 +213,7 @@ FG_DEVICE void fg_poison_rows(const FgBlock& blk, int j, int row0, int k, float 
   for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
     for (int r = 0; r < 2; ++r)
-      if (fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r) + blk.diag >= (SPLIT ? blk.key0 : 0) + j * BLOCK_N + k)
+      if (fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r) + blk.diag >= (KEYS_FROM_KEY0 ? blk.key0 : 0) + j * BLOCK_N + k)
         row_sum[ms][r] = __int_as_float(0x7fffffff);
 }
 
@@ -199,6 +226,41 @@ FG_DEVICE void fg_pv_poison(const FgPvMask& m, const FgBlock& blk, int j, int ro
   if (k < BLOCK_N) fg_poison_rows<F>(blk, j, row0, k, row_sum);
 }
 
+// WINDOW: the lane's rows that see a key whose bit is set in bad(w) for words
+// w < N (keys of tile j from its key `key_off` on, 32 per word) get row_sum = NaN.
+template <class F, int N, class Bad>
+FG_DEVICE void fg_window_poison_rows(const Bad& bad, const FgBlock& blk, int j, int row0, int key_off,
+                                     float (&row_sum)[M_SLICES][2]) {
+  const int t0 = blk.key0 + j * BLOCK_N + key_off;  // the key of bit 0
+#pragma unroll
+  for (int ms = 0; ms < M_SLICES; ++ms)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = fg_abs_row_q(blk.m_start + row0 + ms * 16 + F::ROW_STEP * r);
+      u32 hit = 0u;
+#pragma unroll
+      for (int w = 0; w < N; ++w) hit |= bad(w) & fg_range_bits(q + blk.diag_lo - t0, q + blk.diag - t0, w);
+      if (hit != 0u) row_sum[ms][r] = __int_as_float(0x7fffffff);
+    }
+}
+
+// WINDOW, after the P.V of a tile the window cuts: the non-finite V keys the
+// warp's lanes recorded (keys from `key_off` of the tile), gathered over the
+// warp (one vote when there are none), poison the rows that see them.
+template <class F, int BN>
+FG_DEVICE void fg_pv_poison(FgPvWindow<BN>& m, const FgBlock& blk, int j, int row0, int key_off,
+                            float (&row_sum)[M_SLICES][2]) {
+  u32 any = 0u;
+#pragma unroll
+  for (int w = 0; w < FgPvWindow<BN>::WORDS; ++w) any |= m.bad[w];
+  if (!__any_sync(0xffffffffu, any != 0u)) return;
+#pragma unroll
+  for (int w = 0; w < FgPvWindow<BN>::WORDS; ++w)
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) m.bad[w] |= __shfl_xor_sync(0xffffffffu, m.bad[w], d);
+  fg_window_poison_rows<F, FgPvWindow<BN>::WORDS>([&](int w) { return m.bad[w]; }, blk, j, row0, key_off, row_sum);
+}
+
 // Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
 // its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
 // seqlen_q] (contiguous; the combine family merges the splits).
@@ -209,9 +271,30 @@ FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
   return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
 }
 
+// Whether the sinks join this block's rows: SINKS, and with SPLIT only in
+// split 0 (the combine's merge then counts each sink once).
+FG_DEVICE bool fg_sink_here(const FgBlock& blk) { return SINKS && (!SPLIT || blk.split == 0); }
+
+// A row's state (the LSE of its keys, `lse`) joined by its sink logit: returns
+// log(e^lse + e^sink) and sets `f` = e^(lse - that), the factor of the row's
+// normalised O. No key (lse = -inf): the sink's own (O = 0, LSE = sink); a
+// sink of -inf changes nothing; NaN propagates.
+FG_DEVICE float fg_add_sink(float lse, float sink, float& f) {
+  const float m = fg_max_nan(lse, sink);
+  if (m == fg_neg_inf()) {
+    f = 0.f;
+    return m;
+  }
+  const float total = m + log1pf(expf(-fabsf(lse - sink)));
+  f = expf(lse - total);
+  return total;
+}
+
 // Row sums across the lanes of each row, 1 / sum for the normalisation (0 for
 // a row that saw no key: O = 0; NaN stays NaN) and, with HAS_LSE, LSE (-inf
-// for a row that saw no key), written by the lanes with `lse_lane`.
+// for a row that saw no key), written by the lanes with `lse_lane`. With
+// sinks (fg_sink_here) each row's sink logit p.sinks[head] joins the
+// denominator: O is scaled by fg_add_sink's factor and LSE includes the sink.
 template <class F>
 FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, bool lse_lane,
                               const float (&row_max)[M_SLICES][2], const float (&row_sum)[M_SLICES][2],
@@ -224,9 +307,27 @@ FG_DEVICE void fg_finish_rows(const FwdParams& p, const FgBlock& blk, int row0, 
       l += __shfl_xor_sync(0xffffffffu, l, F::X0);
       l += __shfl_xor_sync(0xffffffffu, l, F::X1);
       inv[ms][r] = l == 0.f ? 0.f : 1.f / l;
-      if ((HAS_LSE || SPLIT) && lse_lane) {
-        const int row = row0 + ms * 16 + F::ROW_STEP * r, qi = fg_row_q(blk, row);
-        if (qi < blk.seqlen_q) *fg_lse_dst(p, blk, row) = fg_lse<IS_BF16>(row_max[ms][r], l);
+      // Plain rows (no sink here): LSE as it is. (A branch taken at compile time
+      // for kernels without sinks: one shared form cost the m8n8k4 d256 kernels
+      // 40 bytes of spills.)
+      auto plain = [&] {
+        if ((HAS_LSE || SPLIT) && lse_lane) {
+          const int row = row0 + ms * 16 + F::ROW_STEP * r, qi = fg_row_q(blk, row);
+          if (qi < blk.seqlen_q) *fg_lse_dst(p, blk, row) = fg_lse<IS_BF16>(row_max[ms][r], l);
+        }
+      };
+      if constexpr (SINKS) {
+        if (fg_sink_here(blk)) {
+          const int row = row0 + ms * 16 + F::ROW_STEP * r;
+          float f;
+          const float lse = fg_add_sink(fg_lse<IS_BF16>(row_max[ms][r], l), p.sinks[fg_row_h(blk, row)], f);
+          inv[ms][r] *= f;
+          if ((HAS_LSE || SPLIT) && lse_lane && fg_row_q(blk, row) < blk.seqlen_q) *fg_lse_dst(p, blk, row) = lse;
+        } else {
+          plain();
+        }
+      } else {
+        plain();
       }
     }
 }

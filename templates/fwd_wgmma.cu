@@ -56,8 +56,11 @@ constexpr unsigned K_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM;    // what one K tile
 constexpr unsigned V_TILE_BYTES = 2u * BLOCK_N * HEAD_DIM_V;
 constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
 // The full/empty mbarriers of the K and V stages, then 8 bytes for the lowest
-// non-finite V key of a tile a causal mask cuts (`band_key` in the kernel).
-constexpr int BAR_BYTES = 8 * 4 * STAGES + 8;
+// non-finite V key of a tile a causal mask cuts (`band_key` in the kernel), or
+// with a window a bit per key of a cut tile that has one (`window_bits`,
+// WIN_WORDS words, padded to 8 bytes).
+constexpr int WIN_WORDS = (BLOCK_N + 31) / 32;
+constexpr int BAR_BYTES = 8 * 4 * STAGES + (WINDOW ? 8 * ((WIN_WORDS + 1) / 2) : 8);
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
 // BAR_BYTES were skipped).
@@ -91,6 +94,7 @@ FG_DEVICE void fg_st_shared_s32(u32 a, int v) { asm volatile("st.shared.s32 [%0]
 FG_DEVICE void fg_atom_min_shared_s32(u32 a, int v) {
   asm volatile("red.shared.min.s32 [%0], %1;" ::"r"(a), "r"(v) : "memory");
 }
+FG_DEVICE void fg_red_or_shared_b32(u32 a, u32 v) { asm volatile("red.shared.or.b32 [%0], %1;" ::"r"(a), "r"(v) : "memory"); }
 // Keeps the compiler from moving accesses to accumulators across wgmma issue/wait.
 template <int N>
 FG_DEVICE void fg_reg_fence(float (&r)[1][N][4]) {
@@ -186,8 +190,10 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
 // they are zeroed. The search (CLEAN false, every band tile) loads all of a
 // thread's units first, from clamped addresses, and tests them without a
 // branch, so the loads are in flight together; the cleaning pass is rare.
+// With `bits` (WINDOW: the shared address of window_bits, else 0) the
+// cleaning pass also sets the bit of each key it cleans there.
 template <int W, bool CLEAN>
-FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest) {
+FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest, u32 bits) {
   constexpr int UNITS = BLOCK_N * W / 8, IT = (UNITS + THREADS - 1) / THREADS;
   U4* const u = reinterpret_cast<U4*>(sub);
   if constexpr (!CLEAN) {
@@ -216,6 +222,10 @@ FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest) {
         if ((m.x | m.y | m.z | m.w) != 0u) {
           x.x &= ~m.x, x.y &= ~m.y, x.z &= ~m.z, x.w &= ~m.w;
           u[k] = x;
+          if (bits != 0u) {
+            const int key = k / (W / 8);
+            fg_red_or_shared_b32(bits + 4 * (key >> 5), 1u << (key & 31));
+          }
         }
       }
     }
@@ -262,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto full_v = [&](u32 s) { return bars + 8 * (2 * STAGES + s); };
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
   const u32 band_key = bars + 8 * 4 * STAGES;  // a cut tile's lowest non-finite V key (an s32, BLOCK_N: none)
+  const u32 window_bits = band_key;             // WINDOW instead: WIN_WORDS words, a bit per key
 
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -315,8 +326,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
         const int n = blk.n_tiles;
         for (int t = 0; t <= n; ++t) {
-          if (t < n) load_k(c + t, t * BLOCK_N);
-          if (t >= 1) load_v(c + t - 1, (t - 1) * BLOCK_N);
+          if (t < n) load_k(c + t, (KEYS_FROM_KEY0 ? blk.key0 : 0) + t * BLOCK_N);
+          if (t >= 1) load_v(c + t - 1, (KEYS_FROM_KEY0 ? blk.key0 : 0) + (t - 1) * BLOCK_N);
         }
         c += n;
       }
@@ -329,7 +340,14 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
-  if (MASK != 0 && tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (before the item loop's first barrier)
+  if (MASK != 0 && tid == 0) {  // (before the item loop's first barrier)
+    if (WINDOW) {
+#pragma unroll
+      for (int w = 0; w < WIN_WORDS; ++w) fg_st_shared_s32(window_bits + 4 * w, 0);
+    } else {
+      fg_st_shared_s32(band_key, BLOCK_N);
+    }
+  }
   const float scale = (float)p.softmax_scale;
   auto release = [&](u32 bar) {
     if (lane == 0) fg_mbar_arrive(bar);
@@ -415,10 +433,14 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       qk(ck);
       fg_rescale_o(o, corr);
       // A tile the mask cuts for row 0 of the block: its V at the keys row 0
-      // does not see, scanned for non-finite values (see fg_v_scan).
+      // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
+      // a tile the window cuts for some row, all of its V (scanning only the
+      // keys some row does not see kept more registers live: 44 bytes of
+      // spills at D128, bench/NOTES.md session 10).
       int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
       if (BAND && MASK != 0) {
-        const int scan_from = max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
+        const int scan_from = WINDOW ? 0 : max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
+        const u32 bits = WINDOW ? window_bits : 0u;
         u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
         u32 bad = 0u;
         int lowest = BLOCK_N;
@@ -426,7 +448,20 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 @@V_SCAN@@
         };
         scan(FgBool<false>{});
-        if (fg_consumers_any(bad != 0u)) {  // rare: the block's lowest such key, then the values zeroed
+        if (WINDOW && fg_consumers_any(bad != 0u)) {
+          // rare: the values zeroed and their keys' bits set, then every
+          // consumer's rows that see one of those keys poisoned
+          scan(FgBool<true>{});
+          fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
+          fg_consumer_sync();
+          fg_window_poison_rows<FgFragM16, WIN_WORDS>([&](int w) { return (u32)fg_ld_shared_s32(window_bits + 4 * w); },
+                                                      blk, j, warp * 16 + g, 0, row_sum);
+          fg_consumer_sync();
+          if (tid == 0) {
+#pragma unroll
+            for (int w = 0; w < WIN_WORDS; ++w) fg_st_shared_s32(window_bits + 4 * w, 0);
+          }
+        } else if (!WINDOW && fg_consumers_any(bad != 0u)) {  // rare: the block's lowest such key, then the values zeroed
           if (lowest < BLOCK_N) fg_atom_min_shared_s32(band_key, lowest);
           fg_consumer_sync();
           band_k = fg_ld_shared_s32(band_key);
@@ -454,8 +489,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     };
     // The first tile the mask cuts for row 0 of the block (cut first): the
     // least j with j * BLOCK_N + BLOCK_N - 1 > m_start + diag.
-    const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1) / BLOCK_N)) : n_tiles;
+    // WINDOW: also the tiles before the first one the block's last row sees
+    // whole (cut first on the lower side), and the key tiles count from key0.
+    const int key0 = KEYS_FROM_KEY0 ? blk.key0 : 0;
+    const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1 - key0) / BLOCK_N)) : n_tiles;
     int j = 0;
+    if (WINDOW) {
+      const int low_band = min(n_tiles, max(0, (blk.m_start + rows_valid - 1 + blk.diag_lo - key0 + BLOCK_N - 1) / BLOCK_N));
+      for (; j < low_band; ++j) tile(j, FgBool<true>{});
+    }
     for (; j < band_from; ++j) tile(j, FgBool<false>{});
     if (MASK != 0)
       for (; j < n_tiles; ++j) tile(j, FgBool<true>{});

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <string>
 #include <thread>
@@ -110,20 +111,39 @@ const DecodeTable& decode_table() {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
-/// Number of keys row i may see under the mask (before bias): keys j < limit.
-int64_t visible_keys(const AttentionProblem& p, int64_t i) {
-  int64_t limit = p.seqlen_k;
+/// The mask's alignment: 0 for the top-left masks, seqlen_k - seqlen_q for the
+/// bottom-right ones and for mask none (ALiBi's distance |i + off - j| uses it).
+int64_t mask_offset(const AttentionProblem& p) {
+  const bool top_left = p.mask == MaskKind::causal_top_left || p.mask == MaskKind::window_top_left;
+  return top_left ? 0 : p.seqlen_k - p.seqlen_q;
+}
+
+/// The keys row i may see under the mask (before bias): first <= j < end (first == end: none).
+struct KeyRange {
+  int64_t first = 0;
+  int64_t end = 0;
+};
+KeyRange visible_keys(const AttentionProblem& p, int64_t i) {
+  const int64_t off = mask_offset(p);
+  int64_t first = 0, end = p.seqlen_k;
+  // Window sizes beyond the keys act as unbounded (clamped so that nothing overflows).
+  const int64_t most = p.seqlen_q + p.seqlen_k;
   switch (p.mask) {
     case MaskKind::none:
       break;
     case MaskKind::causal_top_left:
-      limit = std::min(limit, i + 1);  // j <= i
-      break;
     case MaskKind::causal_bottom_right:
-      limit = std::min(limit, i + p.seqlen_k - p.seqlen_q + 1);  // j <= i + sk - sq
+      end = std::min(end, i + off + 1);  // j <= i + off
+      break;
+    case MaskKind::window_top_left:
+    case MaskKind::window_bottom_right:
+      // i + off - window_left <= j <= i + off + window_right; -1: unbounded.
+      if (p.window_right >= 0) end = std::min(end, i + off + std::min(p.window_right, most) + 1);
+      if (p.window_left >= 0) first = std::max(first, i + off - std::min(p.window_left, most));
       break;
   }
-  return std::max<int64_t>(limit, 0);
+  end = std::max<int64_t>(end, 0);
+  return {std::min(first, end), end};
 }
 
 void check_shape(const AttentionProblem& p) {
@@ -156,6 +176,7 @@ class RowKernel {
         table_(p.dtype == DType::bf16 ? decode_table().bf16 : decode_table().f16),
         scale_(p.scale()),
         softcap_(static_cast<double>(p.softcap)),
+        alibi_off_(mask_offset(p)),
         group_(p.heads_kv > 0 ? p.heads_q / p.heads_kv : 1),
         qs_(static_cast<size_t>(p.head_dim)),
         s_(static_cast<size_t>(std::max<int64_t>(p.seqlen_k, 0))),
@@ -179,9 +200,26 @@ class RowKernel {
       *b->row_max = kNegInf;
       *b->affected = 0;
     }
+    auto mark_affected = [&] {
+      // The row reads NaN or inf: its result is not bounded (it may be NaN).
+      if (!b) return;
+      *b->affected = 1;
+      std::fill(b->o_err, b->o_err + Dv, std::numeric_limits<double>::infinity());
+      *b->lse_err = std::numeric_limits<double>::infinity();
+    };
 
-    const int64_t limit = visible_keys(p_, r.i);
-    if (limit == 0) return;
+    // The sink joins the softmax as a logit whose V row is 0; -inf takes no weight.
+    const double sink = p_.sinks != nullptr ? static_cast<double>(p_.sinks[r.h]) : kNegInf;
+    if (std::isnan(sink) || sink == std::numeric_limits<double>::infinity()) {
+      mark_affected();
+      return;
+    }
+    const KeyRange keys = visible_keys(p_, r.i);
+    if (keys.first == keys.end) {  // sees no key: O = 0, LSE = the sink (-inf without)
+      *lse = sink;
+      if (b) *b->row_max = sink;
+      return;
+    }
     const int64_t hk = r.h / group_;
     bool affected = false;
 
@@ -198,10 +236,13 @@ class RowKernel {
                             hk * p_.k.stride_head;
     const bool has_bias = p_.bias.kind != BiasKind::none;
     const int64_t bias_row = r.b * p_.bias.stride_batch + r.h * p_.bias.stride_head + r.i * p_.bias.stride_q;
+    const bool has_alibi = p_.alibi_slopes != nullptr;
+    const float slope = has_alibi ? p_.alibi_slopes[r.b * p_.alibi_stride_batch + r.h] : 0.0f;
+    affected = affected || !std::isfinite(slope);  // (inf * distance 0 is NaN)
 
-    // S = f32(f32(Qs . K) + bias); -inf (from the bias) masks.
+    // S = f32(f32(f32(Qs . K) + bias) - f32(slope * |i + off - j|)); -inf (from the bias) masks.
     double m = kNegInf, eps_max = 0.0;
-    for (int64_t j = 0; j < limit; ++j) {
+    for (int64_t j = keys.first; j < keys.end; ++j) {
       const uint16_t* k = kbase + j * p_.k.stride_seq;
       double acc = 0.0, mag = 0.0;
       for (int64_t d = 0; d < D; ++d) {
@@ -222,6 +263,17 @@ class RowKernel {
                    : static_cast<double>(table_[static_cast<const uint16_t*>(p_.bias.data)[off]]);
         sf = sf + static_cast<float>(bias);  // float32 add, as in the kernel
       }
+      // ALiBi: the product slope * distance rounded to fp32, subtracted in fp32
+      // (after the bias). A kernel may round the distance to fp32 first or fuse
+      // the product into the subtraction: eps below allows 2 ulp of the result
+      // and 1 ulp of the product for that.
+      double alibi_eps = 0.0;
+      if (has_alibi) {
+        const double distance = static_cast<double>(std::abs(r.i + alibi_off_ - j));
+        const float a = static_cast<float>(static_cast<double>(slope) * distance);
+        sf = sf - a;  // float32 subtraction, as in the kernel
+        alibi_eps = 2 * ulp32(sf) + ulp32(a);
+      }
       double sj = static_cast<double>(sf);
       if (bias == kNegInf) {
         // Masked by the bias. The bias is arithmetic: a NaN or infinite K or V
@@ -238,27 +290,24 @@ class RowKernel {
         affected = true;
         continue;
       }
-      const double eps = (static_cast<double>(D) / 4 + 4) * 0x1p-23 * mag + 2 * ulp32(sf) + softcap_ * 0x1p-18;
+      const double eps =
+          (static_cast<double>(D) / 4 + 4) * 0x1p-23 * mag + 2 * ulp32(sf) + softcap_ * 0x1p-18 + alibi_eps;
       eps_j_[static_cast<size_t>(j)] = eps;
       eps_max = std::max(eps_max, eps);
       if (sj > m) m = sj;
     }
     if (affected) {
-      // The row reads NaN or inf: its result is not bounded (it may be NaN).
-      if (b) {
-        *b->affected = 1;
-        std::fill(b->o_err, b->o_err + Dv, std::numeric_limits<double>::infinity());
-        *b->lse_err = std::numeric_limits<double>::infinity();
-      }
+      mark_affected();
       return;
     }
-    if (m == kNegInf) return;  // every visible key masked by the bias: the row sees no key
+    m = std::max(m, sink);  // (the sink is exact: no eps)
+    if (m == kNegInf) return;  // every visible key masked by the bias and no sink: the row sees no key
 
-    // P = exp(S - max), O = P V / sum P, LSE = max + log(sum P).
+    // P = exp(S - max), O = P V / sum P, LSE = max + log(sum P), sum P with the sink's exp(sink - max).
     const uint16_t* vbase = static_cast<const uint16_t*>(p_.v.data) + r.b * p_.v.stride_batch +
                             hk * p_.v.stride_head;
-    double sum = 0.0;
-    for (int64_t j = 0; j < limit; ++j) {
+    double sum = sink == kNegInf ? 0.0 : std::exp(sink - m);
+    for (int64_t j = keys.first; j < keys.end; ++j) {
       const double sj = s_[static_cast<size_t>(j)];
       if (sj == kNegInf) continue;
       const double pj = std::exp(sj - m);
@@ -276,28 +325,33 @@ class RowKernel {
     if (!b) return;
     *b->row_max = m;
     if (affected) {
-      *b->affected = 1;
-      std::fill(b->o_err, b->o_err + Dv, std::numeric_limits<double>::infinity());
-      *b->lse_err = std::numeric_limits<double>::infinity();
+      mark_affected();
       return;
     }
     // Logits off by at most eps_j move weight P_j within [lo_j, hi_j],
     // lo_j = P_j exp(-eps_j - E), hi_j = min(1, P_j exp(eps_j + E)) (the
     // normaliser moves by at most exp(+-E)), so |dO_d| <= sum_j d_j |V_jd - O_d|,
     // d_j = max(hi_j - P_j, P_j - lo_j) (RowBounds); valid for any eps, also
-    // where logits closer than eps may trade places.
+    // where logits closer than eps may trade places. The sink is a key with
+    // V = 0 and eps = 0: its term is d_sink |O_d|.
     const double log_sum = std::log(sum);
-    for (int64_t j = 0; j < limit; ++j) {
-      const double sj = s_[static_cast<size_t>(j)];
-      if (sj == kNegInf) continue;
-      const double e = eps_j_[static_cast<size_t>(j)] + eps_max;
+    auto weight_error = [&](double sj, double e) {
       const double pj = std::exp(sj - m - log_sum);
       const double hi = std::exp(std::min(0.0, sj - m - log_sum + e));
       const double lo = std::exp(sj - m - log_sum - e);
-      const double w = std::max(hi - pj, pj - lo);
+      return std::max(hi - pj, pj - lo);
+    };
+    for (int64_t j = keys.first; j < keys.end; ++j) {
+      const double sj = s_[static_cast<size_t>(j)];
+      if (sj == kNegInf) continue;
+      const double w = weight_error(sj, eps_j_[static_cast<size_t>(j)] + eps_max);
       if (w == 0.0) continue;
       const uint16_t* v = vbase + j * p_.v.stride_seq;
       for (int64_t d = 0; d < Dv; ++d) b->o_err[d] += w * std::fabs(static_cast<double>(table_[v[d]]) - o[d]);
+    }
+    if (sink != kNegInf) {
+      const double w = weight_error(sink, eps_max);
+      for (int64_t d = 0; d < Dv; ++d) b->o_err[d] += w * std::fabs(o[d]);
     }
     *b->lse_err = eps_max + 0x1p-21 * std::fabs(m);
   }
@@ -316,6 +370,7 @@ class RowKernel {
   const float* table_;
   float scale_;
   double softcap_;  // 0: off
+  int64_t alibi_off_;  // ALiBi's distance is |i + alibi_off_ - j|
   int64_t group_;
   std::vector<double> qs_;
   std::vector<double> s_;

@@ -28,11 +28,14 @@ struct RowId {
 /// logits are fp32 sums in another order: per row, a bound on |O - O_ref| for
 /// each of the head_dim_v elements and on |LSE - LSE_ref|, derived from
 /// eps_j = (head_dim/4 + 4) * 2^-23 * sum_d |Qs_d K_jd| + 2 ulp_f32(S_j) (an
-/// error bound of the fp32 sum and of the bias add) through the softmax:
+/// error bound of the fp32 sum and of the bias add; + cap * 2^-18 with a softcap,
+/// + 2 ulp_f32(S_j) + ulp_f32(slope * |i + off - j|) with ALiBi) through the softmax:
 /// |dO_d| <= sum_j P_j (exp(eps_j + E) - 1) |V_jd - O_d|, |dLSE| <= E + 2^-21 |max S|,
-/// E = max_j eps_j. `row_max` is max_j S_j (-inf for a row that sees no key).
-/// A row that reads a NaN or infinite input at a key it sees (or in its Q row)
-/// is `affected`: its result may be NaN and is not bounded (bounds +inf).
+/// E = max_j eps_j; a sink counts as a key with V = 0 and eps 0. `row_max` is
+/// max_j S_j, and the sink if larger (-inf for a row that sees no key and has no sink).
+/// A row that reads a NaN or infinite input at a key it sees (or in its Q row, its
+/// ALiBi slope, or a NaN or +inf sink) is `affected`: its result may be NaN and is
+/// not bounded (bounds +inf).
 struct RowBounds {
   std::vector<double> o_err;     // rows * head_dim_v
   std::vector<double> lse_err;   // rows
@@ -41,15 +44,21 @@ struct RowBounds {
 };
 
 /// Reference for the rows in `rows` of a problem whose data pointers (q, k, v,
-/// bias) point to HOST memory in the problem's dtypes and strides.
+/// bias, sinks, alibi_slopes) point to HOST memory in the problem's dtypes and strides.
 /// Writes o_out[r * head_dim_v + d] and lse_out[r] for each r-th row id
-/// (lse = -inf and o = 0 for rows that see no key). Uses `threads` host
-/// threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale) with the
-/// product in float32 (as the kernel does); the logits are rounded to float32
-/// as the kernel forms them, S = f32(f32(Qs.K) + bias) (+ mask; Qs.K summed in
-/// float64 before its rounding; with a softcap, f32(Qs.K) is first replaced by
-/// f32(cap * tanh(f32(Qs.K) / cap)), the tanh in float64); everything after that in float64:
-/// P = softmax(S), O = P V, LSE = log(sum exp S), at any finite magnitude of S.
+/// (o = 0 and lse = -inf, or the row's sink with sinks, for rows that see no key).
+/// Uses `threads` host threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale)
+/// with the product in float32 (as the kernel does); the logits are rounded to float32
+/// as the kernel forms them, S = f32(f32(f32(Qs.K) + bias) - f32(slope * |i + off - j|))
+/// (+ mask; Qs.K summed in float64 before its rounding; with a softcap, f32(Qs.K) is
+/// first replaced by f32(cap * tanh(f32(Qs.K) / cap)), the tanh in float64; the ALiBi
+/// term only with alibi_slopes, slope = alibi_slopes[b * alibi_stride_batch + h], the
+/// product in float64 rounded once, off the mask's alignment: 0 for causaltl / windowtl,
+/// seqlen_k - seqlen_q otherwise, mask none included); the mask: causal j <= i + off,
+/// window i + off - window_left <= j <= i + off + window_right (-1: unbounded).
+/// Everything after that in float64: P = softmax(S), O = P V, LSE = log(sum exp S),
+/// at any finite magnitude of S; with sinks, sink = sinks[h] joins the sum
+/// (P_j = exp(S_j) / (exp(sink) + sum exp S), LSE = log(exp(sink) + sum exp S)).
 /// (The kernel also rounds P to the dtype before P V; that is inside the tests' tolerance.)
 /// `bounds` (optional) receives the error bounds described at RowBounds.
 void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows,

@@ -55,22 +55,35 @@ struct ProblemDesc {
   BiasKind bias = BiasKind::none;
   bool lse = false;
   float softcap = 0.f;         ///< 0: off; else the cap (AttentionProblem::softcap)
+  int64_t window_left = -1;    ///< mask windowtl / windowbr: keys left of the diagonal (-1: unbounded)
+  int64_t window_right = -1;   ///< mask windowtl / windowbr: keys right of the diagonal (-1: unbounded)
+  bool sinks = false;          ///< attention sinks on (AttentionProblem::sinks)
+  bool alibi = false;          ///< ALiBi on (AttentionProblem::alibi_slopes)
 
-  std::string str() const;  ///< one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 causalbr bias=none lse=0"
+  /// one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 mask=causalbr bias=none lse=0" (then
+  /// " softcap=C", " window_left=L window_right=R" (a window mask or sizes other than -1), " sinks=1",
+  /// " alibi=1" when set)
+  std::string str() const;
 };
 
 /// An AttentionProblem over contiguous BSHD tensors at fake (aligned, never
 /// dereferenced) addresses: enough for plan() and check_problem(). A bias is
-/// [batch, heads_q, seqlen_q, seqlen_k] contiguous; LSE [batch, heads_q, seqlen_q].
+/// [batch, heads_q, seqlen_q, seqlen_k] contiguous; LSE [batch, heads_q, seqlen_q];
+/// sinks [heads_q] and ALiBi slopes [heads_q] (alibi_stride_batch 0) at fake
+/// 16-byte aligned addresses when set.
 AttentionProblem to_problem(const ProblemDesc& d);
 
 /// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
-/// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap).
+/// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap,
+/// window_left, window_right, sinks, alibi).
 /// seqlen sets both seqlens, heads both head counts (and cannot be combined
 /// with seqlen_q / seqlen_k, heads_q / heads_kv); head_dim_v defaults to
 /// head_dim and seqlen_k to seqlen_q. batch, seqlens and heads are integers in
-/// [0, kMaxProblemSize], head dims in [0, kMaxHeadDimArg]. Throws
-/// InvalidArgument naming the key, its value and what is allowed.
+/// [0, kMaxProblemSize], head dims in [0, kMaxHeadDimArg], window sizes in
+/// [-1, kMaxProblemSize] (-1, the default: unbounded; the library takes them
+/// with mask windowtl or windowbr only); lse, sinks and alibi are booleans
+/// (true, false, 1, 0, yes, no). Throws InvalidArgument naming the key, its
+/// value and what is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
 /// A YAML problem set ("problems seen in production"):
@@ -80,7 +93,8 @@ ProblemDesc parse_problem_text(const std::string& text);
 /// Keys and values as for parse_problem_text.
 /// Required: dtype, head_dim, seqlen_q (or seqlen), heads_q (or heads);
 /// optional: name, batch (1), seqlen_k (= seqlen_q), heads_kv (= heads_q),
-/// head_dim_v (= head_dim), mask (none), bias (none), lse (false).
+/// head_dim_v (= head_dim), mask (none), bias (none), lse (false), softcap (0),
+/// window_left (-1), window_right (-1), sinks (false), alibi (false).
 /// Unknown keys are errors. Throws InvalidArgument "<origin>: key '<path>' <reason>".
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin);
 std::vector<ProblemDesc> load_problem_set(const std::string& path);
@@ -197,8 +211,9 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
 /// The spec `problem` gets on `arch` with `tile`.
 KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const Tile& tile);
 
-/// Useful FLOPs of a problem: 4*B*Hq*Sq*Sk*(D+Dv)/2, causal masks counting
-/// only the keys each query sees.
+/// Useful FLOPs of a problem: 4*B*Hq*Sq*Sk*(D+Dv)/2, causal and window masks
+/// counting only the keys each query sees (row i: keys j with
+/// max(0, i + off - window_left) <= j <= min(seqlen_k - 1, i + off + window_right)).
 double problem_flops(const ProblemDesc& p);
 
 }  // namespace flashgen::cli

@@ -238,10 +238,17 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
       ->capture_default_str();
   c->add_option("--dtypes", o.dtypes, "f16, bf16 (combinations a profile cannot run are skipped)")
       ->capture_default_str();
-  c->add_option("--masks", o.masks, "none, causaltl, causalbr")->capture_default_str();
+  c->add_option("--masks", o.masks,
+                "none, causaltl, causalbr, windowtl, windowbr (the window sizes are launch arguments)")
+      ->capture_default_str();
   c->add_option("--bias", o.biases, "bias kinds: none, input, f32")->capture_default_str();
   c->add_option("--lse", o.lse, "LSE output: no, yes (both: no,yes)")->capture_default_str();
   c->add_option("--softcap", o.softcap, "softcap specialization: no, yes (both: no,yes; the cap is a launch argument)")
+      ->capture_default_str();
+  c->add_option("--sinks", o.sinks,
+                "attention-sinks specialization: no, yes (both: no,yes; the sink logits are a launch argument)")
+      ->capture_default_str();
+  c->add_option("--alibi", o.alibi, "ALiBi specialization: no, yes (both: no,yes; the slopes are a launch argument)")
       ->capture_default_str();
   c->add_option("--tiles", o.tiles,
                 "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
@@ -320,24 +327,29 @@ int run_pregen(const PregenOptions& o) {
       }
       return out;
     };
-    const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap");
+    const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap"),
+                            sinks = yes_no(o.sinks, "--sinks"), alibis = yes_no(o.alibi, "--alibi");
     for (const std::string& dt : items(o.dtypes))
       for (auto [d, dv] : dims)
         for (const std::string& mk : items(o.masks))
           for (const std::string& bk : items(o.biases))
             for (bool l : lses)
-              for (bool sc : softcaps) {
-                ProblemDesc p;
-                p.dtype = parse_dtype(dt, "--dtypes");
-                p.head_dim = d;
-                p.head_dim_v = dv;
-                p.mask = parse_mask(mk, "--masks");
-                p.bias = parse_bias(bk, "--bias");
-                p.lse = l;
-                p.softcap = sc ? 1.0f : 0.0f;  // (any cap: the kernel takes it at launch)
-                p.seqlen_q = p.seqlen_k = 1024;
-                problems.push_back(p);
-              }
+              for (bool sc : softcaps)
+                for (bool sn : sinks)
+                  for (bool al : alibis) {
+                    ProblemDesc p;
+                    p.dtype = parse_dtype(dt, "--dtypes");
+                    p.head_dim = d;
+                    p.head_dim_v = dv;
+                    p.mask = parse_mask(mk, "--masks");  // (window sizes stay -1: the kernel takes them at launch)
+                    p.bias = parse_bias(bk, "--bias");
+                    p.lse = l;
+                    p.softcap = sc ? 1.0f : 0.0f;  // (any cap: the kernel takes it at launch)
+                    p.sinks = sn;
+                    p.alibi = al;
+                    p.seqlen_q = p.seqlen_k = 1024;
+                    problems.push_back(p);
+                  }
   }
   std::vector<std::optional<Tile>> tiles;
   for (const std::string& t : items(o.tiles)) {
@@ -526,7 +538,10 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
         [&](ProblemDesc& x) { x.heads_q = d.heads_q, x.heads_kv = d.heads_kv; },
         [&](ProblemDesc& x) { x.head_dim = d.head_dim; },
         [&](ProblemDesc& x) { x.head_dim_v = d.head_dim_v; },
-        [&](ProblemDesc& x) { x.mask = d.mask, x.bias = d.bias, x.lse = d.lse, x.softcap = d.softcap; },
+        [&](ProblemDesc& x) {
+          x.mask = d.mask, x.bias = d.bias, x.lse = d.lse, x.softcap = d.softcap;
+          x.window_left = d.window_left, x.window_right = d.window_right, x.sinks = d.sinks, x.alibi = d.alibi;
+        },
     };
     size_t found = 0;
     for (const auto& g : groups) {
@@ -687,6 +702,19 @@ int run_explain(const ExplainOptions& o) {
   check_profile_config({arch});
   check_nvrtc_config({arch}, false);
   row("problem", d.str());
+  if (d.mask == MaskKind::window_top_left || d.mask == MaskKind::window_bottom_right) {
+    // e.g. "window_left 127, window_right 0: query i sees keys j from i + off - 127 to i + off (off = 0, top-left)"
+    const std::string from = d.window_left < 0 ? std::string("0 (left unbounded)")
+                                               : fmt::format("i + off - {}", d.window_left);
+    const std::string to = d.window_right < 0 ? std::string("the last key (right unbounded)")
+                           : d.window_right == 0 ? std::string("i + off")
+                                                 : fmt::format("i + off + {}", d.window_right);
+    row("window", fmt::format("window_left {}, window_right {}: query i sees keys j from {} to {} (off = {})",
+                              d.window_left, d.window_right, from, to,
+                              d.mask == MaskKind::window_bottom_right
+                                  ? fmt::format("seqlen_k - seqlen_q = {}, bottom-right", d.seqlen_k - d.seqlen_q)
+                                  : std::string("0, top-left")));
+  }
   row("arch", arch_note.empty() ? fmt::format("sm_{}", arch) : arch_note);
 
   KernelSpec unchecked;
@@ -836,7 +864,10 @@ int run_explain(const ExplainOptions& o) {
   else
     row("grid", fmt::format("{} blocks (ceil(seqlen_q / block_m) x heads_q x batch){}", m.blocks, last_wave));
   row("flops", fmt::format("{:.4g} = 2 x B x Hq x visible (q, k) pairs x (D + Dv){}", m.flops,
-                           d.mask != MaskKind::none ? " (causal: keys up to the diagonal)" : ""));
+                           d.mask == MaskKind::causal_top_left || d.mask == MaskKind::causal_bottom_right
+                               ? " (causal: keys up to the diagonal)"
+                           : d.mask != MaskKind::none ? " (window: the keys inside each row's window)"
+                                                      : ""));
   row("bytes", fmt::format("{} unique (Q, K, V, O{}{}); per block {:.0f} from global memory, {:.0f} of shared-memory "
                            "traffic",
                            mib(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",

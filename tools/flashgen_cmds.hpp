@@ -22,6 +22,8 @@ struct PregenOptions {
   std::vector<std::string> biases = {"none"};
   std::vector<std::string> lse = {"no"};
   std::vector<std::string> softcap = {"no"};
+  std::vector<std::string> sinks = {"no"};
+  std::vector<std::string> alibi = {"no"};
   std::vector<std::string> tiles = {"default"};
   std::string problems_file;
   std::string device;

@@ -3,7 +3,8 @@
 // For one spec on one problem, per thread block (one block_m x seqlen_k tile
 // of one query head), with D = head_dim, Dv = head_dim_v, 2-byte elements:
 //   tile FLOPs         2 * block_m * keys * (D + Dv), keys = the block's key
-//                      rows rounded up to block_n (causal: up to the diagonal)
+//                      rows rounded up to block_n (causal: up to the diagonal;
+//                      window: the tiles from its first visible key to its last)
 //   tile global bytes  Q tile + O tile + the K/V stream: 2 * (block_m * (D + Dv)
 //                      + keys * (D + Dv))  (+ bias rows, LSE)
 //   tile smem bytes    per K/V step, cp.async (wgmma: TMA) writes one K and
@@ -69,37 +70,74 @@ constexpr int kRegisterAllocUnit = 256;  // registers, per warp
 // this many, evenly spaced ones beyond (a seqlen of 2^40 has 2^33 blocks).
 constexpr int64_t kMaxModelledBlocks = 65536;
 
-// Keys each query row sees (causal masks), summed over the query rows
-// [row0, row0 + rows) of a problem; exact, in closed form (row i sees
-// clamp(i + 1 + off, 0, sk) keys: none, then one more per row, then all).
-double visible_pairs(int64_t row0, int64_t rows, int64_t sq, int64_t sk, MaskKind mask) {
-  rows = std::max<int64_t>(0, std::min(rows, sq - row0));
-  if (mask == MaskKind::none) return static_cast<double>(rows) * static_cast<double>(sk);
-  const int64_t off = mask == MaskKind::causal_bottom_right ? sk - sq : 0;
-  const int64_t end = row0 + rows;
-  const int64_t first_seeing = std::clamp<int64_t>(-off, row0, end);               // first row with a key
-  const int64_t first_full = std::clamp<int64_t>(sk - 1 - off, first_seeing, end);  // first row with all sk keys
-  const double ramp_rows = static_cast<double>(first_full - first_seeing);
-  const double ramp_first = static_cast<double>(first_seeing + 1 + off), ramp_last = static_cast<double>(first_full + off);
-  return ramp_rows * (ramp_first + ramp_last) / 2.0 + static_cast<double>(end - first_full) * static_cast<double>(sk);
+// A problem's mask as a window: row i sees keys j with
+// i + off - left <= j <= i + off + right (-1: unbounded on that side); none is
+// (-1, -1), causal (-1, 0). Sizes beyond the keys are clamped (they act as unbounded).
+struct Window {
+  int64_t sq, sk, off, left, right;
+};
+Window window_of(const ProblemDesc& p) {
+  Window w{p.seqlen_q, p.seqlen_k, 0, -1, -1};
+  const bool bottom_right = p.mask == MaskKind::causal_bottom_right || p.mask == MaskKind::window_bottom_right;
+  if (bottom_right) w.off = p.seqlen_k - p.seqlen_q;
+  if (p.mask == MaskKind::causal_top_left || p.mask == MaskKind::causal_bottom_right) w.right = 0;
+  if (p.mask == MaskKind::window_top_left || p.mask == MaskKind::window_bottom_right) {
+    const int64_t most = p.seqlen_q + p.seqlen_k;  // (the parser's sizes: no overflow)
+    w.left = std::min(p.window_left, most);
+    w.right = std::min(p.window_right, most);
+  }
+  return w;
 }
 
-// Key rows a block processes: up to its last visible key, rounded up to block_n.
-int64_t block_keys(int64_t row0, int64_t block_m, int64_t block_n, int64_t sq, int64_t sk, MaskKind mask) {
-  int64_t last = sk;  // exclusive
-  if (mask != MaskKind::none) {
-    const int64_t off = mask == MaskKind::causal_bottom_right ? sk - sq : 0;
-    const int64_t last_row = std::min(row0 + block_m, sq) - 1;
-    last = std::clamp<int64_t>(last_row + 1 + off, 0, sk);
+// Keys row i sees: the keys before hi(i) = clamp(i + off + right + 1, 0, sk)
+// (sk when right is unbounded) that are not before lo(i) = clamp(i + off - left,
+// 0, sk) (0 when left is unbounded); lo(i) <= hi(i) since left + right + 1 > 0.
+int64_t row_keys(int64_t i, const Window& w) {
+  const int64_t hi = w.right < 0 ? w.sk : std::clamp<int64_t>(i + w.off + w.right + 1, 0, w.sk);
+  const int64_t lo = w.left < 0 ? 0 : std::clamp<int64_t>(i + w.off - w.left, 0, w.sk);
+  return hi - lo;
+}
+
+// Keys each query row sees, summed over the query rows [row0, row0 + rows) of
+// a problem; exact, in closed form: row_keys is linear between the rows where
+// one of its clamps starts or stops acting (i + t = 0 or sk for t = off + right
+// + 1 and t = off - left), so each stretch between such rows adds its length
+// times the mean of its first and last row's counts (no large differences:
+// exact for the problems the tests can count, to a double's rounding beyond).
+double visible_pairs(int64_t row0, int64_t rows, const Window& w) {
+  rows = std::max<int64_t>(0, std::min(rows, w.sq - row0));
+  const int64_t end = row0 + rows;
+  std::vector<int64_t> cuts = {row0, end};
+  auto cut_at = [&](int64_t t) {
+    for (int64_t c : {-t, w.sk - t}) cuts.push_back(std::clamp(c, row0, end));
+  };
+  if (w.right >= 0) cut_at(w.off + w.right + 1);
+  if (w.left >= 0) cut_at(w.off - w.left);
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  double pairs = 0;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    const int64_t a = cuts[c], b = cuts[c + 1];  // rows [a, b): row_keys linear
+    pairs += static_cast<double>(b - a) * static_cast<double>(row_keys(a, w) + row_keys(b - 1, w)) / 2.0;
   }
-  return (last + block_n - 1) / block_n * block_n;
+  return pairs;
+}
+
+// Key rows a block processes: from the key tile of its first visible key to
+// that of its last one, in whole tiles of block_n.
+int64_t block_keys(int64_t row0, int64_t block_m, int64_t block_n, const Window& w) {
+  const int64_t last_row = std::min(row0 + block_m, w.sq) - 1;
+  const int64_t last = w.right < 0 ? w.sk : std::clamp<int64_t>(last_row + w.off + w.right + 1, 0, w.sk);  // exclusive
+  const int64_t first = w.left < 0 ? 0 : std::clamp<int64_t>(row0 + w.off - w.left, 0, w.sk);
+  const int64_t tiles = (last + block_n - 1) / block_n - first / block_n;
+  return std::max<int64_t>(0, tiles) * block_n;
 }
 
 }  // namespace
 
 double problem_flops(const ProblemDesc& p) {
   return 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
-         visible_pairs(0, p.seqlen_q, p.seqlen_q, p.seqlen_k, p.mask) *
+         visible_pairs(0, p.seqlen_q, window_of(p)) *
          static_cast<double>(p.head_dim + p.head_dim_v);
 }
 
@@ -134,6 +172,8 @@ KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& p
   s.bias = problem.bias;
   s.has_lse = problem.lse;
   s.softcap = problem.softcap > 0.f;  // (every variant field of the spec: plan()'s, runtime/api.cpp)
+  s.sinks = problem.sinks;
+  s.alibi = problem.alibi;
   return s;
 }
 
@@ -160,8 +200,9 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   double keys_total = 0;
   int64_t visited = 0;
   const int64_t step = std::max<int64_t>(1, (m_blocks + kMaxModelledBlocks - 1) / kMaxModelledBlocks);
+  const Window window = window_of(p);
   for (int64_t b = 0; b < m_blocks; b += step, ++visited)
-    keys_total += static_cast<double>(block_keys(b * bm, bm, bn, p.seqlen_q, p.seqlen_k, p.mask));
+    keys_total += static_cast<double>(block_keys(b * bm, bm, bn, window));
   const double mb = std::max<double>(1, static_cast<double>(m_blocks));
   // Key rows of all blocks together: the sum itself when every block was visited.
   const double keys_all = step == 1 ? keys_total : keys_total / static_cast<double>(visited) * static_cast<double>(m_blocks);

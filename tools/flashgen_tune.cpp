@@ -69,7 +69,7 @@ void fill_random(std::vector<uint16_t>& h, DType dt, uint64_t seed) {
 // One input/output set; `sets` of them rotate so that timed runs do not find
 // their inputs in L2 from the previous run.
 struct DeviceSet {
-  DeviceBuffer q, k, v, o, bias, lse;
+  DeviceBuffer q, k, v, o, bias, lse, sinks, alibi;
 };
 
 struct Workload {
@@ -83,6 +83,10 @@ struct Workload {
     AttentionProblem p = make_bshd_problem(d.dtype, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.head_dim,
                                            d.head_dim_v, d.mask, s.q.ptr(), s.k.ptr(), s.v.ptr(), s.o.ptr());
     p.softcap = d.softcap;
+    p.window_left = d.window_left;
+    p.window_right = d.window_right;
+    if (d.sinks) p.sinks = static_cast<const float*>(s.sinks.ptr());
+    if (d.alibi) p.alibi_slopes = static_cast<const float*>(s.alibi.ptr());  // [heads_q], alibi_stride_batch 0
     if (d.bias != BiasKind::none) {
       p.bias.kind = d.bias;
       p.bias.data = s.bias.ptr();
@@ -111,7 +115,13 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
                                                : static_cast<size_t>(d.batch * d.heads_q * d.seqlen_q * d.seqlen_k) *
                                                      (d.bias == BiasKind::f32 ? 2 : 1);  // in 2-byte units
   const size_t lse = d.lse ? static_cast<size_t>(d.batch * d.heads_q * d.seqlen_q) * 2 : 0;
-  w.set_bytes = 2 * (q + k + v + o + bias + lse);
+  // Sinks and ALiBi slopes: float32 [heads_q] each, small nonzero values (sink 0.5 for
+  // every head; slope 2^-(h+1), the ALiBi paper's geometric sequence).
+  const size_t heads = static_cast<size_t>(d.heads_q);
+  std::vector<float> sink_values(d.sinks ? heads : 0, 0.5f), slope_values(d.alibi ? heads : 0);
+  for (size_t h = 0; h < slope_values.size(); ++h)
+    slope_values[h] = std::ldexp(1.0f, -static_cast<int>(std::min<size_t>(h + 1, 126)));
+  w.set_bytes = 2 * (q + k + v + o + bias + lse) + 4 * (sink_values.size() + slope_values.size());
   // Enough sets that the inputs of one run are evicted from L2 by the next
   // ones, within 8 GiB of device memory.
   size_t n = static_cast<size_t>(std::ceil(2.0 * static_cast<double>(std::max<int64_t>(l2_bytes, 1)) /
@@ -123,8 +133,14 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
   fill_random(host, d.dtype, 0x5eed);
   const fgrt::Driver& drv = fgrt::driver();
   for (size_t i = 0; i < n; ++i) {
-    DeviceSet s{DeviceBuffer(2 * q), DeviceBuffer(2 * k), DeviceBuffer(2 * v), DeviceBuffer(2 * o),
-                DeviceBuffer(2 * bias), DeviceBuffer(2 * lse)};
+    DeviceSet s{DeviceBuffer(2 * q),
+                DeviceBuffer(2 * k),
+                DeviceBuffer(2 * v),
+                DeviceBuffer(2 * o),
+                DeviceBuffer(2 * bias),
+                DeviceBuffer(2 * lse),
+                DeviceBuffer(4 * sink_values.size()),
+                DeviceBuffer(4 * slope_values.size())};
     // Each set gets different data: a different window of the random host buffer.
     auto upload = [&](const DeviceBuffer& b, size_t elems, size_t shift) {
       if (elems == 0) return;
@@ -139,6 +155,10 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
     upload(s.v, v, i * 3 + 2);
     upload(s.bias, bias, i * 3 + 3);
     if (o > 0) fgrt::check(drv.cuMemsetD16(s.o.get(), 0, o), "cuMemsetD16");
+    if (!sink_values.empty())
+      fgrt::check(drv.cuMemcpyHtoD(s.sinks.get(), sink_values.data(), 4 * sink_values.size()), "cuMemcpyHtoD");
+    if (!slope_values.empty())
+      fgrt::check(drv.cuMemcpyHtoD(s.alibi.get(), slope_values.data(), 4 * slope_values.size()), "cuMemcpyHtoD");
     w.sets.push_back(std::move(s));
   }
   fgrt::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");

@@ -102,9 +102,18 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
       throw InvalidArgument(fmt::format("{} has value '{}': must be 0 (off) or a cap in [{}, {}]", what, value,
                                         std::numeric_limits<float>::min(), kMaxSoftcap));
     d.softcap = static_cast<float>(*v);
+  } else if (key == "window_left") {
+    d.window_left = parse_int_arg(what, value, -1, kMaxProblemSize);
+  } else if (key == "window_right") {
+    d.window_right = parse_int_arg(what, value, -1, kMaxProblemSize);
+  } else if (key == "sinks") {
+    d.sinks = parse_bool(what, value);
+  } else if (key == "alibi") {
+    d.alibi = parse_bool(what, value);
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
-                                      "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap",
+                                      "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, "
+                                      "window_left, window_right, sinks, alibi",
                                       what));
   }
 }
@@ -150,10 +159,14 @@ int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t 
 }
 
 std::string ProblemDesc::str() const {
-  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}", name.empty() ? "" : name + ": ",
-                     to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, head_dim_v,
-                     to_string(mask), to_string(bias), lse ? 1 : 0,
-                     softcap > 0.f ? fmt::format(" softcap={}", softcap) : std::string());
+  const bool window = mask == MaskKind::window_top_left || mask == MaskKind::window_bottom_right || window_left != -1 ||
+                      window_right != -1;
+  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}{}{}{}",
+                     name.empty() ? "" : name + ": ", to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv,
+                     head_dim, head_dim_v, to_string(mask), to_string(bias), lse ? 1 : 0,
+                     softcap > 0.f ? fmt::format(" softcap={}", softcap) : std::string(),
+                     window ? fmt::format(" window_left={} window_right={}", window_left, window_right) : std::string(),
+                     sinks ? " sinks=1" : "", alibi ? " alibi=1" : "");
 }
 
 AttentionProblem to_problem(const ProblemDesc& d) {
@@ -161,6 +174,10 @@ AttentionProblem to_problem(const ProblemDesc& d) {
   AttentionProblem p = make_bshd_problem(d.dtype, d.batch, d.seqlen_q, d.seqlen_k, d.heads_q, d.heads_kv, d.head_dim,
                                          d.head_dim_v, d.mask, fake, fake, fake, const_cast<void*>(fake));
   p.softcap = d.softcap;
+  p.window_left = d.window_left;
+  p.window_right = d.window_right;
+  if (d.sinks) p.sinks = reinterpret_cast<const float*>(uintptr_t{0x30000000});
+  if (d.alibi) p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x40000000});  // [heads_q], stride 0
   if (d.bias != BiasKind::none) {
     p.bias.kind = d.bias;
     p.bias.data = fake;

@@ -52,7 +52,8 @@ struct DecodePlan {
 /// kernel's shared memory, threads and 256 registers per thread), else the
 /// fewest splits whose blocks fill their waves within 0.95 of the best
 /// count's (at most one split per visible key tile and
-/// kMaxDecodeSplits; a top-left causal mask shows min(seqlen_q, seqlen_k) keys;
+/// kMaxDecodeSplits; a top-left causal mask shows min(seqlen_q, seqlen_k) keys, a
+/// sliding window the keys from off - window_left to seqlen_q - 1 + off + window_right;
 /// 1 for an empty problem), trimmed to an even cover of the key tiles; num_splits >= 1 is
 /// used as given (1: no split; more splits than key tiles leave some empty,
 /// which the combine skips). Checks the problem (check_problem) and that
@@ -84,7 +85,8 @@ bool decode_merges(const DecodePlan& plan) noexcept;
 /// with `sm_count` SMs: the arch has a profile whose mma.sync unit takes the
 /// dtype, the packed rows
 /// of a K/V head fit one block (seqlen_q * heads_q / heads_kv <= 64), there
-/// are at least 512 keys some row sees (top-left causal: seqlen_q of them), and the one-kernel forward would leave SMs idle
+/// are at least 512 keys some row sees (seqlen_k >= 512, and seqlen_q >= 512 with a top-left causal or
+/// window mask), and the one-kernel forward would leave SMs idle
 /// (ceil(seqlen_q / 64) * heads_q * batch < sm_count). A heuristic, to be
 /// fitted to measurements (bench/bench_decode.py). Needs no GPU; never throws
 /// for a problem check_problem accepts (false for one it refuses).

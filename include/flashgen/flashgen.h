@@ -5,13 +5,21 @@
  * query head h, with g = heads_q / heads_kv and KV head h / g:
  *
  *     Qs  = round_to_dtype(Q * softmax_scale)
- *     S   = Qs K^T (fp32 accumulate) + bias + mask
- *     P   = softmax(S) row-wise
+ *     S   = softcap(Qs K^T (fp32 accumulate)) + bias - alibi + mask
+ *     P   = softmax(S) row-wise (with sinks, exp(sink_h) joins the denominator)
  *     O   = P V    (P rounded to the input dtype, fp32 accumulate)
- *     LSE = log(sum_j exp(S_ij))   (natural log, fp32)
+ *     LSE = log(sum_j exp(S_ij))   (natural log, fp32; + exp(sink_h) with sinks)
  *
  * A row that sees no key (fully masked, or seqlen_k == 0) gets O = 0 and
- * LSE = -inf.
+ * LSE = -inf (with sinks: LSE = sink_h).
+ *
+ * Masks: key j is visible to query i iff
+ *     causal:  j <= i + off
+ *     window:  i + off - window_left <= j <= i + off + window_right
+ *              (-1: unbounded on that side)
+ * with off = 0 for the top-left masks and seqlen_k - seqlen_q for the
+ * bottom-right ones; causal is the window (-1, 0). ALiBi's distance
+ * |i + off - j| uses the mask's off, and the bottom-right one with no mask.
  *
  * Error handling: every function returns a flashgen_status. FLASHGEN_OK (0)
  * means success; any other value is one of the error codes below, and
@@ -73,6 +81,8 @@ typedef enum flashgen_mask {
   FLASHGEN_MASK_NONE = 0,               /* every query row sees every key */
   FLASHGEN_MASK_CAUSAL_TOP_LEFT = 1,    /* query i sees keys j <= i */
   FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT = 2, /* query i sees keys j <= i + seqlen_k - seqlen_q */
+  FLASHGEN_MASK_WINDOW_TOP_LEFT = 3,     /* query i sees keys i - window_left <= j <= i + window_right */
+  FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT = 4, /* the same with i + seqlen_k - seqlen_q for i */
   FLASHGEN_MASK_RANGE_MIN_ = -0x7FFFFFFF - 1,
   FLASHGEN_MASK_RANGE_MAX_ = 0x7FFFFFFF
 } flashgen_mask;
@@ -153,6 +163,22 @@ typedef struct flashgen_problem {
                          bias and the mask; 0: off (flashgen_problem_init_bshd sets 0). Must be 0
                          or in [FLT_MIN, 1024] (the kernels' tanh is accurate to about
                          cap * 2^-21 in absolute terms). (Added in 0.2.0.) */
+  int64_t window_left;  /* sliding window, read only with FLASHGEN_MASK_WINDOW_*: query i sees keys */
+  int64_t window_right; /* j with i + off - window_left <= j <= i + off + window_right, in keys; -1:
+                           unbounded on that side (flashgen_problem_init_bshd sets -1, -1). With a
+                           window mask each >= -1 and seqlen_q + seqlen_k <= 2^31 - 257; with
+                           another mask both must be -1. (Added in 0.3.0.) */
+  const float* sinks;   /* attention sinks: device float32 [heads_q], one logit per query head in
+                           the units of S (used as given); sink h joins the softmax denominator
+                           of every row of head h, LSE includes it, a row that sees no key gets
+                           O = 0 and LSE = sink_h. NULL: off. 4-byte aligned. (Added in 0.3.0.) */
+  const float* alibi_slopes; /* ALiBi: device float32 slopes, (batch b, head h) at
+                                alibi_slopes[b * alibi_stride_batch + h]; S_ij -= slope *
+                                |i + off - j| after the softcap and the bias (off as for the
+                                mask; seqlen_k - seqlen_q with FLASHGEN_MASK_NONE). NULL: off.
+                                4-byte aligned. (Added in 0.3.0.) */
+  int64_t alibi_stride_batch; /* >= 0; 0: one slope per query head for every batch ([heads_q]),
+                                 heads_q: [batch, heads_q] slopes. (Added in 0.3.0.) */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none
@@ -162,7 +188,8 @@ const char* flashgen_last_error(void);
 
 /* Fill *problem for contiguous BSHD tensors: strides
  *   q/o: [seqlen*heads*dim, heads*dim, dim], k/v likewise with heads_kv,
- * no bias, no LSE, default scale (has_scale = 0), no softcap. Pointers are device
+ * no bias, no LSE, default scale (has_scale = 0), no softcap, window sizes -1, -1,
+ * no sinks, no ALiBi (alibi_stride_batch 0). Pointers are device
  * pointers (never dereferenced here). Only the arguments needed to compute
  * strides are checked (problem non-NULL, enums in range, sizes >= 0); the full
  * check happens in flashgen_plan / flashgen_forward.
@@ -209,7 +236,8 @@ flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_strea
 /* Launch the kernel of canonical spec string `spec` (e.g. from flashgen_plan)
  * for *problem on `stream`, asynchronously; the kernel is compiled or read
  * from the cache and loaded on first use in the current context. The problem
- * must match the spec (dtype, head dims, mask, bias kind, LSE presence).
+ * must match the spec (dtype, head dims, mask, bias kind, LSE presence,
+ * softcap, sinks and ALiBi on or off).
  * Errors: as flashgen_forward; a problem that does not match the spec is
  * FLASHGEN_ERROR_INVALID_ARGUMENT naming the mismatch, and so is a wgmma spec
  * with K or V of stride_seq 0 and seqlen_k > 1 (its TMA tensor maps cannot

@@ -53,7 +53,7 @@ bool gpu_available();
 /// matrix unit and its tile for max(head_dim, head_dim_v), unless a tune file
 /// (flashgen/tune.hpp: $FLASHGEN_TUNE_FILE, then tune.yml in the user cache)
 /// has an entry for this problem class (dtype, head dims, mask, bias kind,
-/// LSE, seqlen_q bucket), this arch, this profile's hash and the device: the
+/// LSE, softcap, sinks, ALiBi, seqlen_q bucket), this arch, this profile's hash and the device: the
 /// GPU current in this thread (or device 0) when its arch is `arch`; without
 /// such a GPU, tune entries are ignored with one notice. An entry of another
 /// device, arch or profile version, or with a tile invalid for the profile, is

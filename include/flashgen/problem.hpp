@@ -3,12 +3,24 @@
 // Semantics (see docs/design.md, "The operation"): per batch b and query head h,
 // with g = heads_q / heads_kv and KV head h / g:
 //   Qs  = round_to_dtype(Q * softmax_scale)
-//   S   = softcap(Qs K^T (fp32 accumulate)) + bias + mask
+//   S   = softcap(Qs K^T (fp32 accumulate)) + bias - alibi + mask
 //         softcap(x) = cap * tanh(x / cap) when softcap > 0 (else x)
-//   P   = softmax(S) row-wise (online, exp2 domain)
+//         alibi_ij = slope_bh * |i + off - j| when alibi_slopes is set (else 0)
+//   P   = softmax(S) row-wise (online, exp2 domain); with sinks, the sink
+//         logit sink_h joins the denominator: P_ij = exp(S_ij) / (exp(sink_h) + sum_j exp(S_ij))
 //   O   = P V    (P rounded to the input dtype, fp32 accumulate)
-//   LSE = log(sum_j exp(S_ij))   (natural log, fp32)
-// A row that sees no key (fully masked, or seqlen_k == 0) gets O = 0 and LSE = -inf.
+//   LSE = log(sum_j exp(S_ij))   (natural log, fp32; + exp(sink_h) inside the sum with sinks)
+// A row that sees no key (fully masked, or seqlen_k == 0) gets O = 0 and LSE = -inf
+// (with sinks: LSE = sink_h).
+//
+// Masks (MaskKind, types.hpp): key j is visible to query i iff
+//   causal:  j <= i + off
+//   window:  i + off - window_left <= j <= i + off + window_right
+//            (window_left / window_right -1: unbounded on that side)
+// with off = 0 for the top-left forms (causaltl, windowtl) and off = seqlen_k - seqlen_q
+// for the bottom-right ones (causalbr, windowbr); causal is the window (-1, 0).
+// ALiBi uses the mask's alignment, and the bottom-right one (off = seqlen_k -
+// seqlen_q) with mask none, as FlashAttention does.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +95,36 @@ struct AttentionProblem {
   /// kernels' tanh is accurate to about cap * 2^-21 in absolute terms, which a larger cap
   /// (beyond the logits' range anyway) would make a visible error.
   float softcap = 0.f;
+  /// Sliding window (mask window_top_left / window_bottom_right only): query i sees keys j
+  /// with i + off - window_left <= j <= i + off + window_right (off: 0 top-left,
+  /// seqlen_k - seqlen_q bottom-right), in keys; -1 leaves that side unbounded, and a
+  /// size beyond the keys is allowed (it acts as unbounded). With a window mask each
+  /// must be >= -1, and seqlen_q + seqlen_k at most 2^31 - 257 (the kernels add a query
+  /// position to a key offset in 32 bits); with any other mask both must be -1.
+  /// The sizes are launch arguments, not part of the kernel. InvalidArgument names
+  /// the field otherwise.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+  /// Learnable attention sinks: device pointer to float32 [heads_q], one logit per
+  /// query head in the units of S (S is already scaled by softmax_scale; the sink is
+  /// used as given: not scaled, softcapped, biased or masked). Sink h joins row i's softmax
+  /// denominator: P_ij = exp(S_ij - m) / (exp(sink_h - m) + sum_j exp(S_ij - m)); LSE
+  /// includes it; a row that sees no key gets O = 0 and LSE = sink_h; -inf is a sink
+  /// that takes no weight. nullptr: off. A kernel specialization (KernelSpec::sinks).
+  /// Must be 4-byte aligned when set and the problem has rows.
+  const float* sinks = nullptr;
+  /// ALiBi: device pointer to float32 slopes; the slope of (batch b, query head h)
+  /// is alibi_slopes[b * alibi_stride_batch + h]. Each logit gets
+  /// S_ij -= slope * |i + off - j| after the softcap and the bias (fp32), off being
+  /// the mask's alignment: 0 for causaltl / windowtl, seqlen_k - seqlen_q for
+  /// causalbr / windowbr and for mask none (the FlashAttention convention).
+  /// nullptr: off. A kernel specialization (KernelSpec::alibi). Must be 4-byte
+  /// aligned when set and the problem has rows.
+  const float* alibi_slopes = nullptr;
+  /// Elements between the slopes of consecutive batches: 0 (one slope per query
+  /// head for every batch, FlashAttention-2's [heads] slopes) or e.g. heads_q
+  /// (its [batch, heads] slopes). Must be >= 0 when alibi_slopes is set.
+  int64_t alibi_stride_batch = 0;
 
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)
 };
@@ -97,7 +139,8 @@ AttentionProblem make_bshd_problem(DType dtype, int64_t batch, int64_t seqlen_q,
 /// kernel's requirements (16-byte aligned Q/K/V/O pointers and strides that are
 /// multiples of 8 elements or 0, heads_q % heads_kv == 0, non-negative sizes,
 /// finite softmax_scale, bias/LSE pointers consistent with their flags, O and LSE
-/// views that do not overlap themselves, ...).
+/// views that do not overlap themselves, window sizes that fit the mask, 4-byte
+/// aligned sinks and ALiBi slopes, ...).
 /// Throws InvalidArgument naming the argument, its value and what is allowed.
 /// Pointer values are only checked for null/alignment, never dereferenced.
 void check_problem(const AttentionProblem& p);

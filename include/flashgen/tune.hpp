@@ -14,8 +14,9 @@
 // with one warning on stderr (tune files only ever change speed, never
 // results). Files are re-read when they change.
 //
-// Format (YAML; every key required but `softcap` in `problem` (true for a
-// softcap specialization; absent: false), unknown keys rejected):
+// Format (YAML; every key required but `softcap`, `sinks` and `alibi` in
+// `problem` (true for a softcap, sinks or ALiBi specialization, after `lse` in
+// that order; absent: false), unknown keys rejected):
 //
 //   version: 1
 //   entries:
@@ -23,7 +24,7 @@
 //       arch: 90                        # 10*major+minor
 //       profile: hopper                 # Profile::name
 //       profile_hash: 5c0d0b2a3e91f4a7  # profile_hash(), 16 hex digits
-//       generator: 0.2.0                # kGeneratorVersion of the measuring library
+//       generator: 0.3.0                # kGeneratorVersion of the measuring library
 //       problem: {dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, bias: none,
 //                 lse: false, seqlen_q_le: 4096}
 //       tile: {block_m: 128, block_n: 64, warps: 8, stages: 2}
@@ -52,11 +53,13 @@ struct ProblemClass {
   BiasKind bias = BiasKind::none;
   bool has_lse = false;
   bool softcap = false;            ///< logit softcapping on (AttentionProblem::softcap > 0)
+  bool sinks = false;              ///< attention sinks on (AttentionProblem::sinks set)
+  bool alibi = false;              ///< ALiBi on (AttentionProblem::alibi_slopes set)
   int64_t seqlen_q_le = 64;        ///< bucket: seqlen_q_bucket(seqlen_q)
 
   bool operator==(const ProblemClass&) const = default;
-  /// e.g. "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096" (" softcap" after lse=
-  /// when set)
+  /// e.g. "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096" (" softcap", " sinks",
+  /// " alibi" after lse= when set)
   std::string str() const;
 };
 

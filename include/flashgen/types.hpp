@@ -41,7 +41,13 @@ enum class StateDType { f32, f16, bf16 };
 ///  - causal_top_left:     query i sees keys j <= i.
 ///  - causal_bottom_right: query i sees keys j <= i + seqlen_k - seqlen_q
 ///                         (the FlashAttention-2 convention for seqlen_q != seqlen_k).
-enum class MaskKind { none, causal_top_left, causal_bottom_right };
+///  - window_top_left:     sliding window: query i sees keys j with
+///                         i - window_left <= j <= i + window_right
+///                         (AttentionProblem::window_left / window_right; -1 = unbounded on that side).
+///  - window_bottom_right: the same window aligned at the bottom right: i + off - window_left <= j <=
+///                         i + off + window_right, off = seqlen_k - seqlen_q.
+/// Causal is the window (-1, 0) of the same alignment.
+enum class MaskKind { none, causal_top_left, causal_bottom_right, window_top_left, window_bottom_right };
 
 /// Element type of the optional additive bias [batch, heads_q, seqlen_q, seqlen_k].
 ///  - none:  no bias.
@@ -62,7 +68,7 @@ enum class MatrixUnit { m16n8k16, m16n8k8, m8n8k4, wgmma };
 
 std::string_view to_string(KernelFamily);  ///< "fwd" | "fwd_split" | "combine"
 std::string_view to_string(DType);       ///< "f16" | "bf16"
-std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr"
+std::string_view to_string(MaskKind);    ///< "none" | "causaltl" | "causalbr" | "windowtl" | "windowbr"
 std::string_view to_string(BiasKind);    ///< "none" | "input" | "f32"
 std::string_view to_string(MatrixUnit);  ///< "m16n8k16" | "m16n8k8" | "m8n8k4" | "wgmma"
 std::string_view to_string(StateDType);  ///< "f32" | "f16" | "bf16"

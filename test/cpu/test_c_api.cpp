@@ -7,6 +7,8 @@
 #include <limits>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
 
 #include "flashgen/flashgen.h"
 #include "flashgen/flashgen.hpp"
@@ -67,6 +69,23 @@ TEST_CASE("c_api: problem_init_bshd fills contiguous strides and rejects bad arg
   CHECK(p.bias.kind == FLASHGEN_BIAS_NONE);
   CHECK(p.bias.data == nullptr);
   CHECK(p.lse.data == nullptr);
+  CHECK(p.softcap == 0.0f);
+  CHECK(p.window_left == -1);
+  CHECK(p.window_right == -1);
+  CHECK(p.sinks == nullptr);
+  CHECK(p.alibi_slopes == nullptr);
+  CHECK(p.alibi_stride_batch == 0);
+  // Garbage in the struct beforehand does not survive init.
+  flashgen_problem dirty;
+  std::memset(&dirty, 0x5a, sizeof dirty);
+  REQUIRE(flashgen_problem_init_bshd(&dirty, FLASHGEN_DTYPE_F16, 1, 10, 10, 1, 1, 64, 64,
+                                     FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT, kQ, kK, kV, kO) == FLASHGEN_OK);
+  CHECK(dirty.mask == FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT);
+  CHECK(dirty.window_left == -1);
+  CHECK(dirty.window_right == -1);
+  CHECK(dirty.sinks == nullptr);
+  CHECK(dirty.alibi_slopes == nullptr);
+  CHECK(dirty.alibi_stride_batch == 0);
 
   CHECK(flashgen_problem_init_bshd(nullptr, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE,
                                    kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
@@ -75,9 +94,10 @@ TEST_CASE("c_api: problem_init_bshd fills contiguous strides and rejects bad arg
                                    FLASHGEN_MASK_NONE, kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(last(), "dtype = 7"));
   CHECK(contains(last(), "FLASHGEN_DTYPE_BF16"));
-  CHECK(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, static_cast<flashgen_mask>(3),
+  CHECK(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, static_cast<flashgen_mask>(5),
                                    kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(contains(last(), "mask = 3"));
+  CHECK(contains(last(), "mask = 5"));
+  CHECK(contains(last(), "FLASHGEN_MASK_WINDOW_TOP_LEFT = 3, FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT = 4"));
   CHECK(flashgen_problem_init_bshd(&p, FLASHGEN_DTYPE_F16, 1, -5, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE, kQ, kK,
                                    kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(last(), "seqlen_q = -5"));
@@ -119,6 +139,74 @@ TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
     CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
     CHECK(std::string(flashgen_last_error()).find("softcap") != std::string::npos);
   }
+}
+
+TEST_CASE("c_api: window masks, sinks and ALiBi reach the problem and the spec") {
+  CHECK(FLASHGEN_MASK_WINDOW_TOP_LEFT == 3);
+  CHECK(FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT == 4);
+  char spec[256];
+  for (auto [c_mask, mask] : {std::pair{FLASHGEN_MASK_WINDOW_TOP_LEFT, MaskKind::window_top_left},
+                              std::pair{FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT, MaskKind::window_bottom_right}}) {
+    CAPTURE(to_string(mask));
+    flashgen_problem p = good_problem(64, c_mask);
+    p.window_left = 16;
+    p.window_right = 0;
+    REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+    CHECK(KernelSpec::parse(spec).mask == mask);
+    // The sizes reach check_problem: each is named when refused.
+    p.window_left = -2;
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "window_left (-2) must be >= -1"));
+    p.window_left = -1;
+    p.window_right = -7;
+    CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), "window_right (-7) must be >= -1"));
+  }
+  flashgen_problem p = good_problem(64, FLASHGEN_MASK_CAUSAL_TOP_LEFT);
+  p.window_left = 3;
+  CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "window_left (3) must be -1 with mask causaltl"));
+  CHECK(contains(last(), "windowtl or windowbr"));
+
+  // sinks and alibi_slopes reach the spec (after softcap), and their checks.
+  p = good_problem();
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x70000});
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(std::string(spec).ends_with(",lse=0,sinks=1"));
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80000});
+  p.alibi_stride_batch = 8;
+  p.softcap = 20.0f;
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(std::string(spec).ends_with(",lse=0,softcap=1,sinks=1,alibi=1"));
+  const KernelSpec s = KernelSpec::parse(spec);
+  CHECK(s.sinks);
+  CHECK(s.alibi);
+  p.alibi_stride_batch = -1;
+  CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "alibi_stride_batch (-1) must be >= 0"));
+  p.alibi_stride_batch = 0;
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80002});
+  CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "alibi_slopes (0x80002) must be 4-byte aligned"));
+  p.alibi_slopes = nullptr;
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x70001});
+  CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "sinks (0x70001) must be 4-byte aligned"));
+
+  // The C plan equals the C++ plan of the same problem.
+  flashgen_problem c = good_problem(64, FLASHGEN_MASK_WINDOW_BOTTOM_RIGHT);
+  c.window_left = 100;
+  c.window_right = 2;
+  c.sinks = reinterpret_cast<const float*>(uintptr_t{0x70000});
+  c.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80000});
+  REQUIRE(flashgen_plan(&c, 75, spec, sizeof spec) == FLASHGEN_OK);
+  AttentionProblem cpp = make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 64, 64, MaskKind::window_bottom_right, kQ,
+                                           kK, kV, kO);
+  cpp.window_left = 100;
+  cpp.window_right = 2;
+  cpp.sinks = c.sinks;
+  cpp.alibi_slopes = c.alibi_slopes;
+  CHECK(std::string(spec) == plan(cpp, 75).canonical());
 }
 
 TEST_CASE("c_api: plan refuses a buffer that is too small and says the size needed") {
@@ -270,6 +358,14 @@ TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVA
   other.mask = FLASHGEN_MASK_CAUSAL_TOP_LEFT;
   CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(last(), "mask"));
+  other = p;
+  other.sinks = reinterpret_cast<const float*>(uintptr_t{0x70000});
+  CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem.sinks = 0x70000 (on) but the kernel was generated for sinks = off"));
+  other = p;
+  other.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80000});
+  CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem.alibi_slopes = 0x80000 (on) but the kernel was generated for alibi_slopes = off"));
   CHECK(flashgen_launch_spec("garbage", &p, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
 
   // Empty problems launch nothing and need no GPU.
@@ -336,6 +432,34 @@ TEST_CASE("c_api/c++: launch checks the problem against the kernel's spec") {
   } catch (const InvalidArgument& e) {
     CHECK(contains(e.what(), "head_dim_v = 128"));
     CHECK(contains(e.what(), k.spec.canonical()));
+  }
+  // sinks and ALiBi on or off must match the spec's, either way.
+  AttentionProblem with = p;
+  with.sinks = reinterpret_cast<const float*>(uintptr_t{0x70000});
+  with.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80000});
+  Kernel both = k;
+  both.spec = plan(with, 80);
+  CHECK(both.spec.sinks);
+  CHECK(both.spec.alibi);
+  for (const auto& [problem, kernel, what] :
+       {std::tuple{&with, &k, "(on) but the kernel was generated for sinks = off"},
+        std::tuple{&p, &both, "(off) but the kernel was generated for sinks = on"}}) {
+    try {
+      launch(*kernel, *problem, nullptr);
+      FAIL("expected InvalidArgument");
+    } catch (const InvalidArgument& e) {
+      CHECK(contains(e.what(), "launch: problem.sinks = "));
+      CHECK(contains(e.what(), what));
+    }
+  }
+  AttentionProblem sinks_only = p;  // sinks match, ALiBi does not
+  sinks_only.sinks = with.sinks;
+  try {
+    launch(both, sinks_only, nullptr);
+    FAIL("expected InvalidArgument");
+  } catch (const InvalidArgument& e) {
+    CHECK(contains(e.what(), "launch: problem.alibi_slopes = "));
+    CHECK(contains(e.what(), "(off) but the kernel was generated for alibi_slopes = on"));
   }
   Kernel null_kernel;
   null_kernel.spec = k.spec;

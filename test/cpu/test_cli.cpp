@@ -393,6 +393,106 @@ TEST_CASE("cli: pregen --softcap lists the softcap specializations beside the pl
   CHECK(n == 1);
 }
 
+TEST_CASE("cli: window sizes, sinks and alibi in the problem syntax reach the problem and the spec") {
+  TempDir work("flashgen-cli-modifiers");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem =
+      "dtype=bf16,seqlen_q=77,seqlen_k=300,heads=3,head_dim=80,mask=windowbr,window_left=127,window_right=0,"
+      "sinks=1,alibi=yes";
+  const cli::ProblemDesc d = cli::parse_problem_text(problem);
+  CHECK(d.mask == MaskKind::window_bottom_right);
+  CHECK(d.window_left == 127);
+  CHECK(d.window_right == 0);
+  CHECK(d.sinks);
+  CHECK(d.alibi);
+  CHECK(contains(d.str(), "mask=windowbr bias=none lse=0 window_left=127 window_right=0 sinks=1 alibi=1"));
+  const AttentionProblem ap = cli::to_problem(d);
+  CHECK(ap.window_left == 127);
+  CHECK(ap.window_right == 0);
+  REQUIRE(ap.sinks != nullptr);
+  REQUIRE(ap.alibi_slopes != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(ap.sinks) % 16 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(ap.alibi_slopes) % 16 == 0);
+  CHECK(ap.alibi_stride_batch == 0);
+  CHECK_NOTHROW(check_problem(ap));
+  const KernelSpec spec = plan(ap, 80);
+  CHECK(spec.mask == MaskKind::window_bottom_right);
+  CHECK(spec.sinks);
+  CHECK(spec.alibi);
+  // Defaults: unbounded window sizes, no sinks, no ALiBi; str() says nothing of them.
+  const cli::ProblemDesc plain = cli::parse_problem_text("dtype=bf16,seqlen=77,heads=3,head_dim=80,sinks=0,alibi=no");
+  CHECK(plain.window_left == -1);
+  CHECK(plain.window_right == -1);
+  CHECK_FALSE(plain.sinks);
+  CHECK_FALSE(plain.alibi);
+  CHECK(plain.str() == "bf16 b1 sq77 sk77 hq3 hkv3 d80/v80 mask=none bias=none lse=0");
+  CHECK(cli::to_problem(plain).sinks == nullptr);
+  CHECK(cli::to_problem(plain).alibi_slopes == nullptr);
+  // A window mask with its default sizes (-1, -1) names them.
+  CHECK(contains(cli::parse_problem_text("dtype=f16,seqlen=8,heads=1,head_dim=64,mask=windowtl").str(),
+                 "mask=windowtl bias=none lse=0 window_left=-1 window_right=-1"));
+  // The same keys in a YAML problem set.
+  const auto set = cli::parse_problem_set(
+      "problems:\n  - {dtype: f16, seqlen: 64, heads: 2, head_dim: 64, mask: windowtl, window_left: 3, "
+      "window_right: -1, sinks: true, alibi: false}\n",
+      "p.yml");
+  REQUIRE(set.size() == 1);
+  CHECK(set[0].mask == MaskKind::window_top_left);
+  CHECK(set[0].window_left == 3);
+  CHECK(set[0].window_right == -1);
+  CHECK(set[0].sinks);
+  CHECK_FALSE(set[0].alibi);
+
+  const Run a = run_cli({"show", "--problem", problem, "--arch", "80"}, env);
+  CHECK(a.rc == 0);
+  CHECK(contains(a.out, "constexpr bool SINKS = true;"));
+  CHECK(contains(a.out, "constexpr bool ALIBI = true;"));
+  CHECK(contains(a.out, "constexpr int MASK = 4;"));
+  CHECK(a.out == generate(spec));
+  const Run e = run_cli({"explain", "--problem", problem, "--arch", "80", "--no-compile"}, env);
+  INFO(e.out, e.err);
+  CHECK(e.rc == 0);
+  CHECK(contains(e.out, "window       window_left 127, window_right 0: query i sees keys j from i + off - 127 to "
+                        "i + off (off = seqlen_k - seqlen_q = 223, bottom-right)"));
+  CHECK(contains(e.out, spec.kernel_name()));
+  CHECK(contains(e.out, "(window: the keys inside each row's window)"));
+  // Window sizes with another mask: explain names the rule the library states.
+  const Run wrong =
+      run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=64,mask=causalbr,window_left=4", "--arch",
+               "80", "--no-compile"},
+              env);
+  CHECK(wrong.rc == 1);
+  CHECK(contains(wrong.out, "window_left (4) must be -1 with mask causalbr"));
+}
+
+TEST_CASE("cli: pregen --sinks, --alibi and the window masks") {
+  TempDir work("flashgen-cli-pregen-modifiers");
+  const auto env = base_env(work.path() + "/cache");
+  const Run r = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks",
+                         "windowtl,windowbr", "--sinks", "no,yes", "--alibi", "no,yes", "--softcap", "no,yes"},
+                        env);
+  INFO(r.out, r.err);
+  CHECK(r.rc == 0);
+  for (const char* mask : {"windowtl", "windowbr"})
+    for (const char* tail : {"lse=0\n", "lse=0,sinks=1\n", "lse=0,alibi=1\n", "lse=0,sinks=1,alibi=1\n",
+                             "lse=0,softcap=1,sinks=1,alibi=1\n"}) {
+      CAPTURE(mask);
+      CAPTURE(tail);
+      CHECK(contains(r.out, std::string("mask=") + mask + ",bias=none," + tail));
+    }
+  CHECK(std::count(r.out.begin(), r.out.end(), '\n') == 16);  // 2 masks x 2 x 2 x 2
+  const Run plain = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16"}, env);
+  CHECK(plain.rc == 0);
+  CHECK_FALSE(contains(plain.out, "sinks"));
+  CHECK_FALSE(contains(plain.out, "alibi"));
+  CHECK_FALSE(contains(plain.out, "window"));
+  // The --help text names the window masks and the new options.
+  const Run help = run_cli({"pregen", "--help"}, env);
+  CHECK(contains(help.out, "windowtl, windowbr"));
+  CHECK(contains(help.out, "--sinks"));
+  CHECK(contains(help.out, "--alibi"));
+}
+
 TEST_CASE("cli: show prints the generated source") {
   TempDir work("flashgen-cli-show");
   const auto env = base_env(work.path() + "/cache");
@@ -751,6 +851,10 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--head-dims", "64:-99999999999"}, {"'64:-99999999999'"}},
            {{"pregen", "--arch", "80", "--list", "-j", "-1"}, {"--jobs", "'-1'", "[0, 4096]"}},
            {{"pregen", "--arch", "80", "--list", "--softcap", "maybe"}, {"--softcap: 'maybe' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--sinks", "2"}, {"--sinks: '2' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--alibi", "on"}, {"--alibi: 'on' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--masks", "window"},
+            {"--masks: 'window' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
            {{"explain", "--problem", p, "--sms", "0"}, {"--sms", "'0'", "[1, 4096]"}},
            {{"explain", "--problem", p, "--arch", "0"}, {"--arch", "'0'", "[10, 999]"}},
@@ -772,6 +876,17 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1e-40"}, {"key 'softcap' has value '1e-40'"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,softcap=1025"},
             {"key 'softcap' has value '1025': must be 0 (off) or a cap in [1.1754944e-38, 1024]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,mask=windowtl,window_left=-2"},
+            {"key 'window_left' has value '-2': must be an integer in [-1, 1099511627776]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,mask=windowbr,window_right=1.5"},
+            {"key 'window_right' has value '1.5': must be an integer in [-1, 1099511627776]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,sinks=maybe"},
+            {"key 'sinks' has value 'maybe': allowed: true, false (or 1, 0, yes, no)"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,alibi=2"},
+            {"key 'alibi' has value '2': allowed: true, false (or 1, 0, yes, no)"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,window=3"},
+            {"key 'window' is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, heads, heads_q, "
+             "heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, window_left, window_right, sinks, alibi"}},
        }) {
     CAPTURE(b.args[0]);
     CAPTURE(b.args.back());
@@ -1108,6 +1223,47 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   // The model answers, and explain says what launch() would: one launch covers seqlen up to 2^31 - 257.
   CHECK(r.rc == 1);
   CHECK(contains(r.out, "seqlen_q (1099511627776) and seqlen_k (1099511627776) must be at most 2^31 - 257"));
+}
+
+TEST_CASE("cli numbers: window masks are modelled in closed form too: only the keys inside each row's window") {
+  for (const MaskKind mask : {MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+    for (const int64_t sq : {0, 1, 5, 17, 64}) {
+      for (const int64_t sk : {0, 1, 5, 17, 100}) {
+        for (const auto& [left, right] : {std::pair<int64_t, int64_t>{-1, -1}, {-1, 0}, {0, -1}, {0, 0}, {3, 1},
+                                          {1, 7}, {1000, 2}, {2, 1099511627776}}) {
+          CAPTURE(to_string(mask));
+          CAPTURE(sq);
+          CAPTURE(sk);
+          CAPTURE(left);
+          CAPTURE(right);
+          const int64_t off = mask == MaskKind::window_bottom_right ? sk - sq : 0;
+          double pairs = 0;
+          for (int64_t i = 0; i < sq; ++i)
+            for (int64_t j = 0; j < sk; ++j)
+              pairs += (left < 0 || i + off - j <= left) && (right < 0 || j - (i + off) <= right) ? 1.0 : 0.0;
+          cli::ProblemDesc d;
+          d.batch = 2, d.heads_q = d.heads_kv = 3, d.seqlen_q = sq, d.seqlen_k = sk, d.head_dim = 64,
+          d.head_dim_v = 32;
+          d.mask = mask;
+          d.window_left = left;
+          d.window_right = right;
+          CHECK(cli::problem_flops(d) == 2.0 * 2 * 3 * pairs * (64 + 32));
+        }
+      }
+    }
+  }
+  // A sliding window of 128 over 2^40 keys: the model answers at once, and pads
+  // at most two key tiles per block.
+  const cli::ProblemDesc d = cli::parse_problem_text(
+      "dtype=f16,seqlen=1099511627776,heads=1,head_dim=64,mask=windowbr,window_left=127,window_right=0");
+  const double n = 1099511627776.0;
+  CHECK(cli::problem_flops(d) == doctest::Approx(2.0 * (n * 128 - 127.0 * 128 / 2) * 128).epsilon(1e-12));
+  // (check_problem refuses it for a launch: seqlen_q + seqlen_k > 2^31 - 257 with a window)
+  const KernelSpec spec = cli::spec_with_tile(d, 80, profile_for_arch(80), Tile{128, 64, 8, 2});
+  const cli::TileModel m = cli::model_tile(spec, d, profile_for_arch(80), cli::DeviceShape{});
+  CHECK(m.padding_efficiency > 0.3);
+  CHECK(m.padding_efficiency <= 1.0);
+  CHECK(m.tile_flops <= 2.0 * 128 * (4 * 64) * 128);  // four key tiles per block at most, not the whole key range
 }
 
 TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML") {

@@ -73,6 +73,10 @@ std::vector<Combo> all_combos() {
 // Spill bytes a kernel may report (listed in the summary); 0 unless noted.
 //  - sm_120/121, head dims above 128: 12-36 bytes at 255 registers (the same
 //    source fits for sm_89); bounded at 64.
+//  - m8n8k4 with head dims above 128, sinks and a mask: 24-40 bytes in the
+//    epilogue (the sink's merge). Bounded at 64.
+//  - m16n8k16 with a sliding window: 4-8 bytes at head dims 128-256. Bounded at 16.
+//  - the split kernel with ALiBi and packed rows: 16-20 bytes. Bounded at 32.
 //  - sm_90a wgmma kernels with a causal mask: the loop of the tiles the mask
 //    cuts (templates/fwd_wgmma.cu) is a second copy of the key loop; the D256
 //    bm128 bn64 w8 tile reports 8 bytes, the others 0. Bounded at 8.
@@ -86,7 +90,18 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // bias: 20-24 bytes of spill stores, 64-68 of loads at 255 registers (the
   // packed rows' address arithmetic).
   if (s.family == KernelFamily::fwd_split && s.unit == MatrixUnit::m8n8k4 && s.head_dim > 128) return 72;
+  // m8n8k4, head dims above 128 with sinks and a mask: 24-40 bytes at 255
+  // registers in the epilogue (the sink's merge into LSE and O's factor, once
+  // per block; NVRTC 12.9 for sm_70).
+  if (s.unit == MatrixUnit::m8n8k4 && s.head_dim > 128 && s.sinks && s.mask != MaskKind::none) return 64;
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 80;
+  // m16n8k16 with a sliding window: 4-8 bytes at 255 registers at head dims 128-256 (the window's
+  // lower-edge mask and the P.V steps' bad-key bits). Bounded at 16.
+  if (s.unit == MatrixUnit::m16n8k16 && (s.mask == MaskKind::window_top_left || s.mask == MaskKind::window_bottom_right))
+    return 16;
+  // The split kernel with ALiBi and packed rows: 16-20 bytes at 255 registers (each packed
+  // row's head and slope). Bounded at 32.
+  if (s.family == KernelFamily::fwd_split && s.alibi && s.pack > 1) return 32;
   if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 8;
   if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 16;
   return 0;
@@ -140,7 +155,7 @@ PtxasReport parse_ptxas(const std::string& log) {
 
 }  // namespace
 
-TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LSE") {
+TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, windows, sinks and ALiBi") {
   REQUIRE(rt::nvrtc_available());
   std::vector<int> archs = {75, 80, 86, 89, 90};
   if (rt::nvrtc_available_for(70)) {
@@ -169,14 +184,19 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
   };
   std::vector<Job> jobs;
   std::set<std::string> seen;
-  auto add = [&](const Profile& profile, int arch, DType dt, int d, const Combo& c) {
-    KernelSpec s = test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse);
+  // A spec the profile must accept, added once; true when it is new.
+  auto add_valid = [&](const KernelSpec& s, const Profile& profile) {
     const auto problems = validate(s, profile);
     std::string why;
-    for (const auto& p : problems) why += "\n  " + p;
+    for (const auto& pr : problems) why += "\n  " + pr;
     INFO("spec ", s.canonical(), " profile ", profile.name, why);
     REQUIRE(problems.empty());
-    if (seen.insert(s.canonical()).second) jobs.push_back({s});
+    if (!seen.insert(s.canonical()).second) return false;
+    jobs.push_back({s});
+    return true;
+  };
+  auto add = [&](const Profile& profile, int arch, DType dt, int d, const Combo& c) {
+    add_valid(test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse), profile);
   };
   size_t rotate = 0;
   for (int arch : archs) {
@@ -228,15 +248,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
           s.family = KernelFamily::fwd_split;
           s.unit = profile.matrix_unit.shape;
           s.pack = pack;
-          const auto problems = validate(s, profile);
-          std::string why;
-          for (const auto& pr : problems) why += "\n  " + pr;
-          INFO("spec ", s.canonical(), why);
-          REQUIRE(problems.empty());
-          if (seen.insert(s.canonical()).second) {
-            jobs.push_back({s});
-            ++split_jobs;
-          }
+          if (add_valid(s, profile)) ++split_jobs;
           // pack 4: also the decode planner's tile for one query row (4 packed
           // rows: 16-row blocks whose warps split each key tile on the m16n8
           // units, at 3 blocks per SM).
@@ -258,6 +270,40 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias and LS
         }
   }
   CHECK(split_jobs > 0);
+
+  // D. Sliding windows, sinks and ALiBi on every arch: head dims 64, 128, 256,
+  // five modifier sets rotating (a bias on every other kernel), the
+  // forward and the decode planner's split kernel (pack 4).
+  struct Modifiers {
+    MaskKind mask;
+    bool sinks, alibi;
+  };
+  const Modifiers modifier_sets[] = {{MaskKind::window_top_left, false, false},
+                                     {MaskKind::window_bottom_right, true, false},
+                                     {MaskKind::none, false, true},
+                                     {MaskKind::window_bottom_right, true, true},
+                                     {MaskKind::causal_top_left, true, true}};
+  size_t modifier_jobs = 0;
+  for (int arch : archs) {
+    const Profile& profile = profile_for_arch(arch);
+    const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
+    for (int d : {64, 128, 256})
+      for (bool split : {false, true}) {
+        const Modifiers& m = modifier_sets[rotate % 5];
+        KernelSpec s = test::spec_for(profile, arch, dtypes[rotate % dtypes.size()], d, d, m.mask,
+                                      rotate % 2 == 0 ? BiasKind::f32 : BiasKind::none, true);
+        ++rotate;
+        s.sinks = m.sinks;
+        s.alibi = m.alibi;
+        if (split) {
+          s.family = KernelFamily::fwd_split;
+          s.unit = profile.matrix_unit.shape;
+          s.pack = 4;
+        }
+        if (add_valid(s, profile)) ++modifier_jobs;
+      }
+  }
+  CHECK(modifier_jobs >= archs.size() * 5);
 
   test::ScopedCache cache;  // fresh: every kernel goes through NVRTC
   struct Result {

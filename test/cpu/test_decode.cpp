@@ -5,6 +5,7 @@
 // test_compile.cpp (part C).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -381,4 +382,107 @@ TEST_CASE("decode: review findings (no heads, options before the device, other-c
   AttentionProblem huge = decode_problem(1, 8, 8, 1, int64_t{1} << 33, 64);
   huge.k.stride_seq = huge.v.stride_seq = 0;
   CHECK_THROWS_WITH_AS(plan_decode(huge, 90, 132), Contains("seqlen_k (8589934592)"), InvalidArgument);
+}
+
+TEST_CASE("decode plan: window masks split only the keys the rows can see; sinks and ALiBi are part of the plan") {
+  // The kernel splits each block's own visible key tiles (from its first one)
+  // into num_splits parts of tiles_per_split: so tiles_per_split * num_splits
+  // must cover the tiles of every block, here computed row by row.
+  struct W {
+    MaskKind mask;
+    int64_t hq, hkv, sq, sk, left, right;
+  };
+  const MaskKind tl = MaskKind::window_top_left, br = MaskKind::window_bottom_right;
+  for (const W w : {W{br, 32, 8, 1, 32768, 1023, 0}, W{br, 32, 8, 1, 32768, 1000, 0}, W{br, 32, 8, 1, 32768, 1024, 0},
+                    W{br, 32, 8, 4, 32768, 4095, 0}, W{br, 16, 16, 3, 8192, -1, 0}, W{br, 8, 8, 2, 8192, 100, -1},
+                    W{tl, 32, 8, 16, 32768, -1, 100}, W{tl, 32, 8, 4, 32768, 5, 5}, W{tl, 8, 1, 7, 5000, -1, -1},
+                    W{br, 8, 8, 1, 4096, 10000000, 0}, W{tl, 8, 8, 2, 4096, 3, 1000000000},
+                    W{br, 8, 8, 1, 300, 20, 0}}) {
+    CAPTURE(to_string(w.mask));
+    CAPTURE(w.sq);
+    CAPTURE(w.sk);
+    CAPTURE(w.left);
+    CAPTURE(w.right);
+    AttentionProblem p = decode_problem(1, w.hq, w.hkv, w.sq, w.sk, 128, DType::bf16, w.mask);
+    p.window_left = w.left;
+    p.window_right = w.right;
+    const int64_t off = w.mask == br ? w.sk - w.sq : 0;
+    auto first_key = [&](int64_t i) { return w.left < 0 ? 0 : std::max<int64_t>(0, i + off - std::min(w.left, w.sk)); };
+    auto last_key = [&](int64_t i) {
+      return w.right < 0 ? w.sk - 1 : std::min<int64_t>(w.sk - 1, i + off + std::min(w.right, w.sk));
+    };
+    for (int splits : {0, 1, 3, 8}) {
+      CAPTURE(splits);
+      const DecodePlan dp = plan_decode(p, 90, 132, splits);
+      CHECK(dp.split.mask == w.mask);
+      const int bn = dp.split.tile.block_n;
+      const int64_t rows = w.sq * dp.split.pack;
+      // The union of the rows' keys: what the plan covers.
+      const int64_t union_tiles = last_key(w.sq - 1) / bn - first_key(0) / bn + 1;
+      CHECK(dp.tiles_per_split == (union_tiles + dp.num_splits - 1) / dp.num_splits);
+      // Every block's own tiles fit the splits.
+      for (int64_t m0 = 0; m0 < rows; m0 += dp.split.tile.block_m) {
+        const int64_t q0 = m0 / dp.split.pack, q1 = (std::min(rows, m0 + dp.split.tile.block_m) - 1) / dp.split.pack;
+        const int64_t tiles = last_key(q1) / bn - first_key(q0) / bn + 1;
+        CHECK(tiles <= dp.tiles_per_split * dp.num_splits);
+      }
+      if (splits == 0) CHECK(dp.num_splits <= union_tiles);  // no empty split
+    }
+  }
+  // A sliding window of 1024 keys over 32768: 16 key tiles of 64, not 512.
+  AttentionProblem slide = decode_problem(1, 32, 8, 1, 32768, 128, DType::bf16, br);
+  slide.window_left = 1023;
+  slide.window_right = 0;
+  const DecodePlan s = plan_decode(slide, 90, 132, 4);
+  CHECK(s.tiles_per_split == 4);
+  // Causal masks keep their counts: top-left sees min(seqlen_q, seqlen_k) keys, bottom-right all.
+  CHECK(plan_decode(decode_problem(1, 32, 8, 16, 32768, 128, DType::bf16, MaskKind::causal_top_left), 90, 132, 2)
+            .tiles_per_split == 1);
+  CHECK(plan_decode(decode_problem(1, 32, 8, 16, 32768, 128, DType::bf16, MaskKind::causal_bottom_right), 90, 132, 2)
+            .tiles_per_split == 256);
+
+  // Sinks and ALiBi reach the split kernel's spec (the combine is the same).
+  AttentionProblem mod = decode_problem(1, 32, 8, 1, 32768, 128);
+  mod.sinks = reinterpret_cast<const float*>(uintptr_t{0x5000000});
+  mod.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x6000000});
+  const DecodePlan m = plan_decode(mod, 90, 132);
+  CHECK(m.split.sinks);
+  CHECK(m.split.alibi);
+  CHECK(m.split.kernel_name().ends_with("_sinks_alibi"));
+  CHECK(m.combine == plan_decode(decode_problem(1, 32, 8, 1, 32768, 128), 90, 132).combine);
+  // A plan made without them does not fit a problem with them, and the other way round.
+  const DecodePlan plain = plan_decode(decode_problem(1, 32, 8, 1, 32768, 128), 90, 132);
+  DecodeOptions o;
+  o.plan = &plain;
+  CHECK_THROWS_WITH_AS(decode(mod, nullptr, o), Contains("options.plan->split.sinks is off but the problem's is on"),
+                       InvalidArgument);
+  AttentionProblem alibi_only = mod;
+  alibi_only.sinks = nullptr;
+  o.plan = &m;
+  CHECK_THROWS_WITH_AS(decode(alibi_only, nullptr, o),
+                       Contains("options.plan->split.sinks is on but the problem's is off"), InvalidArgument);
+  DecodePlan sinks_plan = m;
+  sinks_plan.split.alibi = false;
+  o.plan = &sinks_plan;
+  CHECK_THROWS_WITH_AS(decode(mod, nullptr, o), Contains("options.plan->split.alibi is off but the problem's is on"),
+                       InvalidArgument);
+  // A window plan for a causal problem: the mask is named.
+  o.plan = &s;
+  AttentionProblem causal = slide;
+  causal.mask = MaskKind::causal_bottom_right;
+  causal.window_left = causal.window_right = -1;
+  CHECK_THROWS_WITH_AS(decode(causal, nullptr, o), Contains("options.plan->split.mask is windowbr but the problem's is "
+                                                            "causalbr"),
+                       InvalidArgument);
+}
+
+TEST_CASE("decode_preferred: a top-left window is treated like a top-left causal mask") {
+  AttentionProblem p = decode_problem(1, 32, 8, 16, 32768, 128, DType::bf16, MaskKind::window_top_left);
+  p.window_left = 4096;
+  CHECK_FALSE(decode_preferred(p, 90, 132));  // few keys visible to 16 top-left rows
+  p.mask = MaskKind::window_bottom_right;
+  CHECK(decode_preferred(p, 90, 132));
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x5000000});
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x6000000});
+  CHECK(decode_preferred(p, 90, 132));
 }

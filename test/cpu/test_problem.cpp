@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <limits>
 
+#include <fmt/format.h>
+
 #include "flashgen/problem.hpp"
 
 using namespace flashgen;
@@ -126,7 +128,7 @@ TEST_CASE("check_problem: sizes") {
   }
   SUBCASE("mask out of range") {
     p.mask = static_cast<MaskKind>(9);
-    CHECK_REJECTED(p, "mask (9) is not a mask kind; allowed: none, causaltl, causalbr");
+    CHECK_REJECTED(p, "mask (9) is not a mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr");
   }
   SUBCASE("MQA and equal heads are fine") {
     p.heads_kv = 1;
@@ -154,6 +156,104 @@ TEST_CASE("check_problem: softcap is 0 (off) or a cap in [FLT_MIN, kMaxSoftcap]"
   CHECK_REJECTED(p, "softcap (1024.0001) must be 0 (no softcapping) or a cap in [1.1754944e-38, 1024]");
   p.softcap = std::numeric_limits<float>::max();
   CHECK_REJECTED(p, "softcap (3.4028235e+38) must be 0");
+}
+
+TEST_CASE("check_problem: window sizes are >= -1 with a window mask and -1 with any other") {
+  AttentionProblem p = valid_problem();
+  CHECK(p.window_left == -1);
+  CHECK(p.window_right == -1);
+  for (MaskKind m : {MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+    CAPTURE(to_string(m));
+    p.mask = m;
+    // -1 (unbounded), 0, and sizes beyond the keys (they act as unbounded) are fine.
+    for (int64_t left : {int64_t{-1}, int64_t{0}, int64_t{7}, int64_t{1000000}, std::numeric_limits<int64_t>::max()})
+      for (int64_t right : {int64_t{-1}, int64_t{0}, int64_t{3}, std::numeric_limits<int64_t>::max()}) {
+        p.window_left = left;
+        p.window_right = right;
+        CHECK_NOTHROW(check_problem(p));
+      }
+    p.window_left = -2;
+    p.window_right = 0;
+    CHECK_REJECTED(p, "window_left (-2) must be >= -1 (a window size in keys; -1: unbounded on that side)");
+    p.window_left = 4;
+    p.window_right = std::numeric_limits<int64_t>::min();
+    CHECK_REJECTED(p, "window_right (-9223372036854775808) must be >= -1");
+  }
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right}) {
+    CAPTURE(to_string(m));
+    p.mask = m;
+    p.window_left = 5;
+    p.window_right = -1;
+    CHECK_REJECTED(p, fmt::format("window_left (5) must be -1 with mask {}: window sizes are read only with a "
+                                  "sliding-window mask; use mask windowtl or windowbr",
+                                  to_string(m)).c_str());
+    p.window_left = -1;
+    p.window_right = 0;  // (causal is the window (-1, 0), but through its own mask kind)
+    CHECK_REJECTED(p, fmt::format("window_right (0) must be -1 with mask {}", to_string(m)).c_str());
+    p.window_right = -1;
+    CHECK_NOTHROW(check_problem(p));
+  }
+}
+
+TEST_CASE("check_problem: a window mask needs seqlen_q + seqlen_k <= 2^31 - 257") {
+  const int64_t sq = int64_t{1} << 30, sk = 2147483391 - sq;
+  for (MaskKind m : {MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+    CAPTURE(to_string(m));
+    AttentionProblem p = make_bshd_problem(DType::f16, 1, sq, sk, 1, 1, 64, 64, m, ptr(0x10000), ptr(0x20000),
+                                           ptr(0x30000), mut_ptr(0x40000));
+    p.window_left = 128;
+    CHECK_NOTHROW(check_problem(p));
+    p = make_bshd_problem(DType::f16, 1, sq, sk + 1, 1, 1, 64, 64, m, ptr(0x10000), ptr(0x20000), ptr(0x30000),
+                          mut_ptr(0x40000));
+    CHECK_REJECTED(p, fmt::format("seqlen_q (1073741824) + seqlen_k (1073741568) must be at most 2^31 - 257 = "
+                                  "2147483391 with a window mask (mask {})",
+                                  to_string(m)).c_str());
+    p.seqlen_q = std::numeric_limits<int64_t>::max();  // no overflow in the sum
+    p.seqlen_k = std::numeric_limits<int64_t>::max();
+    p.batch = 0;
+    CHECK_REJECTED(p, "seqlen_q (9223372036854775807) + seqlen_k (9223372036854775807) must be at most");
+  }
+  // Other masks leave the limit to launch() (check_launch_limits: each seqlen at most 2^31 - 257).
+  const AttentionProblem causal = make_bshd_problem(DType::f16, 1, sq, sk + 1, 1, 1, 64, 64,
+                                                    MaskKind::causal_bottom_right, ptr(0x10000), ptr(0x20000),
+                                                    ptr(0x30000), mut_ptr(0x40000));
+  CHECK_NOTHROW(check_problem(causal));
+}
+
+TEST_CASE("check_problem: sinks are 4-byte aligned when set") {
+  AttentionProblem p = valid_problem();
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x50004});
+  CHECK_NOTHROW(check_problem(p));
+  p.sinks = reinterpret_cast<const float*>(uintptr_t{0x50002});
+  CHECK_REJECTED(p, "sinks (0x50002) must be 4-byte aligned (float32 [heads_q])");
+  p.seqlen_q = 0;  // no rows: never read
+  CHECK_NOTHROW(check_problem(p));
+}
+
+TEST_CASE("check_problem: ALiBi slopes are 4-byte aligned, alibi_stride_batch >= 0") {
+  AttentionProblem p = valid_problem();
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x60000});
+  for (int64_t stride : {int64_t{0}, int64_t{8}, int64_t{1000}}) {
+    p.alibi_stride_batch = stride;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  p.alibi_stride_batch = -1;
+  CHECK_REJECTED(p, "alibi_stride_batch (-1) must be >= 0 (0: one slope per query head for every batch");
+  p.alibi_stride_batch = 0;
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x60001});
+  CHECK_REJECTED(p, "alibi_slopes (0x60001) must be 4-byte aligned (float32)");
+  p.seqlen_q = 0;  // no rows: never read (the stride is still checked)
+  CHECK_NOTHROW(check_problem(p));
+  p.alibi_stride_batch = -3;
+  CHECK_REJECTED(p, "alibi_stride_batch (-3) must be >= 0");
+  p = valid_problem();
+  p.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x60000});
+  p.alibi_stride_batch = std::numeric_limits<int64_t>::max() / 4;
+  CHECK_REJECTED(p, "alibi_slopes: the largest offset (batch-1)*alibi_stride_batch + heads_q-1 = (2-1)*");
+  // Off (null): the stride is not read.
+  p.alibi_slopes = nullptr;
+  p.alibi_stride_batch = -1;
+  CHECK_NOTHROW(check_problem(p));
 }
 
 TEST_CASE("check_problem: softmax_scale must be finite (any finite value is allowed)") {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "flashgen/problem.hpp"
@@ -723,6 +724,292 @@ TEST_CASE("random rows against a direct (naive) softmax formula") {
           for (int64_t d = 0; d < Dv; ++d)
             CHECK(out.O(h.p, b, i, hh, d) == doctest::Approx(o[static_cast<size_t>(d)] / sum).epsilon(1e-12).scale(1.0));
         }
+  }
+}
+
+// ------------------------ windows, ALiBi, sinks ----------------------------
+
+TEST_CASE("window masks: i + off - left <= j <= i + off + right, the same as an explicit -inf bias") {
+  struct W {
+    MaskKind mask;
+    int64_t sq, sk, left, right;
+  };
+  const MaskKind tl = MaskKind::window_top_left, br = MaskKind::window_bottom_right;
+  std::mt19937_64 rng(31);
+  for (const W w : {W{tl, 7, 9, 2, 0}, W{br, 7, 9, 2, 0}, W{tl, 9, 7, 0, 3}, W{br, 9, 7, 0, 3}, W{tl, 6, 6, -1, 1},
+                    W{br, 5, 11, 3, -1}, W{tl, 8, 5, -1, -1}, W{br, 8, 5, 0, 0}, W{br, 4, 12, 100, 2},
+                    W{tl, 4, 12, std::numeric_limits<int64_t>::max(), std::numeric_limits<int64_t>::max()},
+                    W{br, 12, 3, 1, 1}}) {
+    for (DType dt : {DType::f16, DType::bf16}) {
+      CAPTURE(to_string(w.mask));
+      CAPTURE(w.sq);
+      CAPTURE(w.sk);
+      CAPTURE(w.left);
+      CAPTURE(w.right);
+      Host win(dt, 2, w.sq, w.sk, 2, 1, 16, 16, w.mask, BiasKind::f32);
+      win.fill_random(rng);
+      win.p.window_left = w.left;
+      win.p.window_right = w.right;
+      win.p.softmax_scale = 0.5f;
+      // The same problem with mask none and the hidden keys' bias set to -inf.
+      Host biased(dt, 2, w.sq, w.sk, 2, 1, 16, 16, MaskKind::none, BiasKind::f32);
+      biased.q = win.q;
+      biased.k = win.k;
+      biased.v = win.v;
+      biased.bias32 = win.bias32;
+      biased.p.softmax_scale = 0.5f;
+      const int64_t off = w.mask == br ? w.sk - w.sq : 0;
+      int64_t hidden = 0, seen = 0;
+      for (int64_t b = 0; b < 2; ++b)
+        for (int64_t hh = 0; hh < 2; ++hh)
+          for (int64_t i = 0; i < w.sq; ++i)
+            for (int64_t j = 0; j < w.sk; ++j) {
+              // (as differences: sizes up to INT64_MAX do not overflow)
+              const bool visible = (w.left < 0 || i + off - j <= w.left) && (w.right < 0 || j - (i + off) <= w.right);
+              if (!visible) biased.set_bias(b, hh, i, j, -std::numeric_limits<float>::infinity());
+              ++(visible ? seen : hidden);
+            }
+      const Out a = run_all(win.p);
+      const Out c = run_all(biased.p);
+      CHECK(a.o == c.o);
+      CHECK(a.lse == c.lse);
+      CHECK(seen > 0);
+    }
+  }
+  // Causal is the window (-1, 0) of the same alignment.
+  for (auto [window, causal] :
+       {std::pair{tl, MaskKind::causal_top_left}, std::pair{br, MaskKind::causal_bottom_right}}) {
+    Host w(DType::f16, 1, 9, 6, 2, 2, 16, 16, window);
+    w.fill_random(rng);
+    w.p.window_left = -1;
+    w.p.window_right = 0;
+    Host c(DType::f16, 1, 9, 6, 2, 2, 16, 16, causal);
+    c.q = w.q;
+    c.k = w.k;
+    c.v = w.v;
+    const Out a = run_all(w.p), b = run_all(c.p);
+    CHECK(a.o == b.o);
+    CHECK(a.lse == b.lse);
+  }
+  // By hand: q = 0, so each row's O is the mean of its visible V rows (V row j = j)
+  // and LSE = log(count). sq 4, sk 6, bottom-right (off 2), left 1, right 0: row 0
+  // sees keys 1..2, row 3 keys 4..5; top-left left 0, right 1: row 3 sees 3..4.
+  Host h(DType::f16, 1, 4, 6, 1, 1, 16, 16, br);
+  h.p.window_left = 1;
+  h.p.window_right = 0;
+  for (int64_t j = 0; j < 6; ++j) h.set_v(0, j, 0, 0, static_cast<float>(j));
+  Out out = run_all(h.p);
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(std::log(2.0)).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 0) == doctest::Approx(1.5).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 3, 0, 0) == doctest::Approx(4.5).epsilon(1e-14));
+  h.p.mask = tl;
+  h.p.window_left = 0;
+  h.p.window_right = 1;
+  out = run_all(h.p);
+  CHECK(out.O(h.p, 0, 3, 0, 0) == doctest::Approx(3.5).epsilon(1e-14));
+  // A window beyond the keys (top-left, left 0, right 0, sq > sk): rows past the keys see nothing.
+  Host past(DType::f16, 1, 5, 3, 1, 1, 16, 16, tl);
+  past.p.window_left = 0;
+  past.p.window_right = 0;
+  out = run_all(past.p);
+  CHECK(out.L(past.p, 0, 2, 0) == 0.0);
+  CHECK(out.L(past.p, 0, 3, 0) == -kInf);
+  CHECK(out.L(past.p, 0, 4, 0) == -kInf);
+}
+
+TEST_CASE("ALiBi: the same as an explicit f32 bias of -f32(slope * |i + off - j|), off the mask's alignment") {
+  std::mt19937_64 rng(77);
+  const int64_t B = 2, Hq = 4, Hkv = 2;
+  struct C {
+    MaskKind mask;
+    int64_t sq, sk;
+  };
+  for (const C c : {C{MaskKind::none, 5, 9}, C{MaskKind::none, 9, 5}, C{MaskKind::causal_top_left, 7, 10},
+                    C{MaskKind::causal_bottom_right, 7, 10}, C{MaskKind::window_top_left, 8, 8},
+                    C{MaskKind::window_bottom_right, 6, 11}}) {
+    for (const int64_t stride : {int64_t{0}, Hq}) {
+      CAPTURE(to_string(c.mask));
+      CAPTURE(c.sq);
+      CAPTURE(c.sk);
+      CAPTURE(stride);
+      std::vector<float> slopes(static_cast<size_t>(B * Hq));
+      for (size_t x = 0; x < slopes.size(); ++x) slopes[x] = std::ldexp(1.0f, -static_cast<int>(x % 5) - 1) * 1.3f;
+      Host a(DType::bf16, B, c.sq, c.sk, Hq, Hkv, 16, 16, c.mask);
+      a.fill_random(rng);
+      a.p.softmax_scale = 0.7f;
+      a.p.alibi_slopes = slopes.data();
+      a.p.alibi_stride_batch = stride;
+      if (c.mask == MaskKind::window_top_left || c.mask == MaskKind::window_bottom_right) {
+        a.p.window_left = 3;
+        a.p.window_right = 1;
+      }
+      Host e(DType::bf16, B, c.sq, c.sk, Hq, Hkv, 16, 16, c.mask, BiasKind::f32);
+      e.q = a.q;
+      e.k = a.k;
+      e.v = a.v;
+      e.p.softmax_scale = 0.7f;
+      e.p.window_left = a.p.window_left;
+      e.p.window_right = a.p.window_right;
+      // off: 0 for the top-left masks, seqlen_k - seqlen_q for the others (mask none included).
+      const bool top_left = c.mask == MaskKind::causal_top_left || c.mask == MaskKind::window_top_left;
+      const int64_t off = top_left ? 0 : c.sk - c.sq;
+      for (int64_t b = 0; b < B; ++b)
+        for (int64_t hh = 0; hh < Hq; ++hh)
+          for (int64_t i = 0; i < c.sq; ++i)
+            for (int64_t j = 0; j < c.sk; ++j) {
+              const float slope = slopes[static_cast<size_t>(b * stride + hh)];
+              const float d = static_cast<float>(std::abs(i + off - j));
+              e.set_bias(b, hh, i, j, -static_cast<float>(static_cast<double>(slope) * d));
+            }
+      const Out x = run_all(a.p), y = run_all(e.p);
+      CHECK(x.o == y.o);
+      CHECK(x.lse == y.lse);
+    }
+  }
+  // By hand: q = 0, sq 1, sk 3, slope 0.5. Mask none aligns bottom-right (off 2):
+  // distances 2, 1, 0, S = [-1, -0.5, 0]. causaltl (off 0): only key 0, distance 0.
+  float slope = 0.5f;
+  Host h(DType::f16, 1, 1, 3, 1, 1, 16, 16, MaskKind::none);
+  h.p.alibi_slopes = &slope;
+  for (int64_t j = 0; j < 3; ++j) h.set_v(0, j, 0, static_cast<int>(j), 1.0f);
+  Out out = run_all(h.p);
+  const double sum = std::exp(-1.0) + std::exp(-0.5) + 1.0;
+  CHECK(out.L(h.p, 0, 0, 0) == doctest::Approx(std::log(sum)).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 0) == doctest::Approx(std::exp(-1.0) / sum).epsilon(1e-14));
+  CHECK(out.O(h.p, 0, 0, 0, 2) == doctest::Approx(1.0 / sum).epsilon(1e-14));
+  h.p.mask = MaskKind::causal_top_left;
+  out = run_all(h.p);
+  CHECK(out.L(h.p, 0, 0, 0) == 0.0);
+  CHECK(out.O(h.p, 0, 0, 0, 0) == 1.0);
+  // In fp32 and after the bias: key 0 (distance 2, slope 0.5) has Qs.K = 1 and bias
+  // 2^-24, so S = f32(f32(1 + 2^-24) - 1) = 0 (1 + 2^-24 rounds to 1), not 2^-24;
+  // keys 1 and 2 are masked by the bias, so LSE = S of key 0.
+  Host r(DType::f16, 1, 1, 3, 1, 1, 16, 16, MaskKind::none, BiasKind::f32);
+  r.set_q(0, 0, 0, 0, 1.0f);
+  r.set_k(0, 0, 0, 0, 1.0f);
+  r.set_bias(0, 0, 0, 0, 0x1p-24f);
+  r.set_bias(0, 0, 0, 1, -std::numeric_limits<float>::infinity());
+  r.set_bias(0, 0, 0, 2, -std::numeric_limits<float>::infinity());
+  r.p.alibi_slopes = &slope;
+  out = run_all(r.p);
+  CHECK(out.L(r.p, 0, 0, 0) == 0.0);
+  // A NaN or infinite slope makes the rows of its head affected (not bounded).
+  Host n(DType::f16, 1, 2, 3, 2, 1, 16, 16, MaskKind::none);
+  std::vector<float> bad = {0.25f, std::numeric_limits<float>::quiet_NaN()};
+  n.p.alibi_slopes = bad.data();
+  std::vector<ref::RowId> rows = {{0, 0, 0}, {0, 1, 1}};
+  std::vector<double> o(2 * 16), l(2);
+  ref::RowBounds bounds;
+  ref::forward_rows(n.p, rows, o.data(), l.data(), 1, &bounds);
+  CHECK(bounds.affected[0] == 0);
+  CHECK(bounds.affected[1] == 1);
+  bad[1] = std::numeric_limits<float>::infinity();
+  ref::forward_rows(n.p, rows, o.data(), l.data(), 1, &bounds);
+  CHECK(bounds.affected[1] == 1);
+}
+
+TEST_CASE("sinks: join the denominator; LSE = logaddexp(LSE without, sink); no key: O = 0, LSE = sink") {
+  std::mt19937_64 rng(5);
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_bottom_right, MaskKind::window_top_left}) {
+    CAPTURE(to_string(m));
+    const int64_t B = 2, Sq = 7, Sk = 5, Hq = 4, Hkv = 2, Dv = 16;
+    Host h(DType::f16, B, Sq, Sk, Hq, Hkv, 16, Dv, m, BiasKind::input);
+    h.fill_random(rng);
+    if (m == MaskKind::window_top_left) h.p.window_left = h.p.window_right = 1;  // rows 6.. see nothing
+    const Out plain = run_all(h.p);
+    std::vector<float> sinks = {0.5f, -3.0f, 40.0f, -std::numeric_limits<float>::infinity()};
+    h.p.sinks = sinks.data();
+    const Out with = run_all(h.p);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t i = 0; i < Sq; ++i)
+        for (int64_t hh = 0; hh < Hq; ++hh) {
+          CAPTURE(b);
+          CAPTURE(i);
+          CAPTURE(hh);
+          const double sink = sinks[static_cast<size_t>(hh)];
+          const double l0 = plain.L(h.p, b, i, hh);
+          const double l1 = with.L(h.p, b, i, hh);
+          if (l0 == -kInf) {  // sees no key: O = 0, LSE = the sink
+            CHECK(l1 == sink);
+            for (int64_t d = 0; d < Dv; ++d) CHECK(with.O(h.p, b, i, hh, d) == 0.0);
+            continue;
+          }
+          if (sink == -kInf) {  // takes no weight
+            CHECK(l1 == l0);
+            for (int64_t d = 0; d < Dv; ++d) CHECK(with.O(h.p, b, i, hh, d) == plain.O(h.p, b, i, hh, d));
+            continue;
+          }
+          const double hi = std::max(l0, sink);
+          const double logaddexp = hi + std::log(std::exp(l0 - hi) + std::exp(sink - hi));
+          CHECK(l1 == doctest::Approx(logaddexp).epsilon(1e-13));
+          // O shrinks by the keys' share of the sum: exp(LSE without - LSE with).
+          const double share = std::exp(l0 - l1);
+          for (int64_t d = 0; d < Dv; ++d)
+            CHECK(with.O(h.p, b, i, hh, d) ==
+                  doctest::Approx(plain.O(h.p, b, i, hh, d) * share).epsilon(1e-12).scale(1e-300));
+        }
+  }
+  // seqlen_k = 0: every row gets O = 0 and LSE = its head's sink.
+  Host e(DType::bf16, 1, 3, 0, 2, 1, 16, 16, MaskKind::none);
+  e.p.k.data = e.p.v.data = nullptr;
+  std::vector<float> sinks = {1.25f, -7.0f};
+  e.p.sinks = sinks.data();
+  const Out out = run_all(e.p);
+  for (int64_t i = 0; i < 3; ++i) {
+    CHECK(out.L(e.p, 0, i, 0) == 1.25);
+    CHECK(out.L(e.p, 0, i, 1) == -7.0);
+  }
+  for (double x : out.o) CHECK(x == 0.0);
+  // By hand: one key with S = 0 and V = 1, sink ln 3: P = 1/4, LSE = ln 4.
+  Host one(DType::f16, 1, 1, 1, 1, 1, 16, 16, MaskKind::none);
+  one.set_v(0, 0, 0, 0, 1.0f);
+  float ln3 = static_cast<float>(std::log(3.0));
+  one.p.sinks = &ln3;
+  std::vector<ref::RowId> rows = {{0, 0, 0}};
+  std::vector<double> o(16), l(1);
+  ref::RowBounds bounds;
+  ref::forward_rows(one.p, rows, o.data(), l.data(), 1, &bounds);
+  const double s3 = static_cast<double>(ln3);
+  CHECK(l[0] == doctest::Approx(std::log(1.0 + std::exp(s3))).epsilon(1e-14));
+  CHECK(o[0] == doctest::Approx(1.0 / (1.0 + std::exp(s3))).epsilon(1e-14));
+  CHECK(bounds.row_max[0] == s3);  // the sink is the row's largest logit
+  CHECK(bounds.affected[0] == 0);
+  CHECK(std::isfinite(bounds.lse_err[0]));
+  // A NaN or +inf sink makes the row affected, also a row that sees no key.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    one.p.sinks = &bad;
+    ref::forward_rows(one.p, rows, o.data(), l.data(), 1, &bounds);
+    CHECK(bounds.affected[0] == 1);
+    CHECK(bounds.lse_err[0] == kInf);
+    Host none(DType::f16, 1, 1, 0, 1, 1, 16, 16, MaskKind::none);
+    none.p.sinks = &bad;
+    ref::forward_rows(none.p, rows, o.data(), l.data(), 1, &bounds);
+    CHECK(bounds.affected[0] == 1);
+  }
+}
+
+TEST_CASE("sinks: the error bound counts the sink as a key with V = 0") {
+  // Random rows: the bound with a sink is at least the bound without, scaled by the keys' share,
+  // and the sink adds |O| * (its weight's possible movement).
+  std::mt19937_64 rng(11);
+  Host h(DType::bf16, 1, 4, 6, 2, 2, 32, 16, MaskKind::none);
+  h.fill_random(rng);
+  std::vector<ref::RowId> rows;
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t hh = 0; hh < 2; ++hh) rows.push_back({0, i, hh});
+  std::vector<double> o(rows.size() * 16), l(rows.size());
+  ref::RowBounds plain, with;
+  ref::forward_rows(h.p, rows, o.data(), l.data(), 1, &plain);
+  std::vector<float> sinks = {0.0f, 2.0f};
+  h.p.sinks = sinks.data();
+  ref::forward_rows(h.p, rows, o.data(), l.data(), 1, &with);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    CAPTURE(r);
+    CHECK(with.affected[r] == 0);
+    CHECK(with.lse_err[r] >= plain.lse_err[r] - 1e-300);
+    bool positive = false;
+    for (size_t d = 0; d < 16; ++d) positive = positive || with.o_err[r * 16 + d] > 0.0;
+    CHECK(positive);
   }
 }
 

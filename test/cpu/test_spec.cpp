@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstddef>
 #include <set>
 #include <string>
 #include <tuple>
 #include <vector>
 
 #include "flashgen/spec.hpp"
+#include "gen/params.hpp"
+#include "gen/spec_fields.hpp"
 
 using namespace flashgen;
 using doctest::Contains;
@@ -340,6 +343,163 @@ TEST_CASE("softcap: written only when set, read when absent, named last") {
   CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,softcap=1").find("unknown") != std::string::npos);
 }
 
+TEST_CASE("sinks and alibi: written only when set, after softcap, named after it") {
+  auto refused = [](const std::string& t) {
+    try {
+      (void)KernelSpec::parse(t);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const bool softcap : {false, true})
+    for (const bool sinks : {false, true})
+      for (const bool alibi : {false, true}) {
+        CAPTURE(softcap);
+        CAPTURE(sinks);
+        CAPTURE(alibi);
+        KernelSpec s = example_spec();
+        s.softcap = softcap;
+        s.sinks = sinks;
+        s.alibi = alibi;
+        const std::string text = s.canonical();
+        CHECK(text == std::string(kExampleCanonical) + (softcap ? ",softcap=1" : "") + (sinks ? ",sinks=1" : "") +
+                          (alibi ? ",alibi=1" : ""));
+        const KernelSpec back = KernelSpec::parse(text);
+        CHECK(back == s);
+        CHECK(back.softcap == softcap);
+        CHECK(back.sinks == sinks);
+        CHECK(back.alibi == alibi);
+        CHECK(s.kernel_name() == example_spec().kernel_name() + (softcap ? "_softcap" : "") + (sinks ? "_sinks" : "") +
+                                     (alibi ? "_alibi" : ""));
+        CHECK((s == example_spec()) == (!softcap && !sinks && !alibi));
+      }
+  KernelSpec s = example_spec();
+  CHECK(s.canonical().find("sinks") == std::string::npos);  // today's strings stay as they were
+  CHECK(s.canonical().find("alibi") == std::string::npos);
+  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",sinks=0,alibi=0") == example_spec());
+  s.sinks = true;
+  KernelSpec a = example_spec();
+  a.alibi = true;
+  CHECK_FALSE(s == a);
+  CHECK(s.kernel_name() != a.kernel_name());
+  // The forward families have the flags, combine does not.
+  for (KernelFamily f : {KernelFamily::fwd_split, KernelFamily::combine}) {
+    KernelSpec o = s;
+    o.family = f;
+    o.alibi = true;
+    const bool fwd = f == KernelFamily::fwd_split;
+    CHECK((o.canonical().find(",sinks=1,alibi=1") != std::string::npos) == fwd);
+    if (fwd) CHECK(o.kernel_name().ends_with("_sinks_alibi"));
+  }
+  CHECK(refused(std::string(kExampleCanonical) + ",sinks=2").find("field 'sinks' has value '2'; allowed: 0, 1") !=
+        std::string::npos);
+  CHECK(refused(std::string(kExampleCanonical) + ",alibi=yes").find("field 'alibi' has value 'yes'; allowed: 0, 1") !=
+        std::string::npos);
+  CHECK(refused(std::string(kExampleCanonical) + ",sinks=1,sinks=1").find("more than once") != std::string::npos);
+  // Out of order: alibi before sinks, sinks before softcap, sinks before lse.
+  CHECK(refused(std::string(kExampleCanonical) + ",alibi=1,sinks=1").find("'sinks'") != std::string::npos);
+  CHECK(refused(std::string(kExampleCanonical) + ",sinks=1,softcap=1").find("'softcap'") != std::string::npos);
+  std::string moved = kExampleCanonical;
+  moved.insert(moved.find(",lse="), ",sinks=1");
+  CHECK(refused(moved).find("'sinks'") != std::string::npos);
+  CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,alibi=1").find("unknown") !=
+        std::string::npos);
+}
+
+TEST_CASE("window masks: names, canonical string, kernel name") {
+  CHECK(to_string(MaskKind::window_top_left) == "windowtl");
+  CHECK(to_string(MaskKind::window_bottom_right) == "windowbr");
+  CHECK(parse_mask("windowtl") == MaskKind::window_top_left);
+  CHECK(parse_mask("windowbr") == MaskKind::window_bottom_right);
+  for (MaskKind m : {MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+    KernelSpec s = example_spec();
+    s.mask = m;
+    s.sinks = true;
+    const std::string name(to_string(m));
+    const std::string text = s.canonical();
+    CHECK(text == "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=" + name +
+                      ",bias=none,lse=1,sinks=1");
+    CHECK(KernelSpec::parse(text) == s);
+    CHECK(s.kernel_name() == "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_" + name + "_lse_sinks");
+  }
+  // A mask value outside the enumerators is named, with the window masks among the allowed ones.
+  KernelSpec bad = example_spec();
+  bad.mask = static_cast<MaskKind>(5);
+  Profile p;
+  p.archs = {90};
+  p.matrix_unit.shape = MatrixUnit::m16n8k16;
+  p.matrix_unit.operand_dtypes = {DType::f16};
+  p.smem_per_block = 232448;
+  bool named = false;
+  for (const std::string& e : validate(bad, p))
+    named = named || e == "mask (5) is not a mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr.";
+  CHECK(named);
+}
+
+TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, FwdParams' new fields") {
+  CHECK(gen::mask_code(MaskKind::none) == 0);
+  CHECK(gen::mask_code(MaskKind::causal_top_left) == 1);
+  CHECK(gen::mask_code(MaskKind::causal_bottom_right) == 2);
+  CHECK(gen::mask_code(MaskKind::window_top_left) == 3);
+  CHECK(gen::mask_code(MaskKind::window_bottom_right) == 4);
+  const gen::SpecField* mask = gen::find_spec_field("mask");
+  REQUIRE(mask != nullptr);
+  CHECK(mask->constant_comment ==
+        "        // 0 none, 1 causal top-left, 2 causal bottom-right, 3 window top-left, 4 window bottom-right");
+  // sinks and alibi follow softcap in canonical and name order, flags written only when set.
+  const std::vector<const gen::SpecField*>& fields = gen::spec_fields(KernelFamily::fwd);
+  std::vector<std::string> keys;
+  for (const gen::SpecField* f : fields) keys.emplace_back(f->key);
+  REQUIRE(keys.size() >= 3);
+  CHECK(std::vector<std::string>(keys.end() - 3, keys.end()) == std::vector<std::string>{"softcap", "sinks", "alibi"});
+  const gen::SpecField* softcap = gen::find_spec_field("softcap");
+  const struct {
+    const char* key;
+    const char* constant;
+    const char* comment;
+    const char* part;
+  } flags[] = {{"sinks", "SINKS", "   // one fp32 logit per query head joins the softmax (p.sinks)", "_sinks"},
+               {"alibi", "ALIBI", "    // S -= slope * |i + off - j| (p.alibi_slopes)", "_alibi"}};
+  int rank = softcap->name_rank;
+  for (const auto& x : flags) {
+    CAPTURE(x.key);
+    const gen::SpecField* f = gen::find_spec_field(x.key);
+    REQUIRE(f != nullptr);
+    CHECK(f->name == x.key);
+    CHECK(f->kind == gen::SpecFieldKind::flag);
+    CHECK(f->group == gen::SpecFieldGroup::variant);
+    CHECK(f->omit_default);
+    CHECK(f->constant == x.constant);
+    CHECK(f->constant_type == "bool");
+    CHECK(f->constant_comment == x.comment);
+    CHECK(f->name_rank > rank);
+    rank = f->name_rank;
+    KernelSpec s = example_spec();
+    CHECK(f->constant_value(s) == "false");
+    CHECK(f->name_part(s).empty());
+    f->set_flag(s, true);
+    CHECK(f->constant_value(s) == "true");
+    CHECK(f->name_part(s) == x.part);
+    CHECK(f->applies(KernelFamily::fwd));
+    CHECK(f->applies(KernelFamily::fwd_split));
+    CHECK_FALSE(f->applies(KernelFamily::combine));
+  }
+  CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi]"));
+  // FwdParams: the five launch arguments after softcap, in this order, 8 bytes each.
+  using P = detail::FwdParams;
+  CHECK(offsetof(P, sinks) == offsetof(P, softcap) + 8);
+  CHECK(offsetof(P, alibi_slopes) == offsetof(P, softcap) + 16);
+  CHECK(offsetof(P, alibi_stride_batch) == offsetof(P, softcap) + 24);
+  CHECK(offsetof(P, window_left) == offsetof(P, softcap) + 32);
+  CHECK(offsetof(P, window_right) == offsetof(P, softcap) + 40);
+  CHECK(sizeof(P) == offsetof(P, window_right) + 8);
+  const std::string source = detail::fwd_params_source();
+  CHECK(source.find("  double softcap;\n  const float* sinks;\n  const float* alibi_slopes;\n  long long "
+                    "alibi_stride_batch;\n  long long window_left;\n  long long window_right;\n};") !=
+        std::string::npos);
+}
+
 TEST_CASE("kernel families: tag, kernel name, round trip; fwd_split's pack") {
   const std::string body =
       "sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";
@@ -414,7 +574,7 @@ TEST_CASE("enum names") {
                        "--dtype: 'f32' is not a known dtype; allowed: f16, bf16, float16, fp16, bfloat16",
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(parse_mask("causal"),
-                       "mask: 'causal' is not a known mask kind; allowed: none, causaltl, causalbr",
+                       "mask: 'causal' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr",
                        InvalidArgument);
   CHECK_THROWS_WITH_AS(parse_bias("fp32"), "bias: 'fp32' is not a known bias kind; allowed: none, input, f32",
                        InvalidArgument);

@@ -157,6 +157,64 @@ TEST_CASE("tune: a tune file round-trips through format and parse") {
   CHECK_THROWS_AS(load_tune_file(dir.path() + "/missing.yml"), IoError);
 }
 
+TEST_CASE("tune: sinks and alibi in the problem class: written only when set, round trip, distinct classes") {
+  cli::ProblemDesc d = llama();
+  const ProblemClass plain = problem_class(cli::to_problem(d));
+  CHECK_FALSE(plain.sinks);
+  CHECK_FALSE(plain.alibi);
+  d.sinks = true;
+  const ProblemClass with_sinks = problem_class(cli::to_problem(d));
+  CHECK(with_sinks.sinks);
+  CHECK_FALSE(with_sinks.alibi);
+  CHECK(with_sinks.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 sinks seqlen_q<=4096");
+  d.alibi = true;
+  d.softcap = 30.0f;
+  const ProblemClass all = problem_class(cli::to_problem(d));
+  CHECK(all.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 softcap sinks alibi seqlen_q<=4096");
+  CHECK_FALSE(all == with_sinks);
+  CHECK_FALSE(with_sinks == plain);
+  // A window mask is a class of its own; its sizes are launch arguments, not part of the class.
+  cli::ProblemDesc w = llama();
+  w.mask = MaskKind::window_bottom_right;
+  w.window_left = 4095;
+  const ProblemClass window = problem_class(cli::to_problem(w));
+  w.window_left = 128;
+  w.window_right = 0;
+  CHECK(problem_class(cli::to_problem(w)) == window);
+  CHECK(window.str() == "f16 d128/v128 mask=windowbr bias=none lse=0 seqlen_q<=4096");
+
+  TuneFile f = parse_tune_file(valid_file(), "t.yml");
+  REQUIRE(f.entries.size() == 2);
+  for (const ProblemClass& c : {plain, with_sinks, all, window}) {
+    CAPTURE(c.str());
+    TuneFile one;
+    one.entries = {f.entries[0]};
+    one.entries[0].problem = c;
+    const std::string text = format_tune_file(one);
+    CHECK(contains(text, "sinks: true") == c.sinks);
+    CHECK(contains(text, "alibi: true") == c.alibi);
+    CHECK_FALSE(contains(text, "sinks: false"));  // (written only when set: other files keep their text)
+    CHECK_FALSE(contains(text, "alibi: false"));
+    const TuneFile back = parse_tune_file(text, "formatted");
+    REQUIRE(back.entries.size() == 1);
+    CHECK(back.entries[0].problem == c);
+    CHECK(format_tune_file(back) == text);
+  }
+  // Written out of order (after softcap, in that order) or explicitly false: still read.
+  const std::string base = valid_file();
+  TuneFile t = parse_tune_file(replace(base, "lse: false,", "lse: false, alibi: true, sinks: false,"), "t.yml");
+  CHECK(t.entries[0].problem.alibi);
+  CHECK_FALSE(t.entries[0].problem.sinks);
+  check_rejected(replace(base, "lse: false,", "lse: false, sinks: maybe,"),
+                 {"key 'entries[0].problem.sinks'", "allowed: true, false"});
+  check_rejected(replace(base, "lse: false,", "lse: false, alibi: 2,"), {"key 'entries[0].problem.alibi'"});
+  // Two entries of one device and tile slot that differ only in sinks are two classes, not a repeat.
+  TuneFile two;
+  two.entries = {f.entries[0], f.entries[0]};
+  two.entries[1].problem.sinks = true;
+  CHECK(parse_tune_file(format_tune_file(two), "two").entries.size() == 2);
+}
+
 TEST_CASE("tune: every field is validated, unknown keys rejected, with origin, key and reason") {
   const std::string v = valid_file();
   check_rejected(v + "extra: 1\n", {"key 'extra' is unknown", "allowed keys: version, entries"});

@@ -236,6 +236,10 @@ struct Case {
   float poison_value = 0.0f;
   bool lse = true;
   float softcap = 0.0f;            ///< AttentionProblem::softcap (0: off)
+  int64_t window_left = -1, window_right = -1;  ///< with a window mask (AttentionProblem::window_left/right)
+  bool sinks = false;              ///< one random sink logit per query head (AttentionProblem::sinks)
+  bool alibi = false;              ///< ALiBi slopes per query head (AttentionProblem::alibi_slopes)
+  bool alibi_per_batch = false;    ///< with alibi: a slope per (batch, head), alibi_stride_batch = heads_q
   Layout layout = Layout::bshd;
   int64_t sample_rows = -1;        ///< -1: 256 rows when a seqlen >= 4096, else all; 0: all; n: n rows
   /// Split-KV decode (decode.hpp) instead of forward(): -1 no; 0 num_splits
@@ -264,6 +268,10 @@ struct Case {
     if (logits != Logits::plain) extra += fmt::format(" logits={}:{:.3g}", logits_name(logits), magnitude);
     if (poison != Poison::none) extra += fmt::format(" poison={}:{}", poison_name(poison), poison_value);
     if (softcap > 0.0f) extra += fmt::format(" softcap={}", softcap);
+    if (mask == MaskKind::window_top_left || mask == MaskKind::window_bottom_right)
+      extra += fmt::format(" window=({},{})", window_left, window_right);
+    if (sinks) extra += " sinks";
+    if (alibi) extra += alibi_per_batch ? " alibi=b,h" : " alibi";
     if (decode_splits >= 0)
       extra += fmt::format(" decode={}{}", decode_splits == 0 ? std::string("auto") : std::to_string(decode_splits),
                            decode_caller_workspace ? ",ws" : "");
@@ -437,8 +445,10 @@ inline Geometry geometry(const Case& c) {
 
 /// The problem for base addresses of the buffers (0 = no buffer: null pointer).
 /// `kb`, `vb` are ignored for the packed layout (K and V live in the Q buffer).
+/// `sinksb`, `alibib`: the sinks and ALiBi slopes (fp32; 0 = none, as the case asks).
 inline AttentionProblem make_problem(const Case& c, const Geometry& g, uintptr_t qb, uintptr_t kb, uintptr_t vb,
-                                     uintptr_t ob, uintptr_t biasb, uintptr_t lseb) {
+                                     uintptr_t ob, uintptr_t biasb, uintptr_t lseb, uintptr_t sinksb = 0,
+                                     uintptr_t alibib = 0) {
   if (g.packed) kb = vb = qb;
   AttentionProblem p;
   p.dtype = c.dtype;
@@ -451,6 +461,15 @@ inline AttentionProblem make_problem(const Case& c, const Geometry& g, uintptr_t
   p.head_dim_v = c.head_dim_v;
   p.mask = c.mask;
   p.softcap = c.softcap;
+  if (c.mask == MaskKind::window_top_left || c.mask == MaskKind::window_bottom_right) {
+    p.window_left = c.window_left;
+    p.window_right = c.window_right;
+  }
+  if (c.sinks) p.sinks = reinterpret_cast<const float*>(sinksb);
+  if (c.alibi) {
+    p.alibi_slopes = reinterpret_cast<const float*>(alibib);
+    p.alibi_stride_batch = c.alibi_per_batch ? c.heads_q : 0;
+  }
   auto tensor = [](uintptr_t base, const View& v) {
     flashgen::TensorRef t;
     t.data = base != 0 ? reinterpret_cast<const void*>(base + 2 * static_cast<uintptr_t>(v.offset)) : nullptr;
@@ -498,13 +517,15 @@ struct HostCase {
   uint64_t seed = 0;
   std::vector<uint16_t> q, k, v, bias16;
   std::vector<float> bias32;
+  std::vector<float> sinks;  ///< [heads_q] (empty: none)
+  std::vector<float> alibi;  ///< [heads_q] or [batch, heads_q] (empty: none)
 
   static uintptr_t addr(const void* p, bool nonempty) { return nonempty ? reinterpret_cast<uintptr_t>(p) : 0; }
   /// The problem over the host buffers (O and LSE point nowhere useful: the reference ignores them).
   AttentionProblem host_problem() const {
     const uintptr_t biasb = !bias32.empty() ? addr(bias32.data(), true) : addr(bias16.data(), !bias16.empty());
     return make_problem(c, g, addr(q.data(), !q.empty()), addr(k.data(), !k.empty()), addr(v.data(), !v.empty()),
-                        0, biasb, 0);
+                        0, biasb, 0, addr(sinks.data(), !sinks.empty()), addr(alibi.data(), !alibi.empty()));
   }
 };
 
@@ -638,6 +659,22 @@ inline HostCase make_host_case(const Case& c) {
           }
         }
   }
+  if (c.sinks) {
+    // Around the logits' own range, so the sink matters without swamping every row.
+    std::uniform_real_distribution<float> u(-2.0f, 4.0f);
+    hc.sinks.resize(static_cast<size_t>(std::max<int64_t>(c.heads_q, 1)));
+    for (float& x : hc.sinks) x = u(rng);
+  }
+  if (c.alibi) {
+    // The ALiBi paper's geometric slopes 2^(-8 (h + 1) / heads), times a random factor per (batch, head).
+    std::uniform_real_distribution<float> u(0.5f, 2.0f);
+    const int64_t nb = c.alibi_per_batch ? std::max<int64_t>(c.batch, 1) : 1, nh = std::max<int64_t>(c.heads_q, 1);
+    hc.alibi.resize(static_cast<size_t>(nb * nh));
+    for (int64_t b = 0; b < nb; ++b)
+      for (int64_t h = 0; h < nh; ++h)
+        hc.alibi[static_cast<size_t>(b * nh + h)] =
+            u(rng) * std::exp2(-8.0f * static_cast<float>(h + 1) / static_cast<float>(nh));
+  }
   if (c.poison != Poison::none) poison_input(hc);
   return hc;
 }
@@ -695,6 +732,8 @@ inline double reference_cost(const Case& c) {
     int64_t lim = c.seqlen_k;
     if (c.mask == MaskKind::causal_top_left) lim = std::min(lim, i + 1);
     if (c.mask == MaskKind::causal_bottom_right) lim = std::clamp<int64_t>(i + c.seqlen_k - c.seqlen_q + 1, 0, lim);
+    if ((c.mask == MaskKind::window_top_left || c.mask == MaskKind::window_bottom_right) && c.window_left >= 0)
+      lim = std::min(lim, c.window_left + std::max<int64_t>(c.window_right, 0) + 1);
     keys += static_cast<double>(lim);
   }
   keys /= static_cast<double>(c.seqlen_q);
@@ -732,7 +771,7 @@ inline void precompile_unit(const std::vector<Case>& cases, const Unit& unit) {
     const Geometry g = geometry(c);
     const AttentionProblem p =
         make_problem(c, g, g.q_elems > 0 ? fake : 0, g.k_elems > 0 ? fake : 0, g.v_elems > 0 ? fake : 0, fake,
-                     g.bias_elems > 0 ? fake : 0, c.lse ? fake : 0);
+                     g.bias_elems > 0 ? fake : 0, c.lse ? fake : 0, fake, fake);
     if (!unit.takes(c.dtype)) continue;  // reported per case as skipped
     std::vector<flashgen::KernelSpec> want;
     try {
@@ -820,7 +859,7 @@ inline std::string kernel_origin_text(const flashgen::ForwardInfo& info) {
 
 /// Device copies of a HostCase's inputs and poisoned outputs, and the problem over them.
 struct DeviceCase {
-  DeviceBuffer q, k, v, o, lse, bias;
+  DeviceBuffer q, k, v, o, lse, bias, sinks, alibi;
   AttentionProblem problem;
 
   explicit DeviceCase(const HostCase& hc) {
@@ -837,9 +876,13 @@ struct DeviceCase {
     v.upload(hc.v);
     if (!hc.bias32.empty()) bias.upload(hc.bias32);
     if (!hc.bias16.empty()) bias.upload(hc.bias16);
+    sinks = DeviceBuffer(hc.sinks.size() * 4);
+    alibi = DeviceBuffer(hc.alibi.size() * 4);
+    sinks.upload(hc.sinks);
+    alibi.upload(hc.alibi);
     poison();
     problem = make_problem(hc.c, g, q.address(), k.address(), v.address(), o.address(), bias.address(),
-                           lse.address());
+                           lse.address(), sinks.address(), alibi.address());
   }
 
   void poison() {

@@ -112,6 +112,37 @@ std::vector<Case> softcap_cases() {
   return v;
 }
 
+// Windows, sinks and ALiBi through the split kernel (key-split warps with one
+// query row of 4 packed heads; several splits over a window's tiles only) and
+// the combine (each sink counted once).
+std::vector<Case> modifier_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (int64_t sq : {1, 5}) {
+    for (int splits : {0, 1, 3}) {
+      Case c = decode_case(k % 2 == 0 ? DType::bf16 : DType::f16, 2, 16, 4, sq, 3001, k % 3 == 2 ? 64 : 128, splits,
+                           splits == 3);
+      c.mask = k % 2 == 0 ? MaskKind::window_bottom_right : MaskKind::window_top_left;
+      c.window_left = k % 3 == 0 ? 700 : 2000;
+      c.window_right = k % 2 == 0 ? 0 : 100;
+      c.sinks = k % 2 == 0 || splits == 3;
+      c.alibi = k % 3 != 1;
+      c.alibi_per_batch = k % 2 == 1;
+      v.push_back(c);
+      ++k;
+    }
+  }
+  // A NaN V value under a window, several splits.
+  Case c = decode_case(DType::f16, 2, 8, 2, 4, 300, 64, 3, true);
+  c.mask = MaskKind::window_bottom_right;
+  c.window_left = 20;
+  c.window_right = 0;
+  c.poison = Poison::v_many;
+  c.poison_value = std::numeric_limits<float>::quiet_NaN();
+  v.push_back(c);
+  return v;
+}
+
 std::vector<Case> poison_cases() {
   std::vector<Case> v;
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
@@ -194,6 +225,8 @@ FLASHGEN_GPU_TEST("decode: causal with 2-16 query rows, both alignments") { run_
 FLASHGEN_GPU_TEST("decode: bias with -inf entries") { run_group("decode bias", bias_cases()); }
 
 FLASHGEN_GPU_TEST("decode: softcap, logits far past the cap") { run_group("decode softcap", softcap_cases()); }
+
+FLASHGEN_GPU_TEST("decode: sliding windows, sinks and ALiBi") { run_group("decode modifiers", modifier_cases()); }
 
 FLASHGEN_GPU_TEST("decode: a NaN or +inf in V changes only the rows that read it") {
   run_group("decode poison", poison_cases());

@@ -285,6 +285,149 @@ std::vector<Case> softcap_cases() {
   return v;
 }
 
+// Sliding windows (issue 13): both alignments, windows smaller than, equal to
+// and larger than the sequences, one side unbounded, only the diagonal; GQA,
+// bias, seqlen_q above and below seqlen_k, head dims of one and several chunks.
+std::vector<Case> window_cases() {
+  struct W {
+    int64_t left, right;
+  };
+  const W windows[] = {{16, 0}, {100, 20}, {-1, 8}, {5, -1}, {0, 0}, {332, 0}, {1000, 1000}, {40, 40}};
+  std::vector<Case> v;
+  int k = 0;
+  for (const W& w : windows)
+    for (MaskKind m : {MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+      Case c = base("window");
+      c.dtype = kDtypes[k % 2];
+      c.mask = m;
+      c.window_left = w.left;
+      c.window_right = w.right;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = k % 3 == 0 ? 1 : 2;
+      c.seqlen_q = k % 4 == 3 ? 400 : 150;
+      c.seqlen_k = 333;
+      c.head_dim = c.head_dim_v = k % 3 == 0 ? 64 : (k % 3 == 1 ? 96 : 128);
+      c.bias = k % 5 == 0 ? BiasKind::f32 : BiasKind::none;
+      c.bias_neg_inf = c.bias != BiasKind::none;
+      c.lse = k % 4 != 1;
+      v.push_back(c);
+      ++k;
+    }
+  // Long rows: many tiles skipped on both sides, the wgmma tiles' loops.
+  for (int64_t d : {128, 256}) {
+    Case c = base("window");
+    c.dtype = d == 128 ? DType::bf16 : DType::f16;
+    c.mask = MaskKind::window_bottom_right;
+    c.window_left = 256;
+    c.window_right = 0;
+    c.heads_q = 4;
+    c.heads_kv = 2;
+    c.seqlen_q = 1000;
+    c.seqlen_k = 1500;
+    c.head_dim = c.head_dim_v = d;
+    v.push_back(c);
+  }
+  return v;
+}
+
+// Non-finite V under windows: some rows see the bad keys, others (on either
+// side of the window) do not and must stay exact.
+std::vector<Case> window_poison_cases() {
+  std::vector<Case> v;
+  int k = 0;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()})
+    for (MaskKind m : {MaskKind::window_top_left, MaskKind::window_bottom_right})
+      for (int64_t d : {64, 128}) {
+        Case c = base("window poison");
+        c.dtype = kDtypes[k % 2];
+        c.mask = m;
+        c.window_left = k % 2 == 0 ? 32 : 3;
+        c.window_right = k % 4 < 2 ? 8 : 0;
+        c.batch = 2;
+        c.heads_q = 4;
+        c.heads_kv = 2;
+        c.seqlen_q = 300;
+        c.seqlen_k = 300;
+        c.head_dim = c.head_dim_v = d;
+        c.poison = Poison::v_many;
+        c.poison_value = bad;
+        c.sample_rows = 0;
+        v.push_back(c);
+        ++k;
+      }
+  return v;
+}
+
+// Learnable sinks: every mask, rows that see no key (whole -inf bias rows, a
+// window past the keys) get O = 0 and LSE = sink; GQA; both dtypes.
+std::vector<Case> sinks_cases() {
+  std::vector<Case> v;
+  const MaskKind masks[] = {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right,
+                            MaskKind::window_bottom_right};
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (MaskKind m : masks) {
+      Case c = base("sinks");
+      c.dtype = dt;
+      c.mask = m;
+      c.window_left = 20;
+      c.window_right = 3;
+      c.sinks = true;
+      c.batch = 2;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = k % 2 == 0 ? 150 : 400;
+      c.seqlen_k = 333;
+      c.head_dim = c.head_dim_v = k % 3 == 0 ? 64 : (k % 3 == 1 ? 96 : 128);
+      c.bias = k % 2 == 0 ? BiasKind::f32 : BiasKind::input;
+      c.bias_neg_inf_rows = true;  // whole -inf rows: no key seen
+      c.lse = k % 4 != 3;
+      v.push_back(c);
+      ++k;
+    }
+  // No keys at all: every row is the sink's.
+  Case c = base("sinks");
+  c.sinks = true;
+  c.heads_q = 4;
+  c.heads_kv = 2;
+  c.seqlen_q = 70;
+  c.seqlen_k = 0;
+  v.push_back(c);
+  return v;
+}
+
+// ALiBi against the reference's explicit -slope * |i + off - j|: every
+// alignment, slopes per head and per (batch, head), with a bias, softcap and a window.
+std::vector<Case> alibi_cases() {
+  std::vector<Case> v;
+  const MaskKind masks[] = {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right,
+                            MaskKind::window_top_left};
+  int k = 0;
+  for (DType dt : kDtypes)
+    for (MaskKind m : masks) {
+      Case c = base("alibi");
+      c.dtype = dt;
+      c.mask = m;
+      c.window_left = 64;
+      c.window_right = 16;
+      c.alibi = true;
+      c.alibi_per_batch = k % 2 == 1;
+      c.batch = 2;
+      c.heads_q = 8;
+      c.heads_kv = 2;
+      c.seqlen_q = k % 2 == 0 ? 150 : 400;
+      c.seqlen_k = 333;
+      c.head_dim = c.head_dim_v = k % 3 == 0 ? 64 : (k % 3 == 1 ? 80 : 128);
+      c.bias = k % 3 == 2 ? BiasKind::f32 : BiasKind::none;
+      c.softcap = k % 4 == 1 ? 30.0f : 0.0f;
+      c.sinks = k == 5;
+      v.push_back(c);
+      ++k;
+    }
+  return v;
+}
+
 // seqlen_k = 0 (O = 0, LSE = -inf, null K/V), seqlen_q = 0 and batch = 0 (no launch).
 std::vector<Case> empty_cases() {
   std::vector<Case> v;
@@ -655,6 +798,18 @@ FLASHGEN_GPU_TEST("forward: GQA / MQA group sizes 1, 2, 4, 7, 8") { run_group("g
 
 FLASHGEN_GPU_TEST("forward: softcap with logits past the cap, bias, every mask") {
   run_group("softcap", softcap_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: sliding windows, both alignments, GQA, bias") { run_group("window", window_cases()); }
+
+FLASHGEN_GPU_TEST("forward: NaN / inf in V under sliding windows reach only the rows that see them") {
+  run_group("window poison", window_poison_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: attention sinks, rows that see no key") { run_group("sinks", sinks_cases()); }
+
+FLASHGEN_GPU_TEST("forward: ALiBi, every alignment, per-head and per-batch slopes") {
+  run_group("alibi", alibi_cases());
 }
 
 FLASHGEN_GPU_TEST("forward: LSE on and off") { run_group("lse", lse_cases()); }
