@@ -323,8 +323,9 @@ int run_pregen(const PregenOptions& o) {
       for (const std::string& t : items(values)) {
         if (t == "no" || t == "false" || t == "0") out.push_back(false);
         else if (t == "yes" || t == "true" || t == "1") out.push_back(true);
-        else throw InvalidArgument(fmt::format("{}: '{}' is not one of no, yes", option, t));
+        else throw InvalidArgument(fmt::format("{}: '{}' is not one of no, yes (or false, true, 0, 1)", option, t));
       }
+      if (out.empty()) throw InvalidArgument(fmt::format("{} has no value: give no, yes or no,yes", option));
       return out;
     };
     const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap"),
@@ -898,13 +899,14 @@ int run_explain(const ExplainOptions& o) {
       try {
         const DecodePlan dp = plan_decode(ap, arch, sms > 0 ? sms : 132);
         row("decode",
-            fmt::format("forward() runs this problem as a split-KV decode{}: {} split{} of {} key tiles, {}", sms > 0
+            fmt::format("forward() runs this problem as a split-KV decode{}: {} split{} of {} key tile{}, {}", sms > 0
                             ? fmt::format(" on {} SMs", sms)
                             : decode_preferred(ap, arch, 132)
                                   ? std::string(" on a GPU with more SMs than its one-kernel grid fills (shown for 132)")
                                   : std::string(" on a GPU with more SMs than its one-kernel grid fills (not a 132-SM "
                                                 "one; shown for 132)"),
                         dp.num_splits, dp.num_splits == 1 ? "" : "s", dp.tiles_per_split,
+                        dp.tiles_per_split == 1 ? "" : "s",
                         decode_merges(dp) ? "then the merge" : "whose blocks write O (no merge)"));
         row("", "split   " + dp.split.canonical());
         row("", "combine " + dp.combine.canonical());

@@ -222,7 +222,16 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double B = static_cast<double>(p.batch), Hq = static_cast<double>(p.heads_q),
                Hkv = static_cast<double>(p.heads_kv), Sq = static_cast<double>(p.seqlen_q),
                Sk = static_cast<double>(p.seqlen_k);
-  m.unique_bytes = eb * (B * Sq * Hq * D + B * Sk * Hkv * (D + Dv) + B * Sq * Hq * Dv) +
+  // K/V keys some row reads: with a sliding window the span from row 0's first key to the last
+  // row's last one (the rows' intervals overlap, so it has no gap), else all of them.
+  double kv_keys = Sk;
+  if ((p.mask == MaskKind::window_top_left || p.mask == MaskKind::window_bottom_right) && p.seqlen_q > 0) {
+    const int64_t last = p.seqlen_q - 1;
+    const int64_t hi = window.right < 0 ? window.sk : std::clamp<int64_t>(last + window.off + window.right + 1, 0, window.sk);
+    const int64_t lo = window.left < 0 ? 0 : std::clamp<int64_t>(window.off - window.left, 0, window.sk);
+    kv_keys = static_cast<double>(std::max<int64_t>(0, hi - lo));
+  }
+  m.unique_bytes = eb * (B * Sq * Hq * D + B * kv_keys * Hkv * (D + Dv) + B * Sq * Hq * Dv) +
                    bias_bytes * B * Hq * Sq * Sk + (p.lse ? 4.0 * B * Hq * Sq : 0.0);
   m.ai_dram = m.unique_bytes > 0 ? m.flops / m.unique_bytes : 0;
   m.ai_tile = m.tile_global_bytes > 0 ? m.tile_flops / m.tile_global_bytes : 0;

@@ -165,20 +165,25 @@ typedef struct flashgen_problem {
                          cap * 2^-21 in absolute terms). (Added in 0.2.0.) */
   int64_t window_left;  /* sliding window, read only with FLASHGEN_MASK_WINDOW_*: query i sees keys */
   int64_t window_right; /* j with i + off - window_left <= j <= i + off + window_right, in keys; -1:
-                           unbounded on that side (flashgen_problem_init_bshd sets -1, -1). With a
-                           window mask each >= -1 and seqlen_q + seqlen_k <= 2^31 - 257; with
-                           another mask both must be -1. (Added in 0.3.0.) */
+                           unbounded on that side, and a size past the keys acts as unbounded
+                           (flashgen_problem_init_bshd sets -1, -1). With a window mask each >= -1
+                           and seqlen_q + seqlen_k <= 2^31 - 257; with another mask both must be
+                           -1; otherwise FLASHGEN_ERROR_INVALID_ARGUMENT. (Added in 0.3.0.) */
   const float* sinks;   /* attention sinks: device float32 [heads_q], one logit per query head in
                            the units of S (used as given); sink h joins the softmax denominator
                            of every row of head h, LSE includes it, a row that sees no key gets
-                           O = 0 and LSE = sink_h. NULL: off. 4-byte aligned. (Added in 0.3.0.) */
+                           O = 0 and LSE = sink_h; a -inf sink takes no weight, a NaN one makes
+                           its rows NaN. NULL: off. 4-byte aligned when there are rows, else
+                           FLASHGEN_ERROR_INVALID_ARGUMENT. (Added in 0.3.0.) */
   const float* alibi_slopes; /* ALiBi: device float32 slopes, (batch b, head h) at
                                 alibi_slopes[b * alibi_stride_batch + h]; S_ij -= slope *
                                 |i + off - j| after the softcap and the bias (off as for the
                                 mask; seqlen_k - seqlen_q with FLASHGEN_MASK_NONE). NULL: off.
-                                4-byte aligned. (Added in 0.3.0.) */
-  int64_t alibi_stride_batch; /* >= 0; 0: one slope per query head for every batch ([heads_q]),
-                                 heads_q: [batch, heads_q] slopes. (Added in 0.3.0.) */
+                                4-byte aligned when there are rows, else
+                                FLASHGEN_ERROR_INVALID_ARGUMENT. (Added in 0.3.0.) */
+  int64_t alibi_stride_batch; /* in elements, >= 0 (checked when alibi_slopes is set); 0: one
+                                 slope per query head for every batch ([heads_q]), heads_q:
+                                 [batch, heads_q] slopes. (Added in 0.3.0.) */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none

@@ -456,6 +456,16 @@ TEST_CASE("cli: window sizes, sinks and alibi in the problem syntax reach the pr
                         "i + off (off = seqlen_k - seqlen_q = 223, bottom-right)"));
   CHECK(contains(e.out, spec.kernel_name()));
   CHECK(contains(e.out, "(window: the keys inside each row's window)"));
+  // The unique bytes count the K/V keys the window shows: 1 query row, 4096 of 65536 keys of 8
+  // K/V heads, d 128: Q and O 16 KiB, K and V 16 MiB.
+  const Run w = run_cli({"explain", "--problem",
+                         "dtype=f16,seqlen_q=1,seqlen_k=65536,heads_q=32,heads_kv=8,head_dim=128,mask=windowbr,"
+                         "window_left=4095,window_right=0",
+                         "--arch", "80", "--no-compile"},
+                        env);
+  INFO(w.out, w.err);
+  CHECK(w.rc == 0);
+  CHECK(contains(w.out, "bytes        16.0 MiB unique"));
   // Window sizes with another mask: explain names the rule the library states.
   const Run wrong =
       run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=64,mask=causalbr,window_left=4", "--arch",
@@ -853,6 +863,8 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--softcap", "maybe"}, {"--softcap: 'maybe' is not one of no, yes"}},
            {{"pregen", "--arch", "80", "--list", "--sinks", "2"}, {"--sinks: '2' is not one of no, yes"}},
            {{"pregen", "--arch", "80", "--list", "--alibi", "on"}, {"--alibi: 'on' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--alibi", ""}, {"--alibi has no value"}},
+           {{"pregen", "--arch", "80", "--list", "--sinks", ","}, {"--sinks has no value"}},
            {{"pregen", "--arch", "80", "--list", "--masks", "window"},
             {"--masks: 'window' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
