@@ -21,15 +21,17 @@ int tma_map_index(int chunk_width) { return chunk_width == 64 ? 0 : chunk_width 
 
 std::string wgmma_kv_refusal(const AttentionProblem& p) {
   constexpr int64_t kMaxTmaStrideBytes = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides < 2^40 bytes
+  const int64_t rows = p.varlen() ? p.total_k : p.seqlen_k;  // of the K/V tensors
+  const char* rows_name = p.varlen() ? "total_k" : "seqlen_k";
   for (const auto& [name, t] : {std::pair<const char*, const TensorRef&>{"k", p.k}, {"v", p.v}}) {
-    if (t.stride_seq == 0 && p.seqlen_k > 1)
-      return fmt::format("{}.stride_seq is 0 with seqlen_k = {}: the wgmma kernel reads {} through a TMA tensor map, "
+    if (t.stride_seq == 0 && rows > 1)
+      return fmt::format("{}.stride_seq is 0 with {} = {}: the wgmma kernel reads {} through a TMA tensor map, "
                          "which cannot repeat one row",
-                         name, p.seqlen_k, name);
+                         name, rows_name, rows, name);
     const struct {
       const char* field;
       int64_t stride, extent;
-    } dims[] = {{"stride_seq", t.stride_seq, p.seqlen_k}, {"stride_head", t.stride_head, p.heads_kv},
+    } dims[] = {{"stride_seq", t.stride_seq, rows}, {"stride_head", t.stride_head, p.heads_kv},
                 {"stride_batch", t.stride_batch, p.batch}};
     for (const auto& d : dims)
       if (d.extent > 1 && d.stride >= kMaxTmaStrideBytes / 2)
@@ -142,6 +144,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["V_SCAN"] = per_chunk(
       vc, "          ",
       "fg_v_scan<{w}, decltype(clean)::value>(v_stage + BLOCK_N * {off}, scan_from, tid, bad, lowest, bits);");
+  slots["V_ZERO"] = per_chunk(vc, "          ", "fg_v_zero<{w}>(v_stage + BLOCK_N * {off}, valid, tid);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
   slots["STORE_O"] =
       per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");

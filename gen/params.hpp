@@ -49,7 +49,11 @@
   X(const float*, const float*, alibi_slopes)                   \
   X(int64_t, long long, alibi_stride_batch)                     \
   X(int64_t, long long, window_left)                            \
-  X(int64_t, long long, window_right)
+  X(int64_t, long long, window_right)                           \
+  X(const int32_t*, const int*, cu_seqlens_q)                   \
+  X(const int32_t*, const int*, cu_seqlens_k)                   \
+  X(const int32_t*, const int*, seqused_k)                      \
+  X(int64_t, long long, total_q)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

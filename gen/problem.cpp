@@ -24,6 +24,8 @@ constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
 // With a window mask the kernels form i + (seqlen_k - seqlen_q) + window sizes
 // clamped to the keys in 32 bits, with a tile's headroom.
 constexpr int64_t kMaxWindowSeqlenSum = int64_t{2147483647} - 256;
+// Packed rows are counted by int32 offsets (cu_seqlens).
+constexpr int64_t kMaxPackedRows = int64_t{2147483647};
 
 // Saturates to the largest multiple of 8 so that a saturated stride fails the
 // overflow check (with its clear message), not the multiple-of-8 rule.
@@ -255,19 +257,64 @@ void check_problem(const AttentionProblem& p) {
                      p.seqlen_q, p.seqlen_k, kMaxWindowSeqlenSum, to_string(p.mask)));
   }
 
+  // Packed batches: the offsets' pointers and the packed extents.
+  const bool varlen = p.varlen();
+  if (!varlen) {
+    if (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr || p.total_q != 0 || p.total_k != 0) {
+      fail(fmt::format("cu_seqlens_k ({}), seqused_k ({}), total_q ({}) and total_k ({}) describe a packed batch and "
+                       "must be unset (null, 0) without cu_seqlens_q; set cu_seqlens_q for a packed batch",
+                       ptr_text(p.cu_seqlens_k), ptr_text(p.seqused_k), p.total_q, p.total_k));
+    }
+  } else {
+    if (p.cu_seqlens_k == nullptr) {
+      fail("cu_seqlens_k is null but cu_seqlens_q is set; a packed batch needs both (int32 [batch + 1] each)");
+    }
+    for (const auto& [name, value] : {std::pair<const char*, int64_t>{"total_q", p.total_q},
+                                      std::pair<const char*, int64_t>{"total_k", p.total_k}}) {
+      if (value < 0 || value > kMaxPackedRows) {
+        fail(fmt::format("{} ({}) must be in [0, 2^31 - 1] (the packed rows, counted by int32 offsets)", name, value));
+      }
+    }
+    for (const auto& [name, ptr] : {std::pair<const char*, const int32_t*>{"cu_seqlens_q", p.cu_seqlens_q},
+                                    std::pair<const char*, const int32_t*>{"cu_seqlens_k", p.cu_seqlens_k},
+                                    std::pair<const char*, const int32_t*>{"seqused_k", p.seqused_k}}) {
+      if (reinterpret_cast<uintptr_t>(ptr) % alignof(int32_t) != 0) {
+        fail(fmt::format("{} ({}) must be {}-byte aligned (int32)", name, ptr_text(ptr), alignof(int32_t)));
+      }
+    }
+    for (const auto& [name, t] : {std::pair<const char*, const TensorRef*>{"q", &p.q},
+                                  std::pair<const char*, const TensorRef*>{"k", &p.k},
+                                  std::pair<const char*, const TensorRef*>{"v", &p.v},
+                                  std::pair<const char*, const TensorRef*>{"o", &p.o}}) {
+      if (t->stride_batch != 0) {
+        fail(fmt::format("{}.stride_batch ({}) must be 0 with cu_seqlens_q: a packed batch is [total, heads, d], its "
+                         "sequences found through cu_seqlens",
+                         name, t->stride_batch));
+      }
+    }
+    if (p.lse.data != nullptr && p.lse.stride_batch != 0) {
+      fail(fmt::format("lse.stride_batch ({}) must be 0 with cu_seqlens_q: a packed batch's LSE is [heads_q, total_q]",
+                       p.lse.stride_batch));
+    }
+  }
+
   // Nothing is read or written when there is no query row (batch, seqlen_q or
-  // heads_q == 0: pointers may be null); K, V and the bias are not read when there is no key (rows then get
-  // O = 0, LSE = -inf), so those may be null too.
-  const bool has_rows = p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0;
-  const bool has_keys = has_rows && p.seqlen_k > 0;
-  check_tensor("q", p.q, has_rows, false, p.batch, p.seqlen_q, "seqlen_q", p.heads_q, "heads_q",
-               p.head_dim, "head_dim");
-  check_tensor("k", p.k, has_keys, false, p.batch, p.seqlen_k, "seqlen_k", p.heads_kv, "heads_kv",
-               p.head_dim, "head_dim");
-  check_tensor("v", p.v, has_keys, false, p.batch, p.seqlen_k, "seqlen_k", p.heads_kv, "heads_kv",
-               p.head_dim_v, "head_dim_v");
-  check_tensor("o", p.o, has_rows, true, p.batch, p.seqlen_q, "seqlen_q", p.heads_q, "heads_q",
-               p.head_dim_v, "head_dim_v");
+  // heads_q == 0, or a packed batch without rows: pointers may be null); K, V and the bias are not read when
+  // there is no key (rows then get O = 0, LSE = -inf), so those may be null too.
+  const bool has_rows = p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0 && (!varlen || p.total_q > 0);
+  const bool has_keys = has_rows && p.seqlen_k > 0 && (!varlen || p.total_k > 0);
+  // A packed batch's tensors have one "batch" of total rows.
+  const int64_t t_batch = varlen ? 1 : p.batch;
+  const int64_t rows_q = varlen ? p.total_q : p.seqlen_q, rows_k = varlen ? p.total_k : p.seqlen_k;
+  const char* rows_q_name = varlen ? "total_q" : "seqlen_q";
+  const char* rows_k_name = varlen ? "total_k" : "seqlen_k";
+  check_tensor("q", p.q, has_rows, false, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim, "head_dim");
+  check_tensor("k", p.k, has_keys, false, t_batch, rows_k, rows_k_name, p.heads_kv, "heads_kv", p.head_dim,
+               "head_dim");
+  check_tensor("v", p.v, has_keys, false, t_batch, rows_k, rows_k_name, p.heads_kv, "heads_kv", p.head_dim_v,
+               "head_dim_v");
+  check_tensor("o", p.o, has_rows, true, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim_v,
+               "head_dim_v");
 
   // Bias [batch, heads_q, seqlen_q, seqlen_k].
   const BiasRef& b = p.bias;
@@ -353,7 +400,7 @@ void check_problem(const AttentionProblem& p) {
     }
   }
 
-  // LSE [batch, heads_q, seqlen_q] float32; ignored entirely when data is null.
+  // LSE [batch, heads_q, seqlen_q] float32 (packed: [heads_q, total_q]); ignored entirely when data is null.
   const LseRef& l = p.lse;
   if (l.data != nullptr) {
     const struct {
@@ -361,7 +408,7 @@ void check_problem(const AttentionProblem& p) {
       int64_t value;
       int64_t extent;
       const char* extent_name;
-    } strides[] = {{"stride_batch", l.stride_batch, p.batch, "batch"},
+    } strides[] = {{"stride_batch", l.stride_batch, t_batch, "batch"},
                    {"stride_head", l.stride_head, p.heads_q, "heads_q"}};
     for (const auto& s : strides) {
       if (s.value < 0) {
@@ -381,17 +428,17 @@ void check_problem(const AttentionProblem& p) {
         }
       }
       int64_t bytes;
-      if (!max_byte_offset({{p.batch, l.stride_batch}, {p.heads_q, l.stride_head}, {p.seqlen_q, 1}},
+      if (!max_byte_offset({{t_batch, l.stride_batch}, {p.heads_q, l.stride_head}, {rows_q, 1}},
                            4, &bytes)) {
         fail(fmt::format("lse: the largest offset (batch-1)*stride_batch + (heads_q-1)*stride_head + "
-                         "seqlen_q-1 = ({}-1)*{} + ({}-1)*{} + {}-1 elements overflows a signed "
+                         "{}-1 = ({}-1)*{} + ({}-1)*{} + {}-1 elements overflows a signed "
                          "64-bit byte offset",
-                         p.batch, l.stride_batch, p.heads_q, l.stride_head, p.seqlen_q));
+                         rows_q_name, t_batch, l.stride_batch, p.heads_q, l.stride_head, rows_q));
       }
       check_no_self_overlap("lse",
-                            {{"stride_batch", l.stride_batch, p.batch, "batch"},
+                            {{"stride_batch", l.stride_batch, t_batch, "batch"},
                              {"stride_head", l.stride_head, p.heads_q, "heads_q"}},
-                            p.seqlen_q, "seqlen_q");
+                            rows_q, rows_q_name);
     }
   }
 }

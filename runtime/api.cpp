@@ -41,8 +41,13 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
   return out;
 }
 
+// The split-KV partials' batch and rows per batch: the problem's, or one batch
+// of total_q rows for a packed batch.
+int64_t partial_batch(const AttentionProblem& p) { return p.varlen() ? 1 : p.batch; }
+int64_t partial_rows(const AttentionProblem& p) { return p.varlen() ? p.total_q : p.seqlen_q; }
+
 bool is_empty_problem(const AttentionProblem& p) {
-  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0;
+  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0);
 }
 
 // One mutex per key, so that concurrent requests for the same thing do the
@@ -120,14 +125,16 @@ std::string mismatch(const char* what, const std::string& problem_value, const s
 // The wgmma kernel's tensor maps of K or V (FwdTmaMaps, gen/params.hpp): one
 // 4-D map (head-dim column, seq row, head, batch) per chunk width of `dim`,
 // box = one chunk x block_n rows, swizzled like the kernel's shared tiles.
-// Rows past seqlen_k are zero-filled by the copy engine. A stride-0 (broadcast)
+// Rows past seqlen_k (a packed batch: past total_k) are zero-filled by the copy engine. A stride-0 (broadcast)
 // head or batch dimension is mapped with extent 1 and its coordinate bit in
 // `coords` left clear (the kernel reads coordinate 0).
 void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, int dim, const AttentionProblem& pr,
                      const KernelSpec& s, detail::TmaMap (&maps)[3], int64_t& coords, int bit) {
   constexpr int64_t kElem = 2;  // fp16 / bf16 bytes
   const int64_t row_bytes = int64_t{dim} * kElem;
-  cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(pr.seqlen_k, 1)),
+  // (a packed batch: one batch of total_k rows, read from each sequence's first key)
+  const int64_t rows = pr.varlen() ? pr.total_k : pr.seqlen_k;
+  cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
                         static_cast<cuuint64_t>(pr.heads_kv), static_cast<cuuint64_t>(pr.batch)};
   cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride_seq > 0 ? t.stride_seq * kElem : row_bytes),
                            static_cast<cuuint64_t>(t.stride_head * kElem),
@@ -260,6 +267,7 @@ KernelSpec problem_variant(const AttentionProblem& problem, int arch) {
   spec.softcap = problem.softcap > 0.f;
   spec.sinks = problem.sinks != nullptr;
   spec.alibi = problem.alibi_slopes != nullptr;
+  spec.varlen = problem.varlen();
   return spec;
 }
 
@@ -560,6 +568,11 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
                                    fmt::format("{} ({})", static_cast<const void*>(problem.alibi_slopes),
                                                problem.alibi_slopes != nullptr ? "on" : "off"),
                                    s.alibi ? "on" : "off", s));
+  if (problem.varlen() != s.varlen)
+    throw InvalidArgument(mismatch("cu_seqlens_q",
+                                   fmt::format("{} ({})", static_cast<const void*>(problem.cu_seqlens_q),
+                                               problem.varlen() ? "a packed batch" : "dense"),
+                                   s.varlen ? "a packed batch (varlen=1)" : "dense (varlen off)", s));
   if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
@@ -629,6 +642,10 @@ class FwdLaunch final : public rt::FamilyLaunch {
     params_.alibi_stride_batch = problem.alibi_stride_batch;
     params_.window_left = problem.window_left;  // (-1: unbounded; the kernels read them only with a window mask)
     params_.window_right = problem.window_right;
+    params_.cu_seqlens_q = problem.cu_seqlens_q;  // (null unless a packed batch)
+    params_.cu_seqlens_k = problem.cu_seqlens_k;
+    params_.seqused_k = problem.seqused_k;
+    params_.total_q = problem.total_q;
     args_[0] = &params_;
   }
   /// The fwd_split family's extra arguments: the workspace's partials and the split of the key range.
@@ -1075,6 +1092,7 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   field("softcap", s.softcap ? "on" : "off", problem.softcap > 0.f ? "on" : "off");
   field("sinks", s.sinks ? "on" : "off", problem.sinks != nullptr ? "on" : "off");
   field("alibi", s.alibi ? "on" : "off", problem.alibi_slopes != nullptr ? "on" : "off");
+  field("varlen", s.varlen ? "on" : "off", problem.varlen() ? "on" : "off");
   const int64_t g = group_size(problem);
   if (s.pack < 1 || g % s.pack != 0)
     throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",
@@ -1191,14 +1209,15 @@ int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan
   if (plan.num_splits < 1 || plan.num_splits > kMaxDecodeSplits)
     throw InvalidArgument(fmt::format("decode_workspace_bytes: plan.num_splits ({}) must be in [1, {}]",
                                       plan.num_splits, kMaxDecodeSplits));
-  // num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4, checked.
+  // num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4, checked
+  // (a packed batch: num_splits * total_q * heads_q * ...).
+  const int64_t batch = partial_batch(problem), rows = partial_rows(problem);
   int64_t n = plan.num_splits;
-  for (int64_t f : {problem.batch, problem.heads_q, problem.seqlen_q, problem.head_dim_v + 1, int64_t{4}}) {
+  for (int64_t f : {batch, problem.heads_q, rows, problem.head_dim_v + 1, int64_t{4}}) {
     if (f != 0 && n > (INT64_MAX - 255) / f)
       throw InvalidArgument(fmt::format("decode_workspace_bytes: num_splits * batch * heads_q * seqlen_q * "
                                         "(head_dim_v + 1) * 4 = {} * {} * {} * {} * {} * 4 bytes overflows int64",
-                                        plan.num_splits, problem.batch, problem.heads_q, problem.seqlen_q,
-                                        problem.head_dim_v + 1));
+                                        plan.num_splits, batch, problem.heads_q, rows, problem.head_dim_v + 1));
     n *= f;
   }
   return (n + 255) / 256 * 256;
@@ -1256,27 +1275,31 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   if (options.workspace == nullptr) leased = library_workspace(dp.workspace_bytes, stream);
   void* ws = options.workspace != nullptr ? options.workspace : leased.ptr;
   float* const o_partial = static_cast<float*>(ws);
-  const int64_t o_elems = int64_t{dp.num_splits} * problem.batch * problem.seqlen_q * problem.heads_q * problem.head_dim_v;
+  // The partials: [split, batch, seqlen_q, heads_q, head_dim_v] and [split,
+  // batch, heads_q, seqlen_q] (a packed batch: one batch of total_q rows,
+  // which the combine merges as such; templates/fwd_block.cuh, fg_part_row).
+  const int64_t p_batch = partial_batch(problem), p_rows = partial_rows(problem);
+  const int64_t o_elems = int64_t{dp.num_splits} * p_batch * p_rows * problem.heads_q * problem.head_dim_v;
   float* const lse_partial = o_partial + o_elems;
 
   MergeProblem m;
   m.partial_dtype = StateDType::f32;
   m.out_dtype = state_dtype_of(problem.dtype);
   m.num_states = dp.num_splits;
-  m.batch = problem.batch;
-  m.seqlen_q = problem.seqlen_q;
+  m.batch = p_batch;
+  m.seqlen_q = p_rows;
   m.heads = problem.heads_q;
   m.head_dim_v = problem.head_dim_v;
   m.o_partial.data = o_partial;
   m.o_partial.stride_head = problem.head_dim_v;
   m.o_partial.stride_seq = problem.heads_q * problem.head_dim_v;
-  m.o_partial.stride_batch = problem.seqlen_q * m.o_partial.stride_seq;
-  m.o_partial.stride_state = problem.batch * m.o_partial.stride_batch;
+  m.o_partial.stride_batch = p_rows * m.o_partial.stride_seq;
+  m.o_partial.stride_state = p_batch * m.o_partial.stride_batch;
   m.lse_partial.data = lse_partial;
   m.lse_partial.stride_seq = 1;
-  m.lse_partial.stride_head = problem.seqlen_q;
-  m.lse_partial.stride_batch = problem.heads_q * problem.seqlen_q;
-  m.lse_partial.stride_state = problem.batch * m.lse_partial.stride_batch;
+  m.lse_partial.stride_head = p_rows;
+  m.lse_partial.stride_batch = problem.heads_q * p_rows;
+  m.lse_partial.stride_state = p_batch * m.lse_partial.stride_batch;
   m.o = problem.o;
   m.lse = problem.lse;
   if (combine) check_merge_problem(m);  // before anything launches (the split kernel writes only the workspace)

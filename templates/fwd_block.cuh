@@ -16,6 +16,12 @@
 // The upper side then works exactly as a causal mask's (diag), the lower one is
 // WINDOW's own (diag_lo), and a block visits only the key tiles its rows see,
 // from key0 (KEYS_FROM_KEY0).
+// Packed batches (VARLEN): sequence b is query rows q_off = p.cu_seqlens_q[b] ..
+// and keys k_off = p.cu_seqlens_k[b] .. of the packed Q/O and K/V (their
+// stride_batch is 0), with its own seqlen_q and seqlen_k (seqused_k when set),
+// each cut to the host's bound (p.seqlen_q, p.seqlen_k: max_seqlen_q / _k, which
+// size the grid); a block past its sequence's rows has rows_valid <= 0 and no
+// key tile, and the kernels skip it. Masks align per sequence.
 // (WINDOW is emitted before this part, with SPLIT.)
 constexpr bool KEYS_FROM_KEY0 = SPLIT || WINDOW;  // a block's keys start at key0, not at 0
 
@@ -23,7 +29,8 @@ struct FgBlock {
   i64 b, h, kvh;       // batch, query head (PACK > 1: the group's first), K/V head (GQA: heads_q / heads_kv per K/V head)
   int m_start;         // first row of the block (PACK > 1: of the packed rows, seqlen_q * PACK of them)
   int rows_valid;      // rows of the block inside the problem
-  int seqlen_q, seqlen_k;
+  int seqlen_q, seqlen_k;  // of the item's sequence (VARLEN: its own; else the problem's)
+  i64 q_off, k_off;    // VARLEN: packed row of the sequence's first query / key (else 0)
   int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q; WINDOW: + window_right)
   int diag_lo;         // WINDOW: query i sees keys j >= i + diag_lo
   int split;           // SPLIT: the key split; its first key is key0
@@ -64,11 +71,21 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   r.m_start = (int)(m_block * BM);
   r.seqlen_q = (int)p.seqlen_q;
   r.seqlen_k = (int)p.seqlen_k;
+  r.q_off = 0;
+  r.k_off = 0;
+  if (VARLEN) {
+    const int q0 = p.cu_seqlens_q[r.b], k0 = p.cu_seqlens_k[r.b];
+    const int used_k = p.seqused_k != nullptr ? p.seqused_k[r.b] : p.cu_seqlens_k[r.b + 1] - k0;
+    r.seqlen_q = min(max(p.cu_seqlens_q[r.b + 1] - q0, 0), r.seqlen_q);
+    r.seqlen_k = min(max(used_k, 0), r.seqlen_k);
+    r.q_off = q0;
+    r.k_off = k0;
+  }
   r.rows_valid = min(BM, r.seqlen_q * PACK - r.m_start);
   r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head +
-        (i64)(r.m_start / PACK) * p.q_stride_seq;
-  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
-  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
+        (r.q_off + r.m_start / PACK) * p.q_stride_seq;
+  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head + r.k_off * p.k_stride_seq;
+  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head + r.k_off * p.v_stride_seq;
   r.diag = MSK == 2 || MSK == 4 ? r.seqlen_k - r.seqlen_q : 0;
   r.diag_lo = 0;
   int first_tile = 0;  // the first key tile some row of the block sees
@@ -101,7 +118,19 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
     r.k += (i64)r.key0 * p.k_stride_seq;
     r.v += (i64)r.key0 * p.v_stride_seq;
   }
+  if (VARLEN && r.rows_valid <= 0) r.n_tiles = 0;  // a block past its sequence's rows (skipped)
   return r;
+}
+
+// Where query qi of the block's sequence goes: O element offset (head and
+// column excluded) from p.o, and the row of the split-KV partials
+// [split, batch, seqlen_q, ...] (VARLEN: [split, total_q, ...], one batch of
+// packed rows).
+FG_DEVICE i64 fg_o_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return blk.b * p.o_stride_batch + (blk.q_off + qi) * p.o_stride_seq;
+}
+FG_DEVICE i64 fg_part_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return VARLEN ? blk.split * p.total_q + blk.q_off + qi : (blk.split * p.batch + blk.b) * p.seqlen_q + qi;
 }
 
 // ---- the online softmax's offsets (exp2 domain) ----------------------------

@@ -147,8 +147,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
       if (row < blk.rows_valid) {
         const int qi = fg_row_q(blk, row);
         float* const dst = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V +
-                           OFF + 2 * t;
+                           (fg_part_row(p, blk, qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V + OFF + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < W / 8; ++nt) {
           const float* c = o[ms][OFF / 8 + nt];

@@ -217,7 +217,8 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
       const float lse_row = empty ? fg_neg_inf() : m + logf(sum);
       if (!direct) *fg_lse_dst(p, blk, row) = lse_row;
       else if (p.lse != nullptr)
-        p.lse[blk.b * p.lse_stride_batch + fg_row_h(blk, row) * p.lse_stride_head + fg_row_q(blk, row)] = lse_row;
+        p.lse[blk.b * p.lse_stride_batch + fg_row_h(blk, row) * p.lse_stride_head + blk.q_off + fg_row_q(blk, row)] =
+            lse_row;
     }
   }
   __syncthreads();
@@ -236,12 +237,11 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
       }
       const int qi = fg_row_q(blk, row);
       if (direct) {
-        u16* const out = static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + (i64)qi * p.o_stride_seq +
-                         fg_row_h(blk, row) * p.o_stride_head;
+        u16* const out = static_cast<u16*>(p.o) + fg_o_row(p, blk, qi) + fg_row_h(blk, row) * p.o_stride_head;
         *reinterpret_cast<uint2*>(out + 4 * c) = make_uint2(fg_pack_in(acc.x, acc.y), fg_pack_in(acc.z, acc.w));
       } else {
         float* const out = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
+                           (fg_part_row(p, blk, qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
         *reinterpret_cast<float4*>(out + 4 * c) = acc;
       }
     }
@@ -258,6 +258,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int g = lane >> 2, t = lane & 3;
 
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;
   const u16* const q_ptr = blk.q;
@@ -417,6 +418,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   u16* const sO = sQ;
 @@STAGE_O@@
   __syncthreads();
-  u16* const o_ptr = static_cast<u16*>(p.o) + b * p.o_stride_batch + h * p.o_stride_head + (i64)m_start * p.o_stride_seq;
+  u16* const o_ptr = static_cast<u16*>(p.o) + fg_o_row(p, blk, m_start) + h * p.o_stride_head;
 @@STORE_O@@
 }

@@ -340,8 +340,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
       const int row = (warp * M_SLICES + ms) * 16 + rbase + 2 * v1;
       if (row < blk.rows_valid) {
         float* const dst = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + fg_row_q(blk, row)) * p.heads_q +
-                            fg_row_h(blk, row)) * HEAD_DIM_V + OFF;
+                           (fg_part_row(p, blk, fg_row_q(blk, row)) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V + OFF;
 #pragma unroll
         for (int dt = 0; dt < DT; ++dt)
 #pragma unroll
@@ -395,6 +394,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int cbase = 8 * qn + 2 * a1;          // accumulator columns cbase + v0 + 4*v2
 
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
   const int n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;
@@ -536,6 +536,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   u16* const sO = sQ;
 @@STAGE_O@@
   __syncthreads();
-  u16* const o_ptr = static_cast<u16*>(p.o) + b * p.o_stride_batch + h * p.o_stride_head + (i64)m_start * p.o_stride_seq;
+  u16* const o_ptr = static_cast<u16*>(p.o) + fg_o_row(p, blk, m_start) + h * p.o_stride_head;
 @@STORE_O@@
 }

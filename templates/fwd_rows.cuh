@@ -263,12 +263,14 @@ FG_DEVICE void fg_pv_poison(FgPvWindow<BN>& m, const FgBlock& blk, int j, int ro
 
 // Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
 // its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
-// seqlen_q] (contiguous; the combine family merges the splits).
+// seqlen_q] (contiguous; the combine family merges the splits). VARLEN: LSE
+// [heads_q, total_q] and partial LSE [split, heads_q, total_q].
 FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
   const int qi = fg_row_q(blk, row);
   const i64 h = fg_row_h(blk, row);
+  if (SPLIT && VARLEN) return p.lse_partial + (blk.split * p.heads_q + h) * p.total_q + blk.q_off + qi;
   if (SPLIT) return p.lse_partial + ((blk.split * p.batch + blk.b) * p.heads_q + h) * p.seqlen_q + qi;
-  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
+  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + blk.q_off + qi;
 }
 
 // Whether the sinks join this block's rows: SINKS, and with SPLIT only in

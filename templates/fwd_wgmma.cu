@@ -232,6 +232,16 @@ FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest, u32 b
   }
 }
 
+// Zero the rows (keys) from `from` on of sub-tile `sub` of a V stage (W
+// columns; a key's row is W / 8 16-byte units, kept together by the swizzle),
+// by consumer thread `i` (of THREADS).
+template <int W>
+FG_DEVICE void fg_v_zero(u16* sub, int from, int i) {
+  constexpr int UNITS = BLOCK_N * W / 8;
+  U4* const u = reinterpret_cast<U4*>(sub);
+  for (int k = from * (W / 8) + i; k < UNITS; k += THREADS) u[k] = U4{0u, 0u, 0u, 0u};
+}
+
 // Whether `v` holds for any consumer thread (named barrier 2 of THREADS
 // threads with an OR reduction; PTX ISA "bar.red"). Every consumer calls it.
 FG_DEVICE bool fg_consumers_any(bool v) {
@@ -302,6 +312,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         const i64 item = fg_work_item(r);
         if (item >= n_items) break;
         const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+        // (VARLEN: the box rows count from the sequence's first packed key)
+        const int row0 = (KEYS_FROM_KEY0 ? blk.key0 : 0) + (VARLEN ? (int)blk.k_off : 0);
         const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
         const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
         // Stage of tile number cnt in a ring whose stage-0 barriers are
@@ -326,8 +338,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
         const int n = blk.n_tiles;
         for (int t = 0; t <= n; ++t) {
-          if (t < n) load_k(c + t, (KEYS_FROM_KEY0 ? blk.key0 : 0) + t * BLOCK_N);
-          if (t >= 1) load_v(c + t - 1, (KEYS_FROM_KEY0 ? blk.key0 : 0) + (t - 1) * BLOCK_N);
+          if (t < n) load_k(c + t, row0 + t * BLOCK_N);
+          if (t >= 1) load_v(c + t - 1, row0 + (t - 1) * BLOCK_N);
         }
         c += n;
       }
@@ -372,6 +384,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     if (item >= n_items) break;
     const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
     const int rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
+    if (VARLEN && rows_valid <= 0) {  // past its sequence's rows: nothing to load or write
+      if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
+      continue;
+    }
     if (!Q_AHEAD) fetch_q(item);
 
     // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
@@ -432,6 +448,19 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       qk(ck);
       fg_rescale_o(o, corr);
+      // VARLEN: the sequence's last tile may reach into the next sequence's
+      // keys (the tensor map zero-fills only past the packed tensor): their
+      // weights are 0, but a NaN or inf in V there would make 0 * V NaN, so
+      // those V rows are zeroed in shared memory before P.V reads them.
+      if (VARLEN && j == n_tiles - 1) {
+        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - j * BLOCK_N;
+        if (valid < BLOCK_N) {
+          u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
+@@V_ZERO@@
+          fg_fence_proxy_async();  // the zeros, before wgmma reads them
+          fg_consumer_sync();
+        }
+      }
       // A tile the mask cuts for row 0 of the block: its V at the keys row 0
       // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
       // a tile the window cuts for some row, all of its V (scanning only the
@@ -512,7 +541,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 @@STAGE_O@@
     fg_consumer_sync();
     u16* const o_ptr =
-        static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + blk.h * p.o_stride_head + (i64)blk.m_start * p.o_stride_seq;
+        static_cast<u16*>(p.o) + fg_o_row(p, blk, blk.m_start) + blk.h * p.o_stride_head;
 @@STORE_O@@
     fg_consumer_sync();  // sO (= sQ) read out before the next item's Q lands
   }

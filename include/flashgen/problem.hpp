@@ -126,6 +126,37 @@ struct AttentionProblem {
   /// (its [batch, heads] slopes). Must be >= 0 when alibi_slopes is set.
   int64_t alibi_stride_batch = 0;
 
+  /// Packed (variable-length) batch, when cu_seqlens_q is set: `batch` sequences of
+  /// different lengths packed along the seq dimension (FlashAttention's varlen layout).
+  /// Device pointers to int32 [batch + 1], 4-byte aligned: sequence b owns query rows
+  /// cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of Q and O and keys cu_seqlens_k[b] ..
+  /// cu_seqlens_k[b + 1] - 1 of K and V. Then
+  ///  - q and o are [total_q, heads_q, d], k and v [total_k, heads_kv, d]: their
+  ///    stride_batch must be 0 and stride_seq steps over packed rows;
+  ///  - seqlen_q / seqlen_k are host upper bounds of every sequence's query rows /
+  ///    keys (max_seqlen_q / max_seqlen_k; the grid is sized by them);
+  ///  - masks, windows and ALiBi align per sequence (off = its seqlen_k - seqlen_q);
+  ///  - lse is [heads_q, total_q]: element (h, row) at lse.data + h * lse.stride_head + row
+  ///    (lse.stride_batch must be 0);
+  ///  - bias stays [batch, heads_q, seqlen_q, seqlen_k] in each sequence's own positions
+  ///    (a padded tensor; a stride of 0 broadcasts), ALiBi slopes as above.
+  /// A zero-length sequence is allowed (no rows; or rows that see no key: O = 0, LSE =
+  /// -inf). The offsets are read by the kernels, never by the host: they must be
+  /// non-decreasing with cu_seqlens_q[batch] <= total_q, cu_seqlens_k[batch] <= total_k,
+  /// and no sequence longer than seqlen_q / seqlen_k (a longer one is cut to the bound:
+  /// its rows past seqlen_q are not written, its keys past seqlen_k not read).
+  /// nullptr: the dense BSHD layout above; cu_seqlens_k, seqused_k, total_q and total_k
+  /// must then be unset (null, 0). A kernel specialization (KernelSpec::varlen).
+  const int32_t* cu_seqlens_q = nullptr;
+  const int32_t* cu_seqlens_k = nullptr;  ///< required with cu_seqlens_q
+  /// Optional int32 [batch] (device, 4-byte aligned; with cu_seqlens_q): only the first
+  /// seqused_k[b] keys of sequence b count (a KV cache allocated longer than it is
+  /// filled); at most cu_seqlens_k[b + 1] - cu_seqlens_k[b]. nullptr: all of them.
+  const int32_t* seqused_k = nullptr;
+  int64_t total_q = 0;  ///< with cu_seqlens_q: rows of Q and O (their extent), in [0, 2^31 - 1]
+  int64_t total_k = 0;  ///< with cu_seqlens_q: rows of K and V, in [0, 2^31 - 1]
+
+  bool varlen() const { return cu_seqlens_q != nullptr; }
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)
 };
 

@@ -155,7 +155,7 @@ PtxasReport parse_ptxas(const std::string& log) {
 
 }  // namespace
 
-TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, windows, sinks and ALiBi") {
+TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, windows, sinks, ALiBi and packed batches") {
   REQUIRE(rt::nvrtc_available());
   std::vector<int> archs = {75, 80, 86, 89, 90};
   if (rt::nvrtc_available_for(70)) {
@@ -304,6 +304,29 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
       }
   }
   CHECK(modifier_jobs >= archs.size() * 5);
+
+  // E. Packed (variable-length) batches on every arch: head dims 64 and 256
+  // (the register edge), masks rotating, the forward and the split kernel.
+  const MaskKind varlen_masks[] = {MaskKind::causal_bottom_right, MaskKind::window_top_left, MaskKind::none};
+  size_t varlen_jobs = 0;
+  for (int arch : archs) {
+    const Profile& profile = profile_for_arch(arch);
+    const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
+    for (int d : {64, 256})
+      for (bool split : {false, true}) {
+        KernelSpec s = test::spec_for(profile, arch, dtypes[rotate % dtypes.size()], d, d, varlen_masks[rotate % 3],
+                                      BiasKind::none, rotate % 2 == 0);
+        ++rotate;
+        s.varlen = true;
+        if (split) {
+          s.family = KernelFamily::fwd_split;
+          s.unit = profile.matrix_unit.shape;
+          s.pack = 4;
+        }
+        if (add_valid(s, profile)) ++varlen_jobs;
+      }
+  }
+  CHECK(varlen_jobs >= archs.size() * 3);
 
   test::ScopedCache cache;  // fresh: every kernel goes through NVRTC
   struct Result {

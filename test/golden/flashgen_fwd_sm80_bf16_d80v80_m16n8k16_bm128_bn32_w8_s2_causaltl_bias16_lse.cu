@@ -208,11 +208,16 @@ struct FwdParams {
   long long alibi_stride_batch;
   long long window_left;
   long long window_right;
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  const int* seqused_k;
+  long long total_q;
 };
 
 constexpr bool SPLIT = false;
 constexpr int PACK = 1;  // query heads per packed row group
 constexpr bool WINDOW = false;  // a sliding-window mask
+constexpr bool VARLEN = false;  // packed batch (cu_seqlens)
 constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
 // Which rows and keys a work item covers: item (the block id, or a persistent
@@ -232,6 +237,12 @@ constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // The upper side then works exactly as a causal mask's (diag), the lower one is
 // WINDOW's own (diag_lo), and a block visits only the key tiles its rows see,
 // from key0 (KEYS_FROM_KEY0).
+// Packed batches (VARLEN): sequence b is query rows q_off = p.cu_seqlens_q[b] ..
+// and keys k_off = p.cu_seqlens_k[b] .. of the packed Q/O and K/V (their
+// stride_batch is 0), with its own seqlen_q and seqlen_k (seqused_k when set),
+// each cut to the host's bound (p.seqlen_q, p.seqlen_k: max_seqlen_q / _k, which
+// size the grid); a block past its sequence's rows has rows_valid <= 0 and no
+// key tile, and the kernels skip it. Masks align per sequence.
 // (WINDOW is emitted before this part, with SPLIT.)
 constexpr bool KEYS_FROM_KEY0 = SPLIT || WINDOW;  // a block's keys start at key0, not at 0
 
@@ -239,7 +250,8 @@ struct FgBlock {
   i64 b, h, kvh;       // batch, query head (PACK > 1: the group's first), K/V head (GQA: heads_q / heads_kv per K/V head)
   int m_start;         // first row of the block (PACK > 1: of the packed rows, seqlen_q * PACK of them)
   int rows_valid;      // rows of the block inside the problem
-  int seqlen_q, seqlen_k;
+  int seqlen_q, seqlen_k;  // of the item's sequence (VARLEN: its own; else the problem's)
+  i64 q_off, k_off;    // VARLEN: packed row of the sequence's first query / key (else 0)
   int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q; WINDOW: + window_right)
   int diag_lo;         // WINDOW: query i sees keys j >= i + diag_lo
   int split;           // SPLIT: the key split; its first key is key0
@@ -280,11 +292,21 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   r.m_start = (int)(m_block * BM);
   r.seqlen_q = (int)p.seqlen_q;
   r.seqlen_k = (int)p.seqlen_k;
+  r.q_off = 0;
+  r.k_off = 0;
+  if (VARLEN) {
+    const int q0 = p.cu_seqlens_q[r.b], k0 = p.cu_seqlens_k[r.b];
+    const int used_k = p.seqused_k != nullptr ? p.seqused_k[r.b] : p.cu_seqlens_k[r.b + 1] - k0;
+    r.seqlen_q = min(max(p.cu_seqlens_q[r.b + 1] - q0, 0), r.seqlen_q);
+    r.seqlen_k = min(max(used_k, 0), r.seqlen_k);
+    r.q_off = q0;
+    r.k_off = k0;
+  }
   r.rows_valid = min(BM, r.seqlen_q * PACK - r.m_start);
   r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head +
-        (i64)(r.m_start / PACK) * p.q_stride_seq;
-  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
-  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
+        (r.q_off + r.m_start / PACK) * p.q_stride_seq;
+  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head + r.k_off * p.k_stride_seq;
+  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head + r.k_off * p.v_stride_seq;
   r.diag = MSK == 2 || MSK == 4 ? r.seqlen_k - r.seqlen_q : 0;
   r.diag_lo = 0;
   int first_tile = 0;  // the first key tile some row of the block sees
@@ -317,7 +339,19 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
     r.k += (i64)r.key0 * p.k_stride_seq;
     r.v += (i64)r.key0 * p.v_stride_seq;
   }
+  if (VARLEN && r.rows_valid <= 0) r.n_tiles = 0;  // a block past its sequence's rows (skipped)
   return r;
+}
+
+// Where query qi of the block's sequence goes: O element offset (head and
+// column excluded) from p.o, and the row of the split-KV partials
+// [split, batch, seqlen_q, ...] (VARLEN: [split, total_q, ...], one batch of
+// packed rows).
+FG_DEVICE i64 fg_o_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return blk.b * p.o_stride_batch + (blk.q_off + qi) * p.o_stride_seq;
+}
+FG_DEVICE i64 fg_part_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return VARLEN ? blk.split * p.total_q + blk.q_off + qi : (blk.split * p.batch + blk.b) * p.seqlen_q + qi;
 }
 
 // ---- the online softmax's offsets (exp2 domain) ----------------------------
@@ -879,12 +913,14 @@ FG_DEVICE void fg_pv_poison(FgPvWindow<BN>& m, const FgBlock& blk, int j, int ro
 
 // Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
 // its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
-// seqlen_q] (contiguous; the combine family merges the splits).
+// seqlen_q] (contiguous; the combine family merges the splits). VARLEN: LSE
+// [heads_q, total_q] and partial LSE [split, heads_q, total_q].
 FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
   const int qi = fg_row_q(blk, row);
   const i64 h = fg_row_h(blk, row);
+  if (SPLIT && VARLEN) return p.lse_partial + (blk.split * p.heads_q + h) * p.total_q + blk.q_off + qi;
   if (SPLIT) return p.lse_partial + ((blk.split * p.batch + blk.b) * p.heads_q + h) * p.seqlen_q + qi;
-  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
+  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + blk.q_off + qi;
 }
 
 // Whether the sinks join this block's rows: SINKS, and with SPLIT only in
@@ -1097,8 +1133,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
       if (row < blk.rows_valid) {
         const int qi = fg_row_q(blk, row);
         float* const dst = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V +
-                           OFF + 2 * t;
+                           (fg_part_row(p, blk, qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V + OFF + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < W / 8; ++nt) {
           const float* c = o[ms][OFF / 8 + nt];
@@ -1468,7 +1503,8 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
       const float lse_row = empty ? fg_neg_inf() : m + logf(sum);
       if (!direct) *fg_lse_dst(p, blk, row) = lse_row;
       else if (p.lse != nullptr)
-        p.lse[blk.b * p.lse_stride_batch + fg_row_h(blk, row) * p.lse_stride_head + fg_row_q(blk, row)] = lse_row;
+        p.lse[blk.b * p.lse_stride_batch + fg_row_h(blk, row) * p.lse_stride_head + blk.q_off + fg_row_q(blk, row)] =
+            lse_row;
     }
   }
   __syncthreads();
@@ -1487,12 +1523,11 @@ FG_DEVICE void fg_merge_key_warps(const FwdParams& p, const FgBlock& blk, const 
       }
       const int qi = fg_row_q(blk, row);
       if (direct) {
-        u16* const out = static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + (i64)qi * p.o_stride_seq +
-                         fg_row_h(blk, row) * p.o_stride_head;
+        u16* const out = static_cast<u16*>(p.o) + fg_o_row(p, blk, qi) + fg_row_h(blk, row) * p.o_stride_head;
         *reinterpret_cast<uint2*>(out + 4 * c) = make_uint2(fg_pack_in(acc.x, acc.y), fg_pack_in(acc.z, acc.w));
       } else {
         float* const out = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
+                           (fg_part_row(p, blk, qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V;
         *reinterpret_cast<float4*>(out + 4 * c) = acc;
       }
     }
@@ -1509,6 +1544,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm80_bf16_
   const int g = lane >> 2, t = lane & 3;
 
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;
   const u16* const q_ptr = blk.q;
@@ -1681,7 +1717,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm80_bf16_
   fg_stage_o<64, 0>(sO + BLOCK_M * 0, o, inv, warp, lane);
   fg_stage_o<16, 64>(sO + BLOCK_M * 64, o, inv, warp, lane);
   __syncthreads();
-  u16* const o_ptr = static_cast<u16*>(p.o) + b * p.o_stride_batch + h * p.o_stride_head + (i64)m_start * p.o_stride_seq;
+  u16* const o_ptr = static_cast<u16*>(p.o) + fg_o_row(p, blk, m_start) + h * p.o_stride_head;
   fg_store_o<64, 0, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 0, p.o_stride_seq, rows_valid, tid);
   fg_store_o<16, 64, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 64, p.o_stride_seq, rows_valid, tid);
 }

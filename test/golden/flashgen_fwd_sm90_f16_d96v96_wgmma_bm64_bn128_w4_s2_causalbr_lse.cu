@@ -208,11 +208,16 @@ struct FwdParams {
   long long alibi_stride_batch;
   long long window_left;
   long long window_right;
+  const int* cu_seqlens_q;
+  const int* cu_seqlens_k;
+  const int* seqused_k;
+  long long total_q;
 };
 
 constexpr bool SPLIT = false;
 constexpr int PACK = 1;  // query heads per packed row group
 constexpr bool WINDOW = false;  // a sliding-window mask
+constexpr bool VARLEN = false;  // packed batch (cu_seqlens)
 constexpr bool LATE_SHIFT = true;  // f16 shift after the exp2
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
 // Which rows and keys a work item covers: item (the block id, or a persistent
@@ -232,6 +237,12 @@ constexpr bool LATE_SHIFT = true;  // f16 shift after the exp2
 // The upper side then works exactly as a causal mask's (diag), the lower one is
 // WINDOW's own (diag_lo), and a block visits only the key tiles its rows see,
 // from key0 (KEYS_FROM_KEY0).
+// Packed batches (VARLEN): sequence b is query rows q_off = p.cu_seqlens_q[b] ..
+// and keys k_off = p.cu_seqlens_k[b] .. of the packed Q/O and K/V (their
+// stride_batch is 0), with its own seqlen_q and seqlen_k (seqused_k when set),
+// each cut to the host's bound (p.seqlen_q, p.seqlen_k: max_seqlen_q / _k, which
+// size the grid); a block past its sequence's rows has rows_valid <= 0 and no
+// key tile, and the kernels skip it. Masks align per sequence.
 // (WINDOW is emitted before this part, with SPLIT.)
 constexpr bool KEYS_FROM_KEY0 = SPLIT || WINDOW;  // a block's keys start at key0, not at 0
 
@@ -239,7 +250,8 @@ struct FgBlock {
   i64 b, h, kvh;       // batch, query head (PACK > 1: the group's first), K/V head (GQA: heads_q / heads_kv per K/V head)
   int m_start;         // first row of the block (PACK > 1: of the packed rows, seqlen_q * PACK of them)
   int rows_valid;      // rows of the block inside the problem
-  int seqlen_q, seqlen_k;
+  int seqlen_q, seqlen_k;  // of the item's sequence (VARLEN: its own; else the problem's)
+  i64 q_off, k_off;    // VARLEN: packed row of the sequence's first query / key (else 0)
   int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q; WINDOW: + window_right)
   int diag_lo;         // WINDOW: query i sees keys j >= i + diag_lo
   int split;           // SPLIT: the key split; its first key is key0
@@ -280,11 +292,21 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   r.m_start = (int)(m_block * BM);
   r.seqlen_q = (int)p.seqlen_q;
   r.seqlen_k = (int)p.seqlen_k;
+  r.q_off = 0;
+  r.k_off = 0;
+  if (VARLEN) {
+    const int q0 = p.cu_seqlens_q[r.b], k0 = p.cu_seqlens_k[r.b];
+    const int used_k = p.seqused_k != nullptr ? p.seqused_k[r.b] : p.cu_seqlens_k[r.b + 1] - k0;
+    r.seqlen_q = min(max(p.cu_seqlens_q[r.b + 1] - q0, 0), r.seqlen_q);
+    r.seqlen_k = min(max(used_k, 0), r.seqlen_k);
+    r.q_off = q0;
+    r.k_off = k0;
+  }
   r.rows_valid = min(BM, r.seqlen_q * PACK - r.m_start);
   r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head +
-        (i64)(r.m_start / PACK) * p.q_stride_seq;
-  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head;
-  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head;
+        (r.q_off + r.m_start / PACK) * p.q_stride_seq;
+  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head + r.k_off * p.k_stride_seq;
+  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head + r.k_off * p.v_stride_seq;
   r.diag = MSK == 2 || MSK == 4 ? r.seqlen_k - r.seqlen_q : 0;
   r.diag_lo = 0;
   int first_tile = 0;  // the first key tile some row of the block sees
@@ -317,7 +339,19 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
     r.k += (i64)r.key0 * p.k_stride_seq;
     r.v += (i64)r.key0 * p.v_stride_seq;
   }
+  if (VARLEN && r.rows_valid <= 0) r.n_tiles = 0;  // a block past its sequence's rows (skipped)
   return r;
+}
+
+// Where query qi of the block's sequence goes: O element offset (head and
+// column excluded) from p.o, and the row of the split-KV partials
+// [split, batch, seqlen_q, ...] (VARLEN: [split, total_q, ...], one batch of
+// packed rows).
+FG_DEVICE i64 fg_o_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return blk.b * p.o_stride_batch + (blk.q_off + qi) * p.o_stride_seq;
+}
+FG_DEVICE i64 fg_part_row(const FwdParams& p, const FgBlock& blk, int qi) {
+  return VARLEN ? blk.split * p.total_q + blk.q_off + qi : (blk.split * p.batch + blk.b) * p.seqlen_q + qi;
 }
 
 // ---- the online softmax's offsets (exp2 domain) ----------------------------
@@ -914,12 +948,14 @@ FG_DEVICE void fg_pv_poison(FgPvWindow<BN>& m, const FgBlock& blk, int j, int ro
 
 // Where block row `row` writes its LSE: LSE [batch, heads_q, seqlen_q] through
 // its strides, or (SPLIT) the split's fp32 partial LSE [split, batch, heads_q,
-// seqlen_q] (contiguous; the combine family merges the splits).
+// seqlen_q] (contiguous; the combine family merges the splits). VARLEN: LSE
+// [heads_q, total_q] and partial LSE [split, heads_q, total_q].
 FG_DEVICE float* fg_lse_dst(const FwdParams& p, const FgBlock& blk, int row) {
   const int qi = fg_row_q(blk, row);
   const i64 h = fg_row_h(blk, row);
+  if (SPLIT && VARLEN) return p.lse_partial + (blk.split * p.heads_q + h) * p.total_q + blk.q_off + qi;
   if (SPLIT) return p.lse_partial + ((blk.split * p.batch + blk.b) * p.heads_q + h) * p.seqlen_q + qi;
-  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + qi;
+  return p.lse + blk.b * p.lse_stride_batch + h * p.lse_stride_head + blk.q_off + qi;
 }
 
 // Whether the sinks join this block's rows: SINKS, and with SPLIT only in
@@ -1132,8 +1168,7 @@ FG_DEVICE void fg_store_o_partial(const FwdParams& p, const FgBlock& blk, const 
       if (row < blk.rows_valid) {
         const int qi = fg_row_q(blk, row);
         float* const dst = p.o_partial +
-                           (((blk.split * p.batch + blk.b) * p.seqlen_q + qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V +
-                           OFF + 2 * t;
+                           (fg_part_row(p, blk, qi) * p.heads_q + fg_row_h(blk, row)) * HEAD_DIM_V + OFF + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < W / 8; ++nt) {
           const float* c = o[ms][OFF / 8 + nt];
@@ -1522,6 +1557,16 @@ FG_DEVICE void fg_v_scan(u16* sub, int from, int i, u32& bad, int& lowest, u32 b
   }
 }
 
+// Zero the rows (keys) from `from` on of sub-tile `sub` of a V stage (W
+// columns; a key's row is W / 8 16-byte units, kept together by the swizzle),
+// by consumer thread `i` (of THREADS).
+template <int W>
+FG_DEVICE void fg_v_zero(u16* sub, int from, int i) {
+  constexpr int UNITS = BLOCK_N * W / 8;
+  U4* const u = reinterpret_cast<U4*>(sub);
+  for (int k = from * (W / 8) + i; k < UNITS; k += THREADS) u[k] = U4{0u, 0u, 0u, 0u};
+}
+
 // Whether `v` holds for any consumer thread (named barrier 2 of THREADS
 // threads with an OR reduction; PTX ISA "bar.red"). Every consumer calls it.
 FG_DEVICE bool fg_consumers_any(bool v) {
@@ -1595,6 +1640,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         const i64 item = fg_work_item(r);
         if (item >= n_items) break;
         const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
+        // (VARLEN: the box rows count from the sequence's first packed key)
+        const int row0 = (KEYS_FROM_KEY0 ? blk.key0 : 0) + (VARLEN ? (int)blk.k_off : 0);
         const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
         const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
         // Stage of tile number cnt in a ring whose stage-0 barriers are
@@ -1621,8 +1668,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
         const int n = blk.n_tiles;
         for (int t = 0; t <= n; ++t) {
-          if (t < n) load_k(c + t, (KEYS_FROM_KEY0 ? blk.key0 : 0) + t * BLOCK_N);
-          if (t >= 1) load_v(c + t - 1, (KEYS_FROM_KEY0 ? blk.key0 : 0) + (t - 1) * BLOCK_N);
+          if (t < n) load_k(c + t, row0 + t * BLOCK_N);
+          if (t >= 1) load_v(c + t - 1, row0 + (t - 1) * BLOCK_N);
         }
         c += n;
       }
@@ -1669,6 +1716,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     if (item >= n_items) break;
     const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
     const int rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
+    if (VARLEN && rows_valid <= 0) {  // past its sequence's rows: nothing to load or write
+      if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
+      continue;
+    }
     if (!Q_AHEAD) fetch_q(item);
 
     // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
@@ -1731,6 +1782,20 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       qk(ck);
       fg_rescale_o(o, corr);
+      // VARLEN: the sequence's last tile may reach into the next sequence's
+      // keys (the tensor map zero-fills only past the packed tensor): their
+      // weights are 0, but a NaN or inf in V there would make 0 * V NaN, so
+      // those V rows are zeroed in shared memory before P.V reads them.
+      if (VARLEN && j == n_tiles - 1) {
+        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - j * BLOCK_N;
+        if (valid < BLOCK_N) {
+          u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
+          fg_v_zero<64>(v_stage + BLOCK_N * 0, valid, tid);
+          fg_v_zero<32>(v_stage + BLOCK_N * 64, valid, tid);
+          fg_fence_proxy_async();  // the zeros, before wgmma reads them
+          fg_consumer_sync();
+        }
+      }
       // A tile the mask cuts for row 0 of the block: its V at the keys row 0
       // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
       // a tile the window cuts for some row, all of its V (scanning only the
@@ -1814,7 +1879,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   fg_stage_o<32, 64>(sO + BLOCK_M * 64, o, inv, warp, lane);
     fg_consumer_sync();
     u16* const o_ptr =
-        static_cast<u16*>(p.o) + blk.b * p.o_stride_batch + blk.h * p.o_stride_head + (i64)blk.m_start * p.o_stride_seq;
+        static_cast<u16*>(p.o) + fg_o_row(p, blk, blk.m_start) + blk.h * p.o_stride_head;
   fg_store_o<64, 0, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 0, p.o_stride_seq, rows_valid, tid);
   fg_store_o<32, 64, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 64, p.o_stride_seq, rows_valid, tid);
     fg_consumer_sync();  // sO (= sQ) read out before the next item's Q lands
