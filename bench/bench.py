@@ -79,7 +79,14 @@ class Problem(ctypes.Structure):
                 ("has_scale", ctypes.c_int), ("scale", ctypes.c_float), ("q", Tensor), ("k", Tensor),
                 ("v", Tensor), ("o", Tensor), ("bias", Bias), ("lse", Lse), ("softcap", ctypes.c_float),
                 ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("sinks", ctypes.c_void_p),
-                ("alibi_slopes", ctypes.c_void_p), ("alibi_stride_batch", ctypes.c_int64)]
+                ("alibi_slopes", ctypes.c_void_p), ("alibi_stride_batch", ctypes.c_int64),
+                # packed (varlen) batch: int32 [batch + 1] device offsets, int32 [batch] or NULL, packed rows
+                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("seqused_k", ctypes.c_void_p),
+                ("total_q", ctypes.c_int64), ("total_k", ctypes.c_int64),
+                # paged KV cache: int32 [batch, page_table_stride] device table (NULL: not paged), keys per
+                # page (a power of two in [1, 256]), pages of K/V ([num_pages, page_size, heads_kv, d])
+                ("page_table", ctypes.c_void_p), ("page_table_stride", ctypes.c_int64),
+                ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64)]
 
 
 def load_lib(path):

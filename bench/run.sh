@@ -5,7 +5,10 @@
 #   usage: bench/run.sh [bench.py args...]   (BENCH_DECODE=1: + bench/bench_decode.py; BENCH_DECODE_ONLY=1: only it;
 #   BENCH_DECODE_ARGS: its arguments, e.g. "--runs 20 --rows 0,2"; BENCH_SOFTCAP=1 / BENCH_SOFTCAP_ONLY=1:
 #   bench/bench_softcap.py, arguments in BENCH_SOFTCAP_ARGS; BENCH_MODIFIERS=1 / BENCH_MODIFIERS_ONLY=1:
-#   bench/bench_modifiers.py (windows, sinks, ALiBi), arguments in BENCH_MODIFIERS_ARGS)
+#   bench/bench_modifiers.py (windows, sinks, ALiBi), arguments in BENCH_MODIFIERS_ARGS; BENCH_VARLEN=1 /
+#   BENCH_VARLEN_ONLY=1: bench/bench_varlen.py (packed variable-length batches), arguments in BENCH_VARLEN_ARGS;
+#   BENCH_PAGED=1 / BENCH_PAGED_ONLY=1: bench/bench_paged.py (paged KV cache: decode and chunked prefill),
+#   arguments in BENCH_PAGED_ARGS)
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline).
@@ -57,7 +60,8 @@ for dt in f16 bf16; do
 done
 c16=$(awk '/^achieved/ {print $2}' "$OUT/probe-f16.txt")
 c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
-if [[ "${BENCH_DECODE_ONLY:-0}" != 1 && "${BENCH_SOFTCAP_ONLY:-0}" != 1 && "${BENCH_MODIFIERS_ONLY:-0}" != 1 ]]; then
+if [[ "${BENCH_DECODE_ONLY:-0}" != 1 && "${BENCH_SOFTCAP_ONLY:-0}" != 1 && "${BENCH_MODIFIERS_ONLY:-0}" != 1 &&
+      "${BENCH_VARLEN_ONLY:-0}" != 1 && "${BENCH_PAGED_ONLY:-0}" != 1 ]]; then
 PYTHONUNBUFFERED=1 python3 bench/bench.py --lib build/libflashgen.so --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${baseline[@]}" "$@" \
   2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
@@ -81,6 +85,20 @@ fi
 if [[ "${BENCH_MODIFIERS:-0}" == 1 || "${BENCH_MODIFIERS_ONLY:-0}" == 1 ]]; then
   PYTHONUNBUFFERED=1 python3 bench/bench_modifiers.py --lib build/libflashgen.so ${BENCH_MODIFIERS_ARGS:-} 2>&1 |
     tee "$OUT/bench-modifiers.log"
+  rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
+fi
+# BENCH_VARLEN=1: also packed (varlen) batches against SDPA on jagged nested tensors and
+# FlashAttention-4's varlen (bench/bench_varlen.py, arguments in BENCH_VARLEN_ARGS); BENCH_VARLEN_ONLY=1: only that.
+if [[ "${BENCH_VARLEN:-0}" == 1 || "${BENCH_VARLEN_ONLY:-0}" == 1 ]]; then
+  PYTHONUNBUFFERED=1 python3 bench/bench_varlen.py --lib build/libflashgen.so ${BENCH_VARLEN_ARGS:-} 2>&1 |
+    tee "$OUT/bench-varlen.log"
+  rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
+fi
+# BENCH_PAGED=1: also the paged KV cache (decode and chunked prefill) against our contiguous cache and
+# FlashAttention-4's paged path (bench/bench_paged.py, arguments in BENCH_PAGED_ARGS); BENCH_PAGED_ONLY=1: only that.
+if [[ "${BENCH_PAGED:-0}" == 1 || "${BENCH_PAGED_ONLY:-0}" == 1 ]]; then
+  PYTHONUNBUFFERED=1 python3 bench/bench_paged.py --lib build/libflashgen.so ${BENCH_PAGED_ARGS:-} 2>&1 |
+    tee "$OUT/bench-paged.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
 exit "${rc:-0}"

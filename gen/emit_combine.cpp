@@ -62,8 +62,9 @@ std::string emit_combine(const KernelSpec& spec) {
       "\nconstexpr int THREADS = {};\n"
       "constexpr int ROW_LANES = {};        // lanes per row (a power of two, at most 32)\n"
       "constexpr int CHUNKS_PER_LANE = {};  // 8-element chunks of head_dim_v per lane\n"
-      "constexpr int ROWS_PER_BLOCK = {};  // THREADS / ROW_LANES: lane groups per block (rows, state_groups = 1)",
-      spec.threads(), c.row_lanes, c.chunks_per_lane, c.rows_per_block);
+      "constexpr int ROWS_PER_BLOCK = {};  // THREADS / ROW_LANES: lane groups per block (rows, state_groups = 1)\n"
+      "constexpr bool VARLEN = {};  // a packed batch's decode: only rows i in [*p.seq_from, *p.seq_to) are written",
+      spec.threads(), c.row_lanes, c.chunks_per_lane, c.rows_per_block, spec.varlen ? "true" : "false");
   slots["KERNEL_NAME"] = spec.kernel_name();
   std::string src = combine_comment(spec, c);
   src += "\n";

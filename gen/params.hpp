@@ -58,7 +58,9 @@
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *
 // seqlen_q * heads; row r is (b, i, h) with r = (b * seqlen_q + i) * heads + h;
-// state_groups: lane groups per row (gen::combine_state_groups).
+// state_groups: lane groups per row (gen::combine_state_groups); seq_from /
+// seq_to: null, or device int32s bounding the rows' i (a packed batch's decode:
+// &cu_seqlens_q[0] and &cu_seqlens_q[batch]; rows outside are not written).
 // X(type_host, type_device, name)
 #define FLASHGEN_COMBINE_PARAMS(X)                              \
   X(const void*, const void*, o_partial)                        \
@@ -82,7 +84,9 @@
   X(int64_t, long long, seqlen_q)                               \
   X(int64_t, long long, heads)                                  \
   X(int64_t, long long, rows)                                   \
-  X(int64_t, long long, state_groups)
+  X(int64_t, long long, state_groups)                           \
+  X(const int32_t*, const int*, seq_from)                       \
+  X(const int32_t*, const int*, seq_to)
 
 namespace flashgen::detail {
 

@@ -345,7 +345,7 @@ std::vector<SpecField> make_spec_fields() {
       f.families = combine;
     } else if (f.key == "pack") {
       f.families = family_bit(KernelFamily::fwd_split);
-    } else if (f.key == "sm" || f.key == "dv" || f.key == "lse") {
+    } else if (f.key == "sm" || f.key == "dv" || f.key == "lse" || f.key == "varlen") {
       f.families = fwd | combine;
     } else {
       f.families = fwd;

@@ -718,6 +718,12 @@ class CombineLaunch final : public rt::FamilyLaunch {
     args_[0] = &params_;
   }
 
+  /// Only rows whose seq index i lies in [*seq_from, *seq_to) (device int32s) are written; null: all.
+  void set_rows(const int32_t* seq_from, const int32_t* seq_to) {
+    params_.seq_from = seq_from;
+    params_.seq_to = seq_to;
+  }
+
   int64_t grid(const rt::Driver&, const Kernel&) const override { return grid_; }
   void** args() override { return args_; }
 
@@ -831,6 +837,11 @@ void rt::check_merge_matches_spec(const MergeProblem& problem, const KernelSpec&
         "launch: problem.lse.data is {} but the kernel was generated {} an LSE output (spec {}); "
         "plan a kernel for this problem (flashgen::plan) or pass a matching problem",
         has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
+  if (s.varlen)
+    throw InvalidArgument(fmt::format(
+        "launch: kernel spec {} is a packed-batch combine (varlen=1), which only decode() launches (it bounds the "
+        "rows it writes by the problem's cu_seqlens_q); plan a merge kernel with flashgen::plan(merge_problem, arch)",
+        s.canonical()));
 }
 
 KernelSpec plan(const MergeProblem& problem, int arch) {
@@ -845,7 +856,12 @@ KernelSpec plan(const MergeProblem& problem) {
   return plan(problem, current_device().arch);
 }
 
-void launch(const Kernel& kernel, const MergeProblem& problem, CUstream stream) {
+namespace {
+
+// The merge launch; seq_from / seq_to (device int32s, or null) bound the rows'
+// seq index i that are written (CombineParams: a packed batch's decode).
+void launch_merge(const Kernel& kernel, const MergeProblem& problem, CUstream stream, const int32_t* seq_from,
+                  const int32_t* seq_to) {
   check_merge_problem(problem);
   if (kernel.function == nullptr)
     throw InvalidArgument(
@@ -853,7 +869,14 @@ void launch(const Kernel& kernel, const MergeProblem& problem, CUstream stream) 
   rt::check_merge_matches_spec(problem, kernel.spec);
   if (is_empty_merge(problem)) return;  // nothing to merge, nothing launched
   CombineLaunch description(problem, kernel.spec);
+  description.set_rows(seq_from, seq_to);
   rt::launch_family(kernel, description, stream);
+}
+
+}  // namespace
+
+void launch(const Kernel& kernel, const MergeProblem& problem, CUstream stream) {
+  launch_merge(kernel, problem, stream, nullptr, nullptr);
 }
 
 MergeInfo merge_states(const MergeProblem& problem, CUstream stream) {
@@ -1103,10 +1126,12 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   const KernelSpec& c = dp.combine;
   const bool has_lse = problem.lse.data != nullptr;
   if (c.family != KernelFamily::combine || c.partial_dtype != StateDType::f32 ||
-      c.out_dtype != state_dtype_of(problem.dtype) || c.head_dim_v != problem.head_dim_v || c.has_lse != has_lse)
+      c.out_dtype != state_dtype_of(problem.dtype) || c.head_dim_v != problem.head_dim_v || c.has_lse != has_lse ||
+      c.varlen != problem.varlen())
     throw InvalidArgument(fmt::format("decode: options.plan->combine ({}) is not the combine kernel of this problem "
-                                      "(partial f32, out {}, head_dim_v {}, lse {}); plan with plan_decode",
-                                      c.canonical(), to_string(problem.dtype), problem.head_dim_v, has_lse ? 1 : 0));
+                                      "(partial f32, out {}, head_dim_v {}, lse {}, varlen {}); plan with plan_decode",
+                                      c.canonical(), to_string(problem.dtype), problem.head_dim_v, has_lse ? 1 : 0,
+                                      problem.varlen() ? 1 : 0));
 }
 
 }  // namespace
@@ -1188,6 +1213,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   c.out_dtype = state_dtype_of(problem.dtype);
   c.head_dim_v = dv;
   c.has_lse = problem.lse.data != nullptr;
+  c.varlen = problem.varlen();  // (writes only the rows of the packed batch's sequences)
   require_valid(c, profile);
 
   const int64_t tiles = key_tiles(problem, s.tile.block_n);
@@ -1309,7 +1335,11 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   split.set_split(o_partial, lse_partial, dp.num_splits, dp.tiles_per_split);
   rt::launch_family(ks, split, stream);
 
-  if (combine) launch(kc, m, stream);
+  // (a packed batch: the merge writes only the rows of its sequences, cu_seqlens_q[0] ..
+  // cu_seqlens_q[batch] - 1 of the packed rows)
+  if (combine)
+    launch_merge(kc, m, stream, problem.varlen() ? problem.cu_seqlens_q : nullptr,
+                 problem.varlen() ? problem.cu_seqlens_q + problem.batch : nullptr);
   info.launched = true;
   return info;
 }

@@ -183,6 +183,11 @@ AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
   p.sinks = c->sinks;
   p.alibi_slopes = c->alibi_slopes;
   p.alibi_stride_batch = c->alibi_stride_batch;
+  p.cu_seqlens_q = c->cu_seqlens_q;
+  p.cu_seqlens_k = c->cu_seqlens_k;
+  p.seqused_k = c->seqused_k;
+  p.total_q = c->total_q;
+  p.total_k = c->total_k;
   return p;
 }
 
@@ -305,6 +310,11 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
     c.sinks = nullptr;
     c.alibi_slopes = nullptr;
     c.alibi_stride_batch = 0;
+    c.cu_seqlens_q = nullptr;  // a dense batch
+    c.cu_seqlens_k = nullptr;
+    c.seqused_k = nullptr;
+    c.total_q = 0;
+    c.total_k = 0;
     *problem = c;
   });
 }
@@ -394,7 +404,7 @@ flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* p
     AttentionProblem p = to_problem(problem, fn);
     check_problem(p);
     rt::check_problem_matches_spec(p, s);
-    if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0) {
+    if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0)) {
       require_valid(s, profile_for_arch(s.arch));
       return;  // empty problem: nothing to launch, no GPU needed
     }

@@ -136,6 +136,7 @@ KernelSpec spec_of(const ProblemClass& c) {
   s.softcap = c.softcap;
   s.sinks = c.sinks;
   s.alibi = c.alibi;
+  s.varlen = c.varlen;
   return s;
 }
 ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
@@ -149,6 +150,7 @@ ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
   c.softcap = s.softcap;
   c.sinks = s.sinks;
   c.alibi = s.alibi;
+  c.varlen = s.varlen;
   c.seqlen_q_le = seqlen_q_le;
   return c;
 }
@@ -372,14 +374,15 @@ ProblemClass problem_class(const AttentionProblem& p) {
   c.softcap = p.softcap > 0.f;
   c.sinks = p.sinks != nullptr;
   c.alibi = p.alibi_slopes != nullptr;
-  c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);
+  c.varlen = p.varlen();
+  c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);  // (a packed batch: of max_seqlen_q)
   return c;
 }
 
 std::string ProblemClass::str() const {
-  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{}{}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
+  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{}{}{}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
                      to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "",
-                     sinks ? " sinks" : "", alibi ? " alibi" : "", seqlen_q_le);
+                     sinks ? " sinks" : "", alibi ? " alibi" : "", varlen ? " varlen" : "", seqlen_q_le);
 }
 
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {

@@ -239,7 +239,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) @@KERNEL_NAME@@(const Comb
       __syncthreads();  // (the next step writes s_acc again)
     }
 
-    if (row_ok && sg == 0) {
+    // (VARLEN: a packed batch's rows outside its sequences are merged but not written)
+    if (row_ok && sg == 0 && (!VARLEN || (i >= *p.seq_from && i < *p.seq_to))) {
       char* o_row = static_cast<char*>(p.o) + (b * p.o_stride_batch + i * p.o_stride_seq + h * p.o_stride_head) * OUT_BYTES;
 #pragma unroll
       for (int c = 0; c < CHUNKS_PER_LANE; ++c) {

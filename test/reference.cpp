@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -158,6 +159,78 @@ void check_shape(const AttentionProblem& p) {
     fail("heads_q (" + std::to_string(p.heads_q) + ") must be a multiple of heads_kv (" +
          std::to_string(p.heads_kv) + ")");
   }
+  if (!p.varlen()) return;
+  // A packed batch: the host offsets (problem.hpp's contract).
+  if (p.cu_seqlens_k == nullptr) fail("cu_seqlens_k is null but cu_seqlens_q is set");
+  if (p.total_q < 0 || p.total_k < 0) fail("total_q and total_k must be non-negative");
+  auto check_offsets = [&](const char* name, const int32_t* cu, int64_t total, const char* total_name) {
+    for (int64_t b = 0; b <= p.batch; ++b) {
+      const int64_t x = cu[b];
+      if (x < 0 || (b > 0 && x < cu[b - 1])) {
+        fail(std::string(name) + "[" + std::to_string(b) + "] (" + std::to_string(x) +
+             ") must be non-negative and non-decreasing");
+      }
+    }
+    if (cu[p.batch] > total) {
+      fail(std::string(name) + "[batch] (" + std::to_string(cu[p.batch]) + ") must be at most " + total_name + " (" +
+           std::to_string(total) + ")");
+    }
+  };
+  check_offsets("cu_seqlens_q", p.cu_seqlens_q, p.total_q, "total_q");
+  check_offsets("cu_seqlens_k", p.cu_seqlens_k, p.total_k, "total_k");
+  if (p.seqused_k != nullptr) {
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t keys = p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+      if (p.seqused_k[b] < 0 || p.seqused_k[b] > keys) {
+        fail("seqused_k[" + std::to_string(b) + "] (" + std::to_string(p.seqused_k[b]) + ") must be in [0, " +
+             std::to_string(keys) + "] (the sequence's keys, cu_seqlens_k[b + 1] - cu_seqlens_k[b])");
+      }
+    }
+  }
+}
+
+/// Sequence b of a packed problem whose offsets check_shape accepted.
+Sequence sequence_of(const AttentionProblem& p, int64_t b) {
+  Sequence s;
+  s.q_begin = p.cu_seqlens_q[b];
+  s.k_begin = p.cu_seqlens_k[b];
+  const int64_t keys = p.seqused_k != nullptr ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+  s.seqlen_q = std::min<int64_t>(p.cu_seqlens_q[b + 1] - s.q_begin, p.seqlen_q);
+  s.seqlen_k = std::min<int64_t>(keys, p.seqlen_k);
+  return s;
+}
+
+/// The dense problem of sequence b (see sequence_problem in reference.hpp).
+AttentionProblem dense_of(const AttentionProblem& p, int64_t b) {
+  const Sequence s = sequence_of(p, b);
+  AttentionProblem d = p;
+  d.cu_seqlens_q = nullptr;
+  d.cu_seqlens_k = nullptr;
+  d.seqused_k = nullptr;
+  d.total_q = 0;
+  d.total_k = 0;
+  d.batch = 1;
+  d.seqlen_q = s.seqlen_q;
+  d.seqlen_k = s.seqlen_k;
+  auto from_row = [](TensorRef t, int64_t row) {
+    if (t.data != nullptr) t.data = static_cast<const uint16_t*>(t.data) + row * t.stride_seq;
+    t.stride_batch = 0;
+    return t;
+  };
+  d.q = from_row(p.q, s.q_begin);
+  d.o = from_row(p.o, s.q_begin);
+  d.k = from_row(p.k, s.k_begin);
+  d.v = from_row(p.v, s.k_begin);
+  if (p.bias.kind != BiasKind::none && p.bias.data != nullptr) {
+    const int64_t elem = p.bias.kind == BiasKind::f32 ? 4 : 2;
+    d.bias.data = static_cast<const char*>(p.bias.data) + b * p.bias.stride_batch * elem;
+  }
+  d.bias.stride_batch = 0;
+  if (p.alibi_slopes != nullptr) d.alibi_slopes = p.alibi_slopes + b * p.alibi_stride_batch;
+  d.alibi_stride_batch = 0;
+  d.lse.data = nullptr;  // (the reference writes no LSE through the problem)
+  d.lse.stride_batch = 0;
+  return d;
 }
 
 /// One unit in the last place of a float32 value (of the largest finite float for inf).
@@ -379,26 +452,21 @@ class RowKernel {
 
 }  // namespace
 
-void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows, double* o_out,
-                  double* lse_out, int threads, RowBounds* bounds) {
-  check_shape(host_problem);
-  const AttentionProblem& p = host_problem;
-  if (rows.empty()) return;
-  for (const RowId& r : rows) {
-    if (r.b < 0 || r.b >= p.batch || r.i < 0 || r.i >= p.seqlen_q || r.h < 0 || r.h >= p.heads_q) {
-      throw InvalidArgument("reference: row (b " + std::to_string(r.b) + ", i " + std::to_string(r.i) +
-                            ", h " + std::to_string(r.h) + ") is outside the problem");
-    }
-  }
+namespace {
+
+/// Runs row r as local_rows[r] of problems[which[r]] (which == nullptr: all of problems[0]).
+void run_rows(const std::vector<AttentionProblem>& problems, const std::vector<size_t>* which,
+              const std::vector<RowId>& local_rows, int64_t head_dim_v, double* o_out, double* lse_out,
+              int threads, RowBounds* bounds) {
   (void)decode_table();  // build the table before the threads start
   if (bounds) {
-    bounds->o_err.assign(rows.size() * static_cast<size_t>(std::max<int64_t>(p.head_dim_v, 0)), 0.0);
-    bounds->lse_err.assign(rows.size(), 0.0);
-    bounds->row_max.assign(rows.size(), kNegInf);
-    bounds->affected.assign(rows.size(), 0);
+    bounds->o_err.assign(local_rows.size() * static_cast<size_t>(std::max<int64_t>(head_dim_v, 0)), 0.0);
+    bounds->lse_err.assign(local_rows.size(), 0.0);
+    bounds->row_max.assign(local_rows.size(), kNegInf);
+    bounds->affected.assign(local_rows.size(), 0);
   }
 
-  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t n = static_cast<int64_t>(local_rows.size());
   int64_t nthreads = threads > 0 ? threads : static_cast<int64_t>(std::thread::hardware_concurrency());
   nthreads = std::clamp<int64_t>(nthreads, 1, n);
 
@@ -406,18 +474,24 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
   const int64_t chunk = std::clamp<int64_t>(n / (nthreads * 16), 1, 64);
   std::atomic<int64_t> next{0};
   auto worker = [&]() {
-    RowKernel kernel(p);
+    std::optional<RowKernel> kernel;  // for problems[current]
+    size_t current = 0;
     for (;;) {
       const int64_t begin = next.fetch_add(chunk);
       if (begin >= n) break;
       const int64_t end = std::min(n, begin + chunk);
       for (int64_t r = begin; r < end; ++r) {
+        const size_t pi = which != nullptr ? (*which)[static_cast<size_t>(r)] : 0;
+        if (!kernel || pi != current) {
+          kernel.emplace(problems[pi]);
+          current = pi;
+        }
         if (bounds) {
-          const RowKernel::Bounds rb{bounds->o_err.data() + r * p.head_dim_v, bounds->lse_err.data() + r,
+          const RowKernel::Bounds rb{bounds->o_err.data() + r * head_dim_v, bounds->lse_err.data() + r,
                                      bounds->row_max.data() + r, bounds->affected.data() + r};
-          kernel.run(rows[static_cast<size_t>(r)], o_out + r * p.head_dim_v, lse_out + r, &rb);
+          kernel->run(local_rows[static_cast<size_t>(r)], o_out + r * head_dim_v, lse_out + r, &rb);
         } else {
-          kernel.run(rows[static_cast<size_t>(r)], o_out + r * p.head_dim_v, lse_out + r, nullptr);
+          kernel->run(local_rows[static_cast<size_t>(r)], o_out + r * head_dim_v, lse_out + r, nullptr);
         }
       }
     }
@@ -433,10 +507,92 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
   for (std::thread& t : pool) t.join();
 }
 
+[[noreturn]] void bad_row(const RowId& r, const char* what) {
+  throw InvalidArgument("reference: row (b " + std::to_string(r.b) + ", i " + std::to_string(r.i) + ", h " +
+                        std::to_string(r.h) + ") is outside the " + what);
+}
+
+}  // namespace
+
+Sequence sequence(const AttentionProblem& host_problem, int64_t b) {
+  check_shape(host_problem);
+  if (!host_problem.varlen()) throw InvalidArgument("reference: sequence() needs a packed problem (cu_seqlens_q)");
+  if (b < 0 || b >= host_problem.batch)
+    throw InvalidArgument("reference: sequence " + std::to_string(b) + " is outside the batch (" +
+                          std::to_string(host_problem.batch) + ")");
+  return sequence_of(host_problem, b);
+}
+
+AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b) {
+  (void)sequence(host_problem, b);  // the checks
+  return dense_of(host_problem, b);
+}
+
+void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows, double* o_out,
+                  double* lse_out, int threads, RowBounds* bounds) {
+  check_shape(host_problem);
+  const AttentionProblem& p = host_problem;
+  if (rows.empty()) return;
+  if (!p.varlen()) {
+    for (const RowId& r : rows) {
+      if (r.b < 0 || r.b >= p.batch || r.i < 0 || r.i >= p.seqlen_q || r.h < 0 || r.h >= p.heads_q)
+        bad_row(r, "problem");
+    }
+    run_rows({p}, nullptr, rows, p.head_dim_v, o_out, lse_out, threads, bounds);
+    return;
+  }
+  // A packed batch: each row through its sequence's dense problem (built once per sequence used).
+  std::vector<AttentionProblem> problems;
+  std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(p.batch, 0)), -1);  // sequence -> problems
+  std::vector<size_t> which;
+  std::vector<RowId> local;
+  which.reserve(rows.size());
+  local.reserve(rows.size());
+  for (const RowId& r : rows) {
+    if (r.b < 0 || r.b >= p.batch || r.h < 0 || r.h >= p.heads_q) bad_row(r, "packed problem");
+    int64_t& at = index[static_cast<size_t>(r.b)];
+    if (at < 0) {
+      at = static_cast<int64_t>(problems.size());
+      problems.push_back(dense_of(p, r.b));
+    }
+    const AttentionProblem& d = problems[static_cast<size_t>(at)];
+    if (r.i < 0 || r.i >= d.seqlen_q) bad_row(r, "rows of its sequence");
+    which.push_back(static_cast<size_t>(at));
+    local.push_back({0, r.i, r.h});
+  }
+  run_rows(problems, &which, local, p.head_dim_v, o_out, lse_out, threads, bounds);
+}
+
 void forward_all(const AttentionProblem& host_problem, std::vector<double>& o_out,
                  std::vector<double>& lse_out, int threads) {
   check_shape(host_problem);
   const AttentionProblem& p = host_problem;
+  if (p.varlen()) {
+    // [row, h, d] and [h, row] over the packed rows; rows no sequence owns stay NaN.
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    std::vector<RowId> rows;
+    std::vector<int64_t> packed_row;  // of each entry of rows
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const Sequence s = sequence_of(p, b);
+      for (int64_t i = 0; i < s.seqlen_q; ++i)
+        for (int64_t h = 0; h < p.heads_q; ++h) {
+          rows.push_back({b, i, h});
+          packed_row.push_back(s.q_begin + i);
+        }
+    }
+    std::vector<double> o_rows(rows.size() * static_cast<size_t>(p.head_dim_v), 0.0);
+    std::vector<double> lse_rows(rows.size(), kNegInf);
+    forward_rows(p, rows, o_rows.data(), lse_rows.data(), threads);
+    o_out.assign(static_cast<size_t>(p.total_q * p.heads_q * p.head_dim_v), nan);
+    lse_out.assign(static_cast<size_t>(p.heads_q * p.total_q), nan);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      const int64_t row = packed_row[r], h = rows[r].h;
+      std::copy_n(o_rows.begin() + static_cast<std::ptrdiff_t>(r * static_cast<size_t>(p.head_dim_v)), p.head_dim_v,
+                  o_out.begin() + static_cast<std::ptrdiff_t>((row * p.heads_q + h) * p.head_dim_v));
+      lse_out[static_cast<size_t>(h * p.total_q + row)] = lse_rows[r];
+    }
+    return;
+  }
   const int64_t nrows = p.batch * p.seqlen_q * p.heads_q;
   std::vector<RowId> rows;
   rows.reserve(static_cast<size_t>(nrows));

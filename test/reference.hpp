@@ -44,7 +44,9 @@ struct RowBounds {
 };
 
 /// Reference for the rows in `rows` of a problem whose data pointers (q, k, v,
-/// bias, sinks, alibi_slopes) point to HOST memory in the problem's dtypes and strides.
+/// bias, sinks, alibi_slopes; packed batches also cu_seqlens_q, cu_seqlens_k,
+/// seqused_k, see sequence_problem below) point to HOST memory in the problem's
+/// dtypes and strides.
 /// Writes o_out[r * head_dim_v + d] and lse_out[r] for each r-th row id
 /// (o = 0 and lse = -inf, or the row's sink with sinks, for rows that see no key).
 /// Uses `threads` host threads (0 = hardware concurrency). Qs = round_to_dtype(Q * scale)
@@ -66,8 +68,41 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
 
 /// All rows in (b, i, h) order: o_out has batch*seqlen_q*heads_q*head_dim_v
 /// entries ([b, i, h, d] contiguous), lse_out batch*heads_q*seqlen_q ([b, h, i]).
+/// A packed batch (host_problem.varlen()): o_out has total_q*heads_q*head_dim_v
+/// entries ([row, h, d] contiguous, row the packed query row) and lse_out
+/// heads_q*total_q ([h, row]), the layouts of the kernels' O and LSE; the entries
+/// of packed rows that no sequence owns (before cu_seqlens_q[0], after
+/// cu_seqlens_q[batch], or a sequence's rows past the bound seqlen_q) are NaN:
+/// the kernels must not write them, there is no reference value.
 void forward_all(const AttentionProblem& host_problem, std::vector<double>& o_out,
                  std::vector<double>& lse_out, int threads = 0);
+
+/// Packed (variable-length) batches, problem.hpp's varlen layout: when
+/// host_problem.cu_seqlens_q is set, cu_seqlens_q, cu_seqlens_k and seqused_k
+/// (optional) point to HOST int32 arrays too, q/k/v are [total, heads, d] through
+/// stride_seq and stride_head (stride_batch is ignored), the bias [batch, heads_q,
+/// seqlen_q, seqlen_k] in each sequence's own positions. forward_rows then takes
+/// RowId{b, i, h} as (sequence b, query row i of that sequence, 0 <= i <
+/// sequence(p, b).seqlen_q, query head h), and computes each row as the dense
+/// problem sequence_problem(p, b) (batch 1) computes its row (0, i, h): the
+/// masks', windows' and ALiBi's alignment per sequence (off = its seqlen_k -
+/// seqlen_q), only its first seqlen_k keys read. The offsets are checked
+/// (InvalidArgument): cu_seqlens non-negative and non-decreasing,
+/// cu_seqlens_q[batch] <= total_q, cu_seqlens_k[batch] <= total_k, 0 <= seqused_k[b]
+/// <= cu_seqlens_k[b + 1] - cu_seqlens_k[b].
+struct Sequence {
+  int64_t q_begin = 0;   ///< packed row of its first query (cu_seqlens_q[b])
+  int64_t seqlen_q = 0;  ///< its query rows, cut to the bound host_problem.seqlen_q
+  int64_t k_begin = 0;   ///< packed row of its first key (cu_seqlens_k[b])
+  int64_t seqlen_k = 0;  ///< its keys (seqused_k[b] when set), cut to the bound host_problem.seqlen_k
+};
+/// Sequence b (0 <= b < batch) of a packed host problem (offsets checked as above).
+Sequence sequence(const AttentionProblem& host_problem, int64_t b);
+/// The dense problem (batch 1, not packed) of sequence b of a packed host problem:
+/// its seqlen_q / seqlen_k, Q/O/K/V views from its first packed row (stride_batch 0),
+/// its bias slice (batch b), its ALiBi slopes (batch b; alibi_stride_batch 0), the
+/// same sinks, mask, window, softcap and scale.
+AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b);
 
 /// float64 reference of a merge of attention states (merge.hpp) whose o_partial
 /// and lse_partial point to HOST memory in the problem's dtypes and strides

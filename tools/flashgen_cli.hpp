@@ -59,31 +59,52 @@ struct ProblemDesc {
   int64_t window_right = -1;   ///< mask windowtl / windowbr: keys right of the diagonal (-1: unbounded)
   bool sinks = false;          ///< attention sinks on (AttentionProblem::sinks)
   bool alibi = false;          ///< ALiBi on (AttentionProblem::alibi_slopes)
+  /// A packed (variable-length) batch when non-empty: the query rows and keys of each
+  /// sequence (the same count, `batch`; seqlen_q / seqlen_k are then their maxima,
+  /// max_seqlen_q / max_seqlen_k, and the sums total_q() / total_k() fit int32).
+  std::vector<int64_t> seqlens_q, seqlens_k;
+  bool seqused_k = false;      ///< packed batch: a seqused_k array is passed (AttentionProblem::seqused_k)
+
+  bool varlen() const { return !seqlens_q.empty(); }
+  int64_t total_q() const;     ///< sum of seqlens_q (0 for a dense batch)
+  int64_t total_k() const;     ///< sum of seqlens_k (0 for a dense batch)
 
   /// one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 mask=causalbr bias=none lse=0" (then
   /// " softcap=C", " window_left=L window_right=R" (a window mask or sizes other than -1), " sinks=1",
-  /// " alibi=1" when set)
+  /// " alibi=1", " seqlens_q=L1:L2:... seqlens_k=L1:L2:..." and " seqused_k=1" when set)
   std::string str() const;
 };
+
+/// Largest sum of a packed batch's lengths (total_q, total_k: rows counted by int32 offsets).
+inline constexpr int64_t kMaxPackedRows = 2147483647;
 
 /// An AttentionProblem over contiguous BSHD tensors at fake (aligned, never
 /// dereferenced) addresses: enough for plan() and check_problem(). A bias is
 /// [batch, heads_q, seqlen_q, seqlen_k] contiguous; LSE [batch, heads_q, seqlen_q];
 /// sinks [heads_q] and ALiBi slopes [heads_q] (alibi_stride_batch 0) at fake
-/// 16-byte aligned addresses when set.
+/// 16-byte aligned addresses when set. A packed batch (d.varlen()): Q/O
+/// [total_q, heads_q, d] and K/V [total_k, heads_kv, d] contiguous (stride_batch 0),
+/// LSE [heads_q, total_q], cu_seqlens_q / cu_seqlens_k (and seqused_k when set) at
+/// fake 16-byte aligned addresses, total_q / total_k the sums, seqlen_q / seqlen_k
+/// the maxima.
 AttentionProblem to_problem(const ProblemDesc& d);
 
 /// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
 /// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap,
-/// window_left, window_right, sinks, alibi).
+/// window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k).
 /// seqlen sets both seqlens, heads both head counts (and cannot be combined
 /// with seqlen_q / seqlen_k, heads_q / heads_kv); head_dim_v defaults to
 /// head_dim and seqlen_k to seqlen_q. batch, seqlens and heads are integers in
 /// [0, kMaxProblemSize], head dims in [0, kMaxHeadDimArg], window sizes in
 /// [-1, kMaxProblemSize] (-1, the default: unbounded; the library takes them
-/// with mask windowtl or windowbr only); lse, sinks and alibi are booleans
-/// (true, false, 1, 0, yes, no). Throws InvalidArgument naming the key, its
-/// value and what is allowed.
+/// with mask windowtl or windowbr only); lse, sinks, alibi and seqused_k are booleans
+/// (true, false, 1, 0, yes, no). seqlens_q=L1:L2:... and seqlens_k=L1:L2:... (given
+/// together, the same number of lengths, each an integer in [0, 2^31 - 1], each list's
+/// sum at most 2^31 - 1) make a packed batch: batch is the count (an explicit batch
+/// must equal it), seqlen_q / seqlen_k default to the largest length (explicit ones
+/// are the bounds, max_seqlen_q / max_seqlen_k, and must be at least that);
+/// seqused_k=1 needs them. Throws InvalidArgument naming the key, its value and what
+/// is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
 /// A YAML problem set ("problems seen in production"):
@@ -91,10 +112,11 @@ ProblemDesc parse_problem_text(const std::string& text);
 ///     - {name: llama3-8b-prefill, dtype: f16, batch: 1, seqlen_q: 4096, heads_q: 32, heads_kv: 8,
 ///        head_dim: 128, mask: causalbr}
 /// Keys and values as for parse_problem_text.
-/// Required: dtype, head_dim, seqlen_q (or seqlen), heads_q (or heads);
+/// Required: dtype, head_dim, seqlen_q (or seqlen, or seqlens_q), heads_q (or heads);
 /// optional: name, batch (1), seqlen_k (= seqlen_q), heads_kv (= heads_q),
 /// head_dim_v (= head_dim), mask (none), bias (none), lse (false), softcap (0),
-/// window_left (-1), window_right (-1), sinks (false), alibi (false).
+/// window_left (-1), window_right (-1), sinks (false), alibi (false), seqlens_q and
+/// seqlens_k ("L1:L2:..." or a sequence [L1, L2, ...]), seqused_k (false).
 /// Unknown keys are errors. Throws InvalidArgument "<origin>: key '<path>' <reason>".
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin);
 std::vector<ProblemDesc> load_problem_set(const std::string& path);
@@ -163,7 +185,7 @@ struct TileModel {
   // work
   double flops = 0;             ///< useful FLOPs of the problem: 4*B*Hq*Sq*Sk_eff*(D+Dv)/2
   double tile_flops = 0;        ///< FLOPs one thread block executes (tiles padded to block_m x block_n)
-  int64_t blocks = 0;           ///< thread blocks in the grid
+  int64_t blocks = 0;           ///< thread blocks in the grid (a packed batch: sized by max_seqlen_q)
   // bytes
   double unique_bytes = 0;      ///< Q + K + V + O (+ bias, LSE): what DRAM must move at least
   double tile_global_bytes = 0; ///< bytes one block moves between global memory and the SM (Q, K/V stream, O)
@@ -179,7 +201,8 @@ struct TileModel {
   std::string occupancy_limit;  ///< "shared memory", "registers", "threads", "blocks"
   int resident_warps = 0;
   double latency_efficiency = 0;  ///< min(warps: resident / kWarpsToHideLatency, steps: see tools/flashgen_model.cpp)
-  double wave_efficiency = 1;     ///< blocks / (waves * SMs * blocks_per_sm) (1 when SMs unknown)
+  double wave_efficiency = 1;     ///< blocks / (waves * SMs * blocks_per_sm) (1 when SMs unknown; a packed
+                                  ///< batch counts the blocks with rows)
   double padding_efficiency = 1;  ///< useful / executed FLOPs
   // verdict
   double flop_per_clock_per_sm = 0;  ///< modelled attained rate
@@ -213,7 +236,8 @@ KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& p
 
 /// Useful FLOPs of a problem: 4*B*Hq*Sq*Sk*(D+Dv)/2, causal and window masks
 /// counting only the keys each query sees (row i: keys j with
-/// max(0, i + off - window_left) <= j <= min(seqlen_k - 1, i + off + window_right)).
+/// max(0, i + off - window_left) <= j <= min(seqlen_k - 1, i + off + window_right));
+/// a packed batch sums each sequence's own (seqlens_q[b], seqlens_k[b]).
 double problem_flops(const ProblemDesc& p);
 
 }  // namespace flashgen::cli

@@ -250,6 +250,10 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
       ->capture_default_str();
   c->add_option("--alibi", o.alibi, "ALiBi specialization: no, yes (both: no,yes; the slopes are a launch argument)")
       ->capture_default_str();
+  c->add_option("--varlen", o.varlen,
+                "packed (variable-length) batch specialization: no, yes (both: no,yes; cu_seqlens are a launch "
+                "argument)")
+      ->capture_default_str();
   c->add_option("--tiles", o.tiles,
                 "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
                 "entry's)")
@@ -329,7 +333,8 @@ int run_pregen(const PregenOptions& o) {
       return out;
     };
     const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap"),
-                            sinks = yes_no(o.sinks, "--sinks"), alibis = yes_no(o.alibi, "--alibi");
+                            sinks = yes_no(o.sinks, "--sinks"), alibis = yes_no(o.alibi, "--alibi"),
+                            varlens = yes_no(o.varlen, "--varlen");
     for (const std::string& dt : items(o.dtypes))
       for (auto [d, dv] : dims)
         for (const std::string& mk : items(o.masks))
@@ -337,20 +342,22 @@ int run_pregen(const PregenOptions& o) {
             for (bool l : lses)
               for (bool sc : softcaps)
                 for (bool sn : sinks)
-                  for (bool al : alibis) {
-                    ProblemDesc p;
-                    p.dtype = parse_dtype(dt, "--dtypes");
-                    p.head_dim = d;
-                    p.head_dim_v = dv;
-                    p.mask = parse_mask(mk, "--masks");  // (window sizes stay -1: the kernel takes them at launch)
-                    p.bias = parse_bias(bk, "--bias");
-                    p.lse = l;
-                    p.softcap = sc ? 1.0f : 0.0f;  // (any cap: the kernel takes it at launch)
-                    p.sinks = sn;
-                    p.alibi = al;
-                    p.seqlen_q = p.seqlen_k = 1024;
-                    problems.push_back(p);
-                  }
+                  for (bool al : alibis)
+                    for (bool vl : varlens) {
+                      ProblemDesc p;
+                      p.dtype = parse_dtype(dt, "--dtypes");
+                      p.head_dim = d;
+                      p.head_dim_v = dv;
+                      p.mask = parse_mask(mk, "--masks");  // (window sizes stay -1: the kernel takes them at launch)
+                      p.bias = parse_bias(bk, "--bias");
+                      p.lse = l;
+                      p.softcap = sc ? 1.0f : 0.0f;  // (any cap: the kernel takes it at launch)
+                      p.sinks = sn;
+                      p.alibi = al;
+                      p.seqlen_q = p.seqlen_k = 1024;
+                      if (vl) p.seqlens_q = p.seqlens_k = {1024};  // (one sequence: the offsets are launch arguments)
+                      problems.push_back(p);
+                    }
   }
   std::vector<std::optional<Tile>> tiles;
   for (const std::string& t : items(o.tiles)) {
@@ -543,6 +550,11 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
           x.mask = d.mask, x.bias = d.bias, x.lse = d.lse, x.softcap = d.softcap;
           x.window_left = d.window_left, x.window_right = d.window_right, x.sinks = d.sinks, x.alibi = d.alibi;
         },
+        [&](ProblemDesc& x) {  // a packed batch's lengths (batch and the bounds follow from them)
+          if (!d.varlen()) return;
+          x.batch = d.batch, x.seqlen_q = d.seqlen_q, x.seqlen_k = d.seqlen_k;
+          x.seqlens_q = d.seqlens_q, x.seqlens_k = d.seqlens_k, x.seqused_k = d.seqused_k;
+        },
     };
     size_t found = 0;
     for (const auto& g : groups) {
@@ -703,6 +715,13 @@ int run_explain(const ExplainOptions& o) {
   check_profile_config({arch});
   check_nvrtc_config({arch}, false);
   row("problem", d.str());
+  if (d.varlen()) {
+    // e.g. "3 sequences packed along the rows (cu_seqlens_q, cu_seqlens_k): total_q 612, total_k 900, ..."
+    row("packed", fmt::format("{} sequence{} packed along the rows (cu_seqlens_q, cu_seqlens_k): total_q {}, total_k "
+                              "{}, max_seqlen_q {}, max_seqlen_k {}{}",
+                              d.batch, d.batch == 1 ? "" : "s", d.total_q(), d.total_k(), d.seqlen_q, d.seqlen_k,
+                              d.seqused_k ? "; seqused_k[b] keys of each count (modelled as all of its keys)" : ""));
+  }
   if (d.mask == MaskKind::window_top_left || d.mask == MaskKind::window_bottom_right) {
     // e.g. "window_left 127, window_right 0: query i sees keys j from i + off - 127 to i + off (off = 0, top-left)"
     const std::string from = d.window_left < 0 ? std::string("0 (left unbounded)")
@@ -712,9 +731,9 @@ int run_explain(const ExplainOptions& o) {
                                                  : fmt::format("i + off + {}", d.window_right);
     row("window", fmt::format("window_left {}, window_right {}: query i sees keys j from {} to {} (off = {})",
                               d.window_left, d.window_right, from, to,
-                              d.mask == MaskKind::window_bottom_right
-                                  ? fmt::format("seqlen_k - seqlen_q = {}, bottom-right", d.seqlen_k - d.seqlen_q)
-                                  : std::string("0, top-left")));
+                              d.mask != MaskKind::window_bottom_right ? std::string("0, top-left")
+                              : d.varlen() ? std::string("each sequence's seqlen_k - seqlen_q, bottom-right")
+                                           : fmt::format("seqlen_k - seqlen_q = {}, bottom-right", d.seqlen_k - d.seqlen_q)));
   }
   row("arch", arch_note.empty() ? fmt::format("sm_{}", arch) : arch_note);
 
@@ -858,13 +877,19 @@ int run_explain(const ExplainOptions& o) {
                                                                100.0 * m.wave_efficiency,
                                                                unit.persistent ? "round" : "wave", dev.sm_count)
                                                  : std::string();
+  // A packed batch's grid is sized by max_seqlen_q; the blocks past a sequence's rows exit at once.
+  const std::string grid_of = d.varlen() ? "ceil(max_seqlen_q / block_m) x heads_q x batch; those past their "
+                                           "sequence's rows exit at once"
+                                         : "ceil(seqlen_q / block_m) x heads_q x batch";
   if (unit.persistent)
-    row("grid", fmt::format("persistent: min({} work items (ceil(seqlen_q / block_m) x heads_q x batch), blocks per "
-                            "SM x SMs) blocks, each looping over items{}",
-                            m.blocks, last_wave));
+    row("grid", fmt::format("persistent: min({} work items ({}), blocks per SM x SMs) blocks, each looping over "
+                            "items{}",
+                            m.blocks, grid_of, last_wave));
   else
-    row("grid", fmt::format("{} blocks (ceil(seqlen_q / block_m) x heads_q x batch){}", m.blocks, last_wave));
-  row("flops", fmt::format("{:.4g} = 2 x B x Hq x visible (q, k) pairs x (D + Dv){}", m.flops,
+    row("grid", fmt::format("{} blocks ({}){}", m.blocks, grid_of, last_wave));
+  row("flops", fmt::format("{:.4g} = 2 x {} x (D + Dv){}", m.flops,
+                           d.varlen() ? "Hq x (visible (q, k) pairs, summed over the sequences)"
+                                      : "B x Hq x visible (q, k) pairs",
                            d.mask == MaskKind::causal_top_left || d.mask == MaskKind::causal_bottom_right
                                ? " (causal: keys up to the diagonal)"
                            : d.mask != MaskKind::none ? " (window: the keys inside each row's window)"

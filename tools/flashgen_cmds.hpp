@@ -24,6 +24,7 @@ struct PregenOptions {
   std::vector<std::string> softcap = {"no"};
   std::vector<std::string> sinks = {"no"};
   std::vector<std::string> alibi = {"no"};
+  std::vector<std::string> varlen = {"no"};
   std::vector<std::string> tiles = {"default"};
   std::string problems_file;
   std::string device;

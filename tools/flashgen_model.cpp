@@ -41,10 +41,20 @@
 // Spilling costs a factor 1 / (1 + spill_bytes / 64). The two latency
 // constants are the model's assumptions, not profile data; the model ranks,
 // the GPU decides (flashgen tune times the best few).
+// A packed batch (seqlens_q / seqlens_k) is modelled per sequence: the useful
+// FLOPs, the executed key tiles and the unique bytes are sums over the
+// sequences' own (seqlen_q, seqlen_k) (equal pairs counted once, times their
+// number), and the per-block figures are averages over the blocks that have
+// rows. The grid is still ceil(max_seqlen_q / block_m) x heads_q x batch; the
+// blocks past a sequence's rows exit at once and are left out of the wave
+// efficiency. seqused_k is taken as the whole sequence (the model does not
+// know the array's values).
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -76,17 +86,49 @@ constexpr int64_t kMaxModelledBlocks = 65536;
 struct Window {
   int64_t sq, sk, off, left, right;
 };
-Window window_of(const ProblemDesc& p) {
-  Window w{p.seqlen_q, p.seqlen_k, 0, -1, -1};
+// (sq, sk: one sequence's query rows and keys; the problem's for a dense batch)
+Window window_of(const ProblemDesc& p, int64_t sq, int64_t sk) {
+  Window w{sq, sk, 0, -1, -1};
   const bool bottom_right = p.mask == MaskKind::causal_bottom_right || p.mask == MaskKind::window_bottom_right;
-  if (bottom_right) w.off = p.seqlen_k - p.seqlen_q;
+  if (bottom_right) w.off = sk - sq;
   if (p.mask == MaskKind::causal_top_left || p.mask == MaskKind::causal_bottom_right) w.right = 0;
   if (p.mask == MaskKind::window_top_left || p.mask == MaskKind::window_bottom_right) {
-    const int64_t most = p.seqlen_q + p.seqlen_k;  // (the parser's sizes: no overflow)
+    const int64_t most = sq + sk;  // (the parser's sizes: no overflow)
     w.left = std::min(p.window_left, most);
     w.right = std::min(p.window_right, most);
   }
   return w;
+}
+
+// The sequences of a problem as (seqlen_q, seqlen_k, how many): one entry of
+// `batch` for a dense batch; a packed batch's sequences with equal lengths
+// merged (in order of first appearance).
+struct Sequences {
+  int64_t sq, sk, count;
+};
+std::vector<Sequences> sequences_of(const ProblemDesc& p) {
+  if (!p.varlen()) return {{p.seqlen_q, p.seqlen_k, p.batch}};
+  std::vector<Sequences> out;
+  std::map<std::pair<int64_t, int64_t>, size_t> at;
+  for (size_t b = 0; b < p.seqlens_q.size() && b < p.seqlens_k.size(); ++b) {
+    const auto key = std::make_pair(p.seqlens_q[b], p.seqlens_k[b]);
+    const auto [it, fresh] = at.emplace(key, out.size());
+    if (fresh) out.push_back({key.first, key.second, 0});
+    ++out[it->second].count;
+  }
+  return out;
+}
+
+// K/V keys some row of a sequence reads: with a sliding window the span from row
+// 0's first key to the last row's last one (the rows' intervals overlap, so it
+// has no gap), else all of them.
+double kv_keys_of(const ProblemDesc& p, const Window& w) {
+  if ((p.mask != MaskKind::window_top_left && p.mask != MaskKind::window_bottom_right) || w.sq <= 0)
+    return static_cast<double>(w.sk);
+  const int64_t last = w.sq - 1;
+  const int64_t hi = w.right < 0 ? w.sk : std::clamp<int64_t>(last + w.off + w.right + 1, 0, w.sk);
+  const int64_t lo = w.left < 0 ? 0 : std::clamp<int64_t>(w.off - w.left, 0, w.sk);
+  return static_cast<double>(std::max<int64_t>(0, hi - lo));
 }
 
 // Keys row i sees: the keys before hi(i) = clamp(i + off + right + 1, 0, sk)
@@ -136,9 +178,11 @@ int64_t block_keys(int64_t row0, int64_t block_m, int64_t block_n, const Window&
 }  // namespace
 
 double problem_flops(const ProblemDesc& p) {
-  return 2.0 * static_cast<double>(p.batch) * static_cast<double>(p.heads_q) *
-         visible_pairs(0, p.seqlen_q, window_of(p)) *
-         static_cast<double>(p.head_dim + p.head_dim_v);
+  double flops = 0;
+  for (const Sequences& s : sequences_of(p))
+    flops += 2.0 * static_cast<double>(s.count) * static_cast<double>(p.heads_q) *
+             visible_pairs(0, s.sq, window_of(p, s.sq, s.sk)) * static_cast<double>(p.head_dim + p.head_dim_v);
+  return flops;
 }
 
 namespace {
@@ -174,6 +218,7 @@ KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& p
   s.softcap = problem.softcap > 0.f;  // (every variant field of the spec: plan()'s, runtime/api.cpp)
   s.sinks = problem.sinks;
   s.alibi = problem.alibi;
+  s.varlen = problem.varlen();
   return s;
 }
 
@@ -192,21 +237,35 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double D = static_cast<double>(spec.head_dim), Dv = static_cast<double>(spec.head_dim_v);
   const double eb = 2.0;  // bytes per element
   const int64_t bm = std::max(1, spec.tile.block_m), bn = std::max(1, spec.tile.block_n);
-  const int64_t m_blocks = p.seqlen_q > 0 ? (p.seqlen_q + bm - 1) / bm : 0;
+  const int64_t m_blocks = p.seqlen_q > 0 ? (p.seqlen_q + bm - 1) / bm : 0;  // (packed: of max_seqlen_q)
   m.blocks = m_blocks * p.heads_q * p.batch;
   m.flops = problem_flops(p);
 
-  // Executed work and traffic, averaged over the query blocks of one head.
-  double keys_total = 0;
-  int64_t visited = 0;
-  const int64_t step = std::max<int64_t>(1, (m_blocks + kMaxModelledBlocks - 1) / kMaxModelledBlocks);
-  const Window window = window_of(p);
-  for (int64_t b = 0; b < m_blocks; b += step, ++visited)
-    keys_total += static_cast<double>(block_keys(b * bm, bm, bn, window));
-  const double mb = std::max<double>(1, static_cast<double>(m_blocks));
-  // Key rows of all blocks together: the sum itself when every block was visited.
-  const double keys_all = step == 1 ? keys_total : keys_total / static_cast<double>(visited) * static_cast<double>(m_blocks);
-  const double exec_pairs = static_cast<double>(bm) * keys_all;
+  // Executed work and traffic, averaged over the query blocks of one head that
+  // have rows (a packed batch: each sequence's own blocks).
+  const std::vector<Sequences> seqs = sequences_of(p);
+  double work_blocks = 0;  // blocks with rows, of one head, over the batch
+  for (const Sequences& s : seqs)
+    work_blocks += static_cast<double>(s.count) * static_cast<double>(s.sq > 0 ? (s.sq + bm - 1) / bm : 0);
+  // Key rows of all those blocks together: each distinct sequence's blocks
+  // summed, or, beyond kMaxModelledBlocks over all distinct sequences, evenly
+  // spaced ones scaled to the rest.
+  double keys_all = 0;
+  const auto distinct = static_cast<int64_t>(seqs.size());
+  for (const Sequences& s : seqs) {
+    const int64_t blocks = s.sq > 0 ? (s.sq + bm - 1) / bm : 0;
+    const int64_t step = std::max<int64_t>(
+        1, static_cast<int64_t>(std::ceil(static_cast<double>(blocks) * static_cast<double>(distinct) /
+                                          static_cast<double>(kMaxModelledBlocks))));
+    const Window window = window_of(p, s.sq, s.sk);
+    double keys = 0;
+    int64_t visited = 0;
+    for (int64_t b = 0; b < blocks; b += step, ++visited) keys += static_cast<double>(block_keys(b * bm, bm, bn, window));
+    if (step > 1 && visited > 0) keys = keys / static_cast<double>(visited) * static_cast<double>(blocks);
+    keys_all += static_cast<double>(s.count) * keys;
+  }
+  const double mb = std::max<double>(1, work_blocks);
+  const double exec_pairs = static_cast<double>(bm) * keys_all;  // of one head, over the batch
   const double keys_avg = keys_all / mb;
   m.tile_flops = 2.0 * (exec_pairs / mb) * (D + Dv);
   const double bias_bytes = p.bias == BiasKind::none ? 0 : (p.bias == BiasKind::f32 ? 4.0 : 2.0);
@@ -219,20 +278,18 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   const double steps = keys_avg / static_cast<double>(bn);
   m.tile_smem_bytes = steps * (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb +
                       static_cast<double>(bm) * D * eb + 2.0 * static_cast<double>(bm) * Dv * eb;
-  const double B = static_cast<double>(p.batch), Hq = static_cast<double>(p.heads_q),
-               Hkv = static_cast<double>(p.heads_kv), Sq = static_cast<double>(p.seqlen_q),
-               Sk = static_cast<double>(p.seqlen_k);
-  // K/V keys some row reads: with a sliding window the span from row 0's first key to the last
-  // row's last one (the rows' intervals overlap, so it has no gap), else all of them.
-  double kv_keys = Sk;
-  if ((p.mask == MaskKind::window_top_left || p.mask == MaskKind::window_bottom_right) && p.seqlen_q > 0) {
-    const int64_t last = p.seqlen_q - 1;
-    const int64_t hi = window.right < 0 ? window.sk : std::clamp<int64_t>(last + window.off + window.right + 1, 0, window.sk);
-    const int64_t lo = window.left < 0 ? 0 : std::clamp<int64_t>(window.off - window.left, 0, window.sk);
-    kv_keys = static_cast<double>(std::max<int64_t>(0, hi - lo));
+  const double Hq = static_cast<double>(p.heads_q), Hkv = static_cast<double>(p.heads_kv);
+  // Per sequence: its query rows, the K/V keys its rows read (kv_keys_of) and its bias
+  // elements (of one head), summed over the batch.
+  double rows_q = 0, kv_keys = 0, bias_elems = 0;
+  for (const Sequences& s : seqs) {
+    const double n = static_cast<double>(s.count);
+    rows_q += n * static_cast<double>(s.sq);
+    kv_keys += n * kv_keys_of(p, window_of(p, s.sq, s.sk));
+    bias_elems += n * static_cast<double>(s.sq) * static_cast<double>(s.sk);
   }
-  m.unique_bytes = eb * (B * Sq * Hq * D + B * kv_keys * Hkv * (D + Dv) + B * Sq * Hq * Dv) +
-                   bias_bytes * B * Hq * Sq * Sk + (p.lse ? 4.0 * B * Hq * Sq : 0.0);
+  m.unique_bytes = eb * (rows_q * Hq * D + kv_keys * Hkv * (D + Dv) + rows_q * Hq * Dv) +
+                   bias_bytes * Hq * bias_elems + (p.lse ? 4.0 * Hq * rows_q : 0.0);
   m.ai_dram = m.unique_bytes > 0 ? m.flops / m.unique_bytes : 0;
   m.ai_tile = m.tile_global_bytes > 0 ? m.tile_flops / m.tile_global_bytes : 0;
   m.ai_smem = m.tile_smem_bytes > 0 ? m.tile_flops / m.tile_smem_bytes : 0;
@@ -293,13 +350,15 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   if (m.latency_efficiency < 1.0 && attained < 0.999 * rate) m.bound += " (latency-limited occupancy)";
   m.flop_per_clock_per_sm = attained / (1.0 + static_cast<double>(spill_bytes) / 64.0);
 
-  if (dev.sm_count > 0 && m.blocks > 0 && m.blocks_per_sm > 0) {
+  // The blocks that work: all of them for a dense batch, the ones with rows for a packed one.
+  const double busy_blocks = p.varlen() ? work_blocks * Hq : static_cast<double>(m.blocks);
+  if (dev.sm_count > 0 && busy_blocks > 0 && m.blocks_per_sm > 0) {
     // (Persistent wgmma blocks take items in rounds of `slots`: the same fraction.)
     const double slots = static_cast<double>(dev.sm_count) * m.blocks_per_sm;
-    const double waves = std::ceil(static_cast<double>(m.blocks) / slots);
-    m.wave_efficiency = static_cast<double>(m.blocks) / (waves * slots);
+    const double waves = std::ceil(busy_blocks / slots);
+    m.wave_efficiency = busy_blocks / (waves * slots);
   }
-  const double executed = 2.0 * exec_pairs * (D + Dv) * B * Hq;
+  const double executed = 2.0 * exec_pairs * (D + Dv) * Hq;
   m.padding_efficiency = executed > 0 ? std::min(1.0, m.flops / executed) : 1.0;
   m.score = m.fits && P > 0 ? m.flop_per_clock_per_sm / P * m.wave_efficiency * m.padding_efficiency : 0.0;
   return m;

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -70,6 +71,7 @@ void fill_random(std::vector<uint16_t>& h, DType dt, uint64_t seed) {
 // their inputs in L2 from the previous run.
 struct DeviceSet {
   DeviceBuffer q, k, v, o, bias, lse, sinks, alibi;
+  DeviceBuffer cu_seqlens_q, cu_seqlens_k, seqused_k;  // a packed batch's int32 offsets and used keys
 };
 
 struct Workload {
@@ -87,6 +89,15 @@ struct Workload {
     p.window_right = d.window_right;
     if (d.sinks) p.sinks = static_cast<const float*>(s.sinks.ptr());
     if (d.alibi) p.alibi_slopes = static_cast<const float*>(s.alibi.ptr());  // [heads_q], alibi_stride_batch 0
+    if (d.varlen()) {
+      // One batch of packed rows (the strides within a batch stay): Q/O [total_q, heads_q, d], K/V [total_k, ...].
+      for (TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) t->stride_batch = 0;
+      p.cu_seqlens_q = static_cast<const int32_t*>(s.cu_seqlens_q.ptr());
+      p.cu_seqlens_k = static_cast<const int32_t*>(s.cu_seqlens_k.ptr());
+      if (d.seqused_k) p.seqused_k = static_cast<const int32_t*>(s.seqused_k.ptr());
+      p.total_q = d.total_q();
+      p.total_k = d.total_k();
+    }
     if (d.bias != BiasKind::none) {
       p.bias.kind = d.bias;
       p.bias.data = s.bias.ptr();
@@ -97,8 +108,8 @@ struct Workload {
     }
     if (d.lse) {
       p.lse.data = static_cast<float*>(s.lse.ptr());
-      p.lse.stride_head = d.seqlen_q;
-      p.lse.stride_batch = d.heads_q * d.seqlen_q;
+      p.lse.stride_head = d.varlen() ? d.total_q() : d.seqlen_q;  // (packed: [heads_q, total_q])
+      p.lse.stride_batch = d.varlen() ? 0 : d.heads_q * d.seqlen_q;
     }
     return p;
   }
@@ -107,21 +118,38 @@ struct Workload {
 Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
   Workload w;
   w.desc = d;
-  const size_t q = static_cast<size_t>(d.batch * d.seqlen_q * d.heads_q * d.head_dim);
-  const size_t k = static_cast<size_t>(d.batch * d.seqlen_k * d.heads_kv * d.head_dim);
-  const size_t v = static_cast<size_t>(d.batch * d.seqlen_k * d.heads_kv * d.head_dim_v);
-  const size_t o = static_cast<size_t>(d.batch * d.seqlen_q * d.heads_q * d.head_dim_v);
+  // Rows of Q/O and K/V: batch x seqlen, or a packed batch's sums.
+  const int64_t rows_q = d.varlen() ? d.total_q() : d.batch * d.seqlen_q;
+  const int64_t rows_k = d.varlen() ? d.total_k() : d.batch * d.seqlen_k;
+  const size_t q = static_cast<size_t>(rows_q * d.heads_q * d.head_dim);
+  const size_t k = static_cast<size_t>(rows_k * d.heads_kv * d.head_dim);
+  const size_t v = static_cast<size_t>(rows_k * d.heads_kv * d.head_dim_v);
+  const size_t o = static_cast<size_t>(rows_q * d.heads_q * d.head_dim_v);
   const size_t bias = d.bias == BiasKind::none ? 0
                                                : static_cast<size_t>(d.batch * d.heads_q * d.seqlen_q * d.seqlen_k) *
                                                      (d.bias == BiasKind::f32 ? 2 : 1);  // in 2-byte units
-  const size_t lse = d.lse ? static_cast<size_t>(d.batch * d.heads_q * d.seqlen_q) * 2 : 0;
+  const size_t lse = d.lse ? static_cast<size_t>(rows_q * d.heads_q) * 2 : 0;
+  // A packed batch's offsets: int32 [batch + 1] prefix sums of the problem's lengths
+  // (valid by construction: non-decreasing, ending at total_q / total_k, no sequence
+  // past max_seqlen), and seqused_k [batch] = each sequence's keys (all of them).
+  std::vector<int32_t> cu_q, cu_k, used_k;
+  if (d.varlen()) {
+    cu_q.push_back(0);
+    cu_k.push_back(0);
+    for (size_t b = 0; b < d.seqlens_q.size(); ++b) {  // (sums within int32: the parser's rule)
+      cu_q.push_back(static_cast<int32_t>(cu_q.back() + d.seqlens_q[b]));
+      cu_k.push_back(static_cast<int32_t>(cu_k.back() + d.seqlens_k[b]));
+      if (d.seqused_k) used_k.push_back(static_cast<int32_t>(d.seqlens_k[b]));
+    }
+  }
   // Sinks and ALiBi slopes: float32 [heads_q] each, small nonzero values (sink 0.5 for
   // every head; slope 2^-(h+1), the ALiBi paper's geometric sequence).
   const size_t heads = static_cast<size_t>(d.heads_q);
   std::vector<float> sink_values(d.sinks ? heads : 0, 0.5f), slope_values(d.alibi ? heads : 0);
   for (size_t h = 0; h < slope_values.size(); ++h)
     slope_values[h] = std::ldexp(1.0f, -static_cast<int>(std::min<size_t>(h + 1, 126)));
-  w.set_bytes = 2 * (q + k + v + o + bias + lse) + 4 * (sink_values.size() + slope_values.size());
+  w.set_bytes = 2 * (q + k + v + o + bias + lse) +
+                4 * (sink_values.size() + slope_values.size() + cu_q.size() + cu_k.size() + used_k.size());
   // Enough sets that the inputs of one run are evicted from L2 by the next
   // ones, within 8 GiB of device memory.
   size_t n = static_cast<size_t>(std::ceil(2.0 * static_cast<double>(std::max<int64_t>(l2_bytes, 1)) /
@@ -140,7 +168,10 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
                 DeviceBuffer(2 * bias),
                 DeviceBuffer(2 * lse),
                 DeviceBuffer(4 * sink_values.size()),
-                DeviceBuffer(4 * slope_values.size())};
+                DeviceBuffer(4 * slope_values.size()),
+                DeviceBuffer(4 * cu_q.size()),
+                DeviceBuffer(4 * cu_k.size()),
+                DeviceBuffer(4 * used_k.size())};
     // Each set gets different data: a different window of the random host buffer.
     auto upload = [&](const DeviceBuffer& b, size_t elems, size_t shift) {
       if (elems == 0) return;
@@ -159,6 +190,11 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
       fgrt::check(drv.cuMemcpyHtoD(s.sinks.get(), sink_values.data(), 4 * sink_values.size()), "cuMemcpyHtoD");
     if (!slope_values.empty())
       fgrt::check(drv.cuMemcpyHtoD(s.alibi.get(), slope_values.data(), 4 * slope_values.size()), "cuMemcpyHtoD");
+    for (const auto& [buffer, values] : {std::pair<const DeviceBuffer*, const std::vector<int32_t>*>{&s.cu_seqlens_q, &cu_q},
+                                         {&s.cu_seqlens_k, &cu_k},
+                                         {&s.seqused_k, &used_k}})
+      if (!values->empty())
+        fgrt::check(drv.cuMemcpyHtoD(buffer->get(), values->data(), 4 * values->size()), "cuMemcpyHtoD");
     w.sets.push_back(std::move(s));
   }
   fgrt::check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
@@ -387,7 +423,7 @@ int run_tune(const TuneOptions& o) {
     check_problem(ap);
     const ProblemClass cls = problem_class(ap);
     std::printf("\n== %s\n   class %s\n", p.str().c_str(), cls.str().c_str());
-    if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0) {
+    if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0 || (p.varlen() && p.total_q() == 0)) {
       std::printf("   empty problem: nothing to tune\n");
       continue;
     }

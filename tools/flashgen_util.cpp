@@ -51,6 +51,40 @@ struct Alias {
 };
 constexpr Alias kAliases[] = {{"seqlen", "seqlen_q", "seqlen_k"}, {"heads", "heads_q", "heads_kv"}};
 
+// "L1:L2:..." as per-sequence lengths (seqlens_q / seqlens_k): each an integer
+// in [0, 2^31 - 1], their sum at most 2^31 - 1 (the packed rows, counted by
+// int32 offsets).
+std::vector<int64_t> parse_lengths(const std::string& what, const std::string& value) {
+  std::vector<int64_t> out;
+  int64_t sum = 0;
+  for (size_t pos = 0;;) {
+    const size_t colon = value.find(':', pos);
+    const std::string item = value.substr(pos, colon == std::string::npos ? std::string::npos : colon - pos);
+    const std::optional<int64_t> v = int_in_range(item, 0, kMaxPackedRows);
+    if (!v) {
+      throw InvalidArgument(fmt::format("{} has value '{}': length {} ('{}') must be an integer in [0, {}] (one "
+                                        "length per sequence, separated by ':', e.g. 100:37:512)",
+                                        what, value, out.size() + 1, item, kMaxPackedRows));
+    }
+    sum += *v;  // (each <= 2^31 - 1 and the sum so far too: no overflow)
+    if (sum > kMaxPackedRows) {
+      throw InvalidArgument(fmt::format("{} has value '{}': the first {} lengths add up to {}, more than {} = 2^31 - 1 "
+                                        "(a packed batch's rows are counted by int32 offsets, cu_seqlens)",
+                                        what, value, out.size() + 1, sum, kMaxPackedRows));
+    }
+    out.push_back(*v);
+    if (colon == std::string::npos) break;
+    pos = colon + 1;
+  }
+  return out;
+}
+
+std::string join_lengths(const std::vector<int64_t>& v) {
+  std::string out;
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ":" : "") + std::to_string(v[i]);
+  return out;
+}
+
 // Applies key=value to `d`; `seen` tracks which keys were given.
 void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string& where, const std::string& key,
            const std::string& value) {
@@ -110,10 +144,16 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
     d.sinks = parse_bool(what, value);
   } else if (key == "alibi") {
     d.alibi = parse_bool(what, value);
+  } else if (key == "seqlens_q") {
+    d.seqlens_q = parse_lengths(what, value);
+  } else if (key == "seqlens_k") {
+    d.seqlens_k = parse_lengths(what, value);
+  } else if (key == "seqused_k") {
+    d.seqused_k = parse_bool(what, value);
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
                                       "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, "
-                                      "window_left, window_right, sinks, alibi",
+                                      "window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k",
                                       what));
   }
 }
@@ -123,13 +163,56 @@ void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::stri
   // "<where> key '...' is missing": --problem's `where` already ends in "key".
   const std::string where = where_in.ends_with(" key") ? where_in : where_in + " key";
   if (!seen["head_dim"]) throw InvalidArgument(fmt::format("{} 'head_dim' is missing", where));
-  if (!seen["seqlen"] && !seen["seqlen_q"])
-    throw InvalidArgument(fmt::format("{} 'seqlen_q' (or 'seqlen') is missing", where));
+  const bool packed = seen["seqlens_q"] || seen["seqlens_k"];
+  if (!packed && !seen["seqlen"] && !seen["seqlen_q"])
+    throw InvalidArgument(fmt::format("{} 'seqlen_q' (or 'seqlen') is missing (a packed batch gives 'seqlens_q' and "
+                                      "'seqlens_k' instead)",
+                                      where));
   if (!seen["heads"] && !seen["heads_q"])
     throw InvalidArgument(fmt::format("{} 'heads_q' (or 'heads') is missing", where));
   if (!seen["head_dim_v"]) d.head_dim_v = d.head_dim;
-  if (!seen["seqlen"] && !seen["seqlen_k"]) d.seqlen_k = d.seqlen_q;
   if (!seen["heads"] && !seen["heads_kv"]) d.heads_kv = d.heads_q;
+  if (!packed) {
+    if (!seen["seqlen"] && !seen["seqlen_k"]) d.seqlen_k = d.seqlen_q;
+    if (d.seqused_k)
+      throw InvalidArgument(fmt::format("{} 'seqused_k' is set without 'seqlens_q' and 'seqlens_k': seqused_k is an "
+                                        "array of a packed batch; give the per-sequence lengths too",
+                                        where));
+    return;
+  }
+  // A packed batch: the counts, batch, and the bounds max_seqlen_q / max_seqlen_k.
+  for (const char* key : {"seqlens_q", "seqlens_k"})
+    if (!seen[key])
+      throw InvalidArgument(fmt::format("{} '{}' is missing: seqlens_q and seqlens_k describe a packed batch together "
+                                        "(one query length and one key length per sequence)",
+                                        where, key));
+  if (d.seqlens_q.size() != d.seqlens_k.size())
+    throw InvalidArgument(fmt::format("{} 'seqlens_k' has {} lengths and 'seqlens_q' {}: a packed batch has one of "
+                                      "each per sequence",
+                                      where, d.seqlens_k.size(), d.seqlens_q.size()));
+  const auto count = static_cast<int64_t>(d.seqlens_q.size());
+  if (seen["batch"] && d.batch != count)
+    throw InvalidArgument(fmt::format("{} 'batch' ({}) conflicts with 'seqlens_q' ({} sequence{}): a packed batch has "
+                                      "one sequence per length; leave batch out or make it {}",
+                                      where, d.batch, count, count == 1 ? "" : "s", count));
+  d.batch = count;
+  const struct {
+    const char* key;
+    const char* list;
+    const std::vector<int64_t>& lengths;
+    int64_t& bound;
+  } sides[] = {{"seqlen_q", "seqlens_q", d.seqlens_q, d.seqlen_q}, {"seqlen_k", "seqlens_k", d.seqlens_k, d.seqlen_k}};
+  for (const auto& side : sides) {
+    const int64_t longest = *std::max_element(side.lengths.begin(), side.lengths.end());
+    const char* given = seen[side.key] ? side.key : seen["seqlen"] ? "seqlen" : nullptr;
+    if (given == nullptr) {
+      side.bound = longest;  // max_seqlen
+    } else if (side.bound < longest) {
+      throw InvalidArgument(fmt::format("{} '{}' ({}) is less than the longest of '{}' ({}): with per-sequence "
+                                        "lengths it is their bound (max_{}); leave it out or make it at least {}",
+                                        where, given, side.bound, side.list, longest, side.key, longest));
+    }
+  }
 }
 
 }  // namespace
@@ -158,15 +241,30 @@ int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t 
   return *v;
 }
 
+int64_t ProblemDesc::total_q() const {
+  int64_t n = 0;
+  for (int64_t l : seqlens_q) n += l;  // (the parser keeps the sum within int32)
+  return n;
+}
+
+int64_t ProblemDesc::total_k() const {
+  int64_t n = 0;
+  for (int64_t l : seqlens_k) n += l;
+  return n;
+}
+
 std::string ProblemDesc::str() const {
   const bool window = mask == MaskKind::window_top_left || mask == MaskKind::window_bottom_right || window_left != -1 ||
                       window_right != -1;
-  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}{}{}{}",
+  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}{}{}{}{}{}",
                      name.empty() ? "" : name + ": ", to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv,
                      head_dim, head_dim_v, to_string(mask), to_string(bias), lse ? 1 : 0,
                      softcap > 0.f ? fmt::format(" softcap={}", softcap) : std::string(),
                      window ? fmt::format(" window_left={} window_right={}", window_left, window_right) : std::string(),
-                     sinks ? " sinks=1" : "", alibi ? " alibi=1" : "");
+                     sinks ? " sinks=1" : "", alibi ? " alibi=1" : "",
+                     varlen() ? fmt::format(" seqlens_q={} seqlens_k={}", join_lengths(seqlens_q), join_lengths(seqlens_k))
+                              : std::string(),
+                     seqused_k ? " seqused_k=1" : "");
 }
 
 AttentionProblem to_problem(const ProblemDesc& d) {
@@ -190,6 +288,20 @@ AttentionProblem to_problem(const ProblemDesc& d) {
     p.lse.data = reinterpret_cast<float*>(uintptr_t{0x20000000});
     p.lse.stride_head = std::max<int64_t>(1, d.seqlen_q);
     p.lse.stride_batch = std::max<int64_t>(1, saturating_mul(d.heads_q, d.seqlen_q));
+  }
+  if (d.varlen()) {
+    // One batch of packed rows: [total, heads, d] (the strides make_bshd_problem gave
+    // within a batch), LSE [heads_q, total_q], the offsets at fake addresses.
+    for (TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) t->stride_batch = 0;
+    p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x50000000});
+    p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x60000000});
+    if (d.seqused_k) p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70000000});
+    p.total_q = d.total_q();
+    p.total_k = d.total_k();
+    if (d.lse) {
+      p.lse.stride_head = std::max<int64_t>(1, p.total_q);
+      p.lse.stride_batch = 0;
+    }
   }
   return p;
 }
@@ -243,12 +355,24 @@ std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const s
     std::map<std::string, bool> seen;
     const std::string where = fmt::format("{}: {}", origin, path);
     for (auto it = item.begin(); it != item.end(); ++it) {
-      if (!it->first.IsScalar() || !it->second.IsScalar()) {
+      // (the per-sequence lengths may also be a sequence of scalars: [L1, L2, ...])
+      const bool lengths = it->first.IsScalar() && (it->first.Scalar() == "seqlens_q" || it->first.Scalar() == "seqlens_k");
+      std::string value;
+      if (lengths && it->second.IsSequence()) {
+        for (size_t j = 0; j < it->second.size(); ++j) {
+          if (!it->second[j].IsScalar())
+            throw InvalidArgument(fmt::format("{}: key '{}.{}' must be \"L1:L2:...\" or a sequence of integers",
+                                              origin, path, it->first.Scalar()));
+          value += (j ? ":" : "") + it->second[j].Scalar();
+        }
+      } else if (!it->first.IsScalar() || !it->second.IsScalar()) {
         throw InvalidArgument(fmt::format("{}: key '{}' must map names to scalar values", origin, path));
+      } else {
+        value = it->second.Scalar();
       }
       const std::string key = it->first.Scalar();
       try {
-        apply(d, seen, where + " key", key, it->second.Scalar());
+        apply(d, seen, where + " key", key, value);
       } catch (const InvalidArgument& e) {
         // Rephrase as "<origin>: key '<path>.<key>' ..." from the message's "key '<key>' ..." part.
         std::string m = e.what();

@@ -72,7 +72,11 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
 /// Bytes of device workspace a decode of `problem` with `plan` needs:
 /// num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1) * 4 (the fp32
 /// partial O [split, batch, seqlen_q, heads_q, head_dim_v], then the partial
-/// LSE [split, batch, heads_q, seqlen_q]), rounded up to 256. Throws
+/// LSE [split, batch, heads_q, seqlen_q]), rounded up to 256; for a packed
+/// batch (cu_seqlens_q) one batch of total_q rows: num_splits * total_q *
+/// heads_q * (head_dim_v + 1) * 4, and the merge writes only the rows of its
+/// sequences (cu_seqlens_q[0] .. cu_seqlens_q[batch] - 1; a sequence longer
+/// than seqlen_q, which breaks the contract, gets undefined rows past it). Throws
 /// InvalidArgument when that overflows int64.
 int64_t decode_workspace_bytes(const AttentionProblem& problem, const DecodePlan& plan);
 

@@ -138,8 +138,9 @@ typedef struct flashgen_lse {
 
 /* One forward attention call (mirrors flashgen::AttentionProblem).
  * Sizes are element counts; all may be 0 except head dims (an empty problem,
- * batch, seqlen_q or heads_q == 0, launches nothing). head_dim and head_dim_v
- * are multiples of 8 in [16, 256]; heads_q % heads_kv == 0 (GQA / MQA).
+ * batch, seqlen_q or heads_q == 0, or a packed batch with total_q == 0,
+ * launches nothing). head_dim and head_dim_v are multiples of 8 in [16, 256];
+ * heads_q % heads_kv == 0 (GQA / MQA).
  * Fill it with flashgen_problem_init_bshd, then adjust fields. */
 typedef struct flashgen_problem {
   flashgen_dtype dtype;
@@ -153,12 +154,13 @@ typedef struct flashgen_problem {
   flashgen_mask mask;
   int has_scale;      /* 0: softmax_scale = 1/sqrt(head_dim); else `scale` (finite) */
   float scale;        /* multiplies Q before the first product, when has_scale != 0 */
-  flashgen_tensor q;  /* [batch, seqlen_q, heads_q, head_dim] */
-  flashgen_tensor k;  /* [batch, seqlen_k, heads_kv, head_dim] */
-  flashgen_tensor v;  /* [batch, seqlen_k, heads_kv, head_dim_v] */
-  flashgen_tensor o;  /* [batch, seqlen_q, heads_q, head_dim_v]; written by forward */
+  flashgen_tensor q;  /* [batch, seqlen_q, heads_q, head_dim] (packed: [total_q, heads_q, head_dim]) */
+  flashgen_tensor k;  /* [batch, seqlen_k, heads_kv, head_dim] (packed: [total_k, heads_kv, head_dim]) */
+  flashgen_tensor v;  /* [batch, seqlen_k, heads_kv, head_dim_v] (packed: [total_k, ...]) */
+  flashgen_tensor o;  /* [batch, seqlen_q, heads_q, head_dim_v] (packed: [total_q, ...]); written by
+                         forward */
   flashgen_bias bias; /* kind FLASHGEN_BIAS_NONE: no bias */
-  flashgen_lse lse;   /* data NULL: no LSE output */
+  flashgen_lse lse;   /* data NULL: no LSE output (packed: [heads_q, total_q], stride_batch 0) */
   float softcap;      /* > 0: each logit x = Qs.K becomes softcap * tanh(x / softcap) before the
                          bias and the mask; 0: off (flashgen_problem_init_bshd sets 0). Must be 0
                          or in [FLT_MIN, 1024] (the kernels' tanh is accurate to about
@@ -184,6 +186,44 @@ typedef struct flashgen_problem {
   int64_t alibi_stride_batch; /* in elements, >= 0 (checked when alibi_slopes is set); 0: one
                                  slope per query head for every batch ([heads_q]), heads_q:
                                  [batch, heads_q] slopes. (Added in 0.3.0.) */
+  /* Packed (variable-length) batch, FlashAttention's varlen layout (added in 0.4.0;
+   * flashgen_problem_init_bshd sets all five to NULL / 0, a dense batch).
+   * cu_seqlens_q non-NULL makes the problem a packed batch of `batch` sequences:
+   *   - cu_seqlens_q and cu_seqlens_k (both required): device int32 [batch + 1],
+   *     4-byte aligned, offsets in rows; sequence b owns query rows
+   *     cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1 of q and o and keys
+   *     cu_seqlens_k[b] .. cu_seqlens_k[b + 1] - 1 of k and v;
+   *   - q and o are [total_q, heads_q, dim], k and v [total_k, heads_kv, dim]:
+   *     element [row, h, d] at data + row*stride_seq + h*stride_head + d, and
+   *     stride_batch must be 0 for all four;
+   *   - seqlen_q / seqlen_k are host upper bounds of every sequence's query rows /
+   *     keys (max_seqlen_q / max_seqlen_k; the grid is sized by them);
+   *   - masks, windows and ALiBi align per sequence (off = its seqlen_k - seqlen_q);
+   *   - lse is [heads_q, total_q] (element [h, row] at data + h*stride_head + row;
+   *     lse.stride_batch must be 0);
+   *   - bias stays [batch, heads_q, seqlen_q, seqlen_k] in each sequence's own
+   *     positions; alibi_slopes and sinks as for a dense batch.
+   * The offsets are read on the device only, never checked by the host: they
+   * must be non-decreasing from a first offset >= 0, with cu_seqlens_q[batch] <=
+   * total_q and cu_seqlens_k[batch] <= total_k (otherwise the kernels read or
+   * write rows of other sequences or outside the tensors); a sequence longer
+   * than seqlen_q / seqlen_k is cut to that bound (rows past it are not written,
+   * keys past it not read). A zero-length sequence is allowed (rows that see no
+   * key get O = 0, LSE = -inf, or the sink with sinks).
+   * With cu_seqlens_q NULL, the other four must be NULL / 0. Any other breach
+   * (cu_seqlens_k NULL, a misaligned pointer, total_q or total_k outside
+   * [0, 2^31 - 1], a non-zero stride_batch) is FLASHGEN_ERROR_INVALID_ARGUMENT
+   * naming the field. A packed batch is its own kernel specialization
+   * ("varlen=1" in the spec string). */
+  const int32_t* cu_seqlens_q; /* device int32 [batch + 1]; NULL: dense batch */
+  const int32_t* cu_seqlens_k; /* device int32 [batch + 1]; required with cu_seqlens_q */
+  const int32_t* seqused_k;    /* optional device int32 [batch], 4-byte aligned: only the first
+                                  seqused_k[b] keys of sequence b count (at most cu_seqlens_k[b + 1]
+                                  - cu_seqlens_k[b]; a KV cache allocated longer than it is
+                                  filled); NULL: all of them */
+  int64_t total_q;             /* rows of q and o (their extent), in [0, 2^31 - 1]; 0 without
+                                  cu_seqlens_q */
+  int64_t total_k;             /* rows of k and v, in [0, 2^31 - 1]; 0 without cu_seqlens_q */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none
@@ -194,7 +234,8 @@ const char* flashgen_last_error(void);
 /* Fill *problem for contiguous BSHD tensors: strides
  *   q/o: [seqlen*heads*dim, heads*dim, dim], k/v likewise with heads_kv,
  * no bias, no LSE, default scale (has_scale = 0), no softcap, window sizes -1, -1,
- * no sinks, no ALiBi (alibi_stride_batch 0). Pointers are device
+ * no sinks, no ALiBi (alibi_stride_batch 0), a dense batch (cu_seqlens_q,
+ * cu_seqlens_k, seqused_k NULL, total_q and total_k 0). Pointers are device
  * pointers (never dereferenced here). Only the arguments needed to compute
  * strides are checked (problem non-NULL, enums in range, sizes >= 0); the full
  * check happens in flashgen_plan / flashgen_forward.
@@ -242,7 +283,7 @@ flashgen_status flashgen_forward(const flashgen_problem* problem, flashgen_strea
  * for *problem on `stream`, asynchronously; the kernel is compiled or read
  * from the cache and loaded on first use in the current context. The problem
  * must match the spec (dtype, head dims, mask, bias kind, LSE presence,
- * softcap, sinks and ALiBi on or off).
+ * softcap, sinks and ALiBi on or off, packed or dense batch).
  * Errors: as flashgen_forward; a problem that does not match the spec is
  * FLASHGEN_ERROR_INVALID_ARGUMENT naming the mismatch, and so is a wgmma spec
  * with K or V of stride_seq 0 and seqlen_k > 1 (its TMA tensor maps cannot

@@ -2,6 +2,7 @@
 // input, buffer sizes, generate/free, and forward/launch without a GPU.
 #include <doctest/doctest.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "flashgen/flashgen.h"
 #include "flashgen/flashgen.hpp"
@@ -75,6 +77,11 @@ TEST_CASE("c_api: problem_init_bshd fills contiguous strides and rejects bad arg
   CHECK(p.sinks == nullptr);
   CHECK(p.alibi_slopes == nullptr);
   CHECK(p.alibi_stride_batch == 0);
+  CHECK(p.cu_seqlens_q == nullptr);  // a dense batch
+  CHECK(p.cu_seqlens_k == nullptr);
+  CHECK(p.seqused_k == nullptr);
+  CHECK(p.total_q == 0);
+  CHECK(p.total_k == 0);
   // Garbage in the struct beforehand does not survive init.
   flashgen_problem dirty;
   std::memset(&dirty, 0x5a, sizeof dirty);
@@ -86,6 +93,14 @@ TEST_CASE("c_api: problem_init_bshd fills contiguous strides and rejects bad arg
   CHECK(dirty.sinks == nullptr);
   CHECK(dirty.alibi_slopes == nullptr);
   CHECK(dirty.alibi_stride_batch == 0);
+  CHECK(dirty.cu_seqlens_q == nullptr);
+  CHECK(dirty.cu_seqlens_k == nullptr);
+  CHECK(dirty.seqused_k == nullptr);
+  CHECK(dirty.total_q == 0);
+  CHECK(dirty.total_k == 0);
+  char dirty_spec[256];
+  CHECK(flashgen_plan(&dirty, 80, dirty_spec, sizeof dirty_spec) == FLASHGEN_OK);  // (the garbage would be refused)
+  CHECK(std::string(dirty_spec).find("varlen") == std::string::npos);
 
   CHECK(flashgen_problem_init_bshd(nullptr, FLASHGEN_DTYPE_F16, 1, 1, 1, 1, 1, 64, 64, FLASHGEN_MASK_NONE,
                                    kQ, kK, kV, kO) == FLASHGEN_ERROR_INVALID_ARGUMENT);
@@ -207,6 +222,73 @@ TEST_CASE("c_api: window masks, sinks and ALiBi reach the problem and the spec")
   cpp.sinks = c.sinks;
   cpp.alibi_slopes = c.alibi_slopes;
   CHECK(std::string(spec) == plan(cpp, 75).canonical());
+}
+
+TEST_CASE("c_api: packed batches: cu_seqlens, seqused_k, total_q and total_k reach the problem and the spec") {
+  // The struct grew at its end (0.4.0): the packed-batch fields follow alibi_stride_batch.
+  CHECK(offsetof(flashgen_problem, cu_seqlens_q) > offsetof(flashgen_problem, alibi_stride_batch));
+  CHECK(offsetof(flashgen_problem, cu_seqlens_k) > offsetof(flashgen_problem, cu_seqlens_q));
+  CHECK(offsetof(flashgen_problem, seqused_k) > offsetof(flashgen_problem, cu_seqlens_k));
+  CHECK(offsetof(flashgen_problem, total_q) > offsetof(flashgen_problem, seqused_k));
+  CHECK(offsetof(flashgen_problem, total_k) > offsetof(flashgen_problem, total_q));
+  const auto* const cu_q = reinterpret_cast<const int32_t*>(uintptr_t{0x90000});
+  const auto* const cu_k = reinterpret_cast<const int32_t*>(uintptr_t{0x90100});
+  const auto* const used = reinterpret_cast<const int32_t*>(uintptr_t{0x90200});
+  // 2 sequences of at most 100 query rows and 120 keys, 150 rows and 200 keys in all.
+  flashgen_problem p = good_problem(64, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT);
+  p.q.stride_batch = p.k.stride_batch = p.v.stride_batch = p.o.stride_batch = 0;
+  p.cu_seqlens_q = cu_q;
+  p.cu_seqlens_k = cu_k;
+  p.total_q = 150;
+  p.total_k = 200;
+  char spec[256];
+  REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(std::string(spec).ends_with(",lse=0,varlen=1"));
+  CHECK(KernelSpec::parse(spec).varlen);
+  CHECK(KernelSpec::parse(spec).kernel_name().ends_with("_varlen"));
+  // The same problem through the C++ API plans the same kernel.
+  AttentionProblem cpp = make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 64, 64, MaskKind::causal_bottom_right, kQ,
+                                           kK, kV, kO);
+  cpp.q.stride_batch = cpp.k.stride_batch = cpp.v.stride_batch = cpp.o.stride_batch = 0;
+  cpp.cu_seqlens_q = cu_q;
+  cpp.cu_seqlens_k = cu_k;
+  cpp.total_q = 150;
+  cpp.total_k = 200;
+  CHECK(std::string(spec) == plan(cpp, 80).canonical());
+  // seqused_k and an LSE [heads_q, total_q] plan too (LSE is part of the spec, seqused_k is not).
+  p.seqused_k = used;
+  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x60000});
+  p.lse.stride_head = 150;
+  p.lse.stride_batch = 0;
+  REQUIRE(flashgen_plan(&p, 90, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(std::string(spec).ends_with(",lse=1,varlen=1"));
+
+  // Each field reaches check_problem: the refusals name it.
+  struct Bad {
+    void (*change)(flashgen_problem&);
+    const char* message;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {[](flashgen_problem& x) { x.cu_seqlens_k = nullptr; }, "cu_seqlens_k is null but cu_seqlens_q is set"},
+           {[](flashgen_problem& x) { x.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x90002}); },
+            "cu_seqlens_q (0x90002) must be 4-byte aligned"},
+           {[](flashgen_problem& x) { x.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x90101}); },
+            "cu_seqlens_k (0x90101) must be 4-byte aligned"},
+           {[](flashgen_problem& x) { x.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x90202}); },
+            "seqused_k (0x90202) must be 4-byte aligned"},
+           {[](flashgen_problem& x) { x.total_q = -1; }, "total_q (-1) must be in [0, 2^31 - 1]"},
+           {[](flashgen_problem& x) { x.total_k = int64_t{1} << 31; }, "total_k (2147483648) must be in [0, 2^31 - 1]"},
+           {[](flashgen_problem& x) { x.v.stride_batch = 120 * 2 * 64; }, "v.stride_batch (15360) must be 0 with cu_seqlens_q"},
+           {[](flashgen_problem& x) { x.lse.stride_batch = 1200; }, "lse.stride_batch (1200) must be 0 with cu_seqlens_q"},
+           {[](flashgen_problem& x) { x.cu_seqlens_q = nullptr; },
+            "describe a packed batch and must be unset (null, 0) without cu_seqlens_q"},
+       }) {
+    CAPTURE(b.message);
+    flashgen_problem x = p;
+    b.change(x);
+    CHECK(flashgen_plan(&x, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), b.message));
+  }
 }
 
 TEST_CASE("c_api: plan refuses a buffer that is too small and says the size needed") {
@@ -366,12 +448,30 @@ TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVA
   other.alibi_slopes = reinterpret_cast<const float*>(uintptr_t{0x80000});
   CHECK(flashgen_launch_spec(spec, &other, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(last(), "problem.alibi_slopes = 0x80000 (on) but the kernel was generated for alibi_slopes = off"));
+  // A packed batch against a dense kernel, and the other way round.
+  flashgen_problem packed = p;
+  packed.q.stride_batch = packed.k.stride_batch = packed.v.stride_batch = packed.o.stride_batch = 0;
+  packed.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x90000});
+  packed.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x90100});
+  packed.total_q = 150;
+  packed.total_k = 200;
+  CHECK(flashgen_launch_spec(spec, &packed, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "problem.cu_seqlens_q = 0x90000 (a packed batch) but the kernel was generated for "
+                         "cu_seqlens_q = dense (varlen off)"));
+  char packed_spec[256];
+  REQUIRE(flashgen_plan(&packed, 80, packed_spec, sizeof packed_spec) == FLASHGEN_OK);
+  CHECK(flashgen_launch_spec(packed_spec, &p, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(last(), "(dense) but the kernel was generated for cu_seqlens_q = a packed batch (varlen=1)"));
+  CHECK(flashgen_launch_spec(packed_spec, &packed, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
   CHECK(flashgen_launch_spec("garbage", &p, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
 
   // Empty problems launch nothing and need no GPU.
   flashgen_problem empty = p;
   empty.seqlen_q = 0;
   CHECK(flashgen_launch_spec(spec, &empty, nullptr) == FLASHGEN_OK);
+  empty = packed;  // a packed batch without rows
+  empty.total_q = 0;
+  CHECK(flashgen_launch_spec(packed_spec, &empty, nullptr) == FLASHGEN_OK);
 }
 
 TEST_CASE("c_api: the last error is per thread and kept across successes") {

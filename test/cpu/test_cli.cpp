@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -503,6 +504,195 @@ TEST_CASE("cli: pregen --sinks, --alibi and the window masks") {
   CHECK(contains(help.out, "--alibi"));
 }
 
+TEST_CASE("cli: seqlens_q / seqlens_k in the problem syntax make a packed batch") {
+  TempDir work("flashgen-cli-varlen");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem =
+      "dtype=bf16,seqlens_q=100:37:0:512,seqlens_k=120:37:5:600,heads_q=8,heads_kv=2,head_dim=64,mask=causalbr,lse=1";
+  const cli::ProblemDesc d = cli::parse_problem_text(problem);
+  CHECK(d.varlen());
+  CHECK(d.seqlens_q == std::vector<int64_t>{100, 37, 0, 512});
+  CHECK(d.seqlens_k == std::vector<int64_t>{120, 37, 5, 600});
+  CHECK(d.batch == 4);       // the count
+  CHECK(d.seqlen_q == 512);  // max_seqlen_q
+  CHECK(d.seqlen_k == 600);  // max_seqlen_k
+  CHECK(d.total_q() == 649);
+  CHECK(d.total_k() == 762);
+  CHECK_FALSE(d.seqused_k);
+  CHECK(d.str() == "bf16 b4 sq512 sk600 hq8 hkv2 d64/v64 mask=causalbr bias=none lse=1 seqlens_q=100:37:0:512 "
+                   "seqlens_k=120:37:5:600");
+  const AttentionProblem ap = cli::to_problem(d);
+  CHECK(ap.varlen());
+  REQUIRE(ap.cu_seqlens_q != nullptr);
+  REQUIRE(ap.cu_seqlens_k != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(ap.cu_seqlens_q) % 16 == 0);
+  CHECK(reinterpret_cast<uintptr_t>(ap.cu_seqlens_k) % 16 == 0);
+  CHECK(ap.cu_seqlens_q != ap.cu_seqlens_k);
+  CHECK(ap.seqused_k == nullptr);
+  CHECK(ap.total_q == 649);
+  CHECK(ap.total_k == 762);
+  CHECK(ap.batch == 4);
+  CHECK(ap.seqlen_q == 512);
+  CHECK(ap.seqlen_k == 600);
+  for (const TensorRef* t : {&ap.q, &ap.k, &ap.v, &ap.o}) CHECK(t->stride_batch == 0);
+  CHECK(ap.q.stride_seq == 8 * 64);
+  CHECK(ap.k.stride_seq == 2 * 64);
+  CHECK(ap.lse.stride_batch == 0);  // [heads_q, total_q]
+  CHECK(ap.lse.stride_head == 649);
+  CHECK_NOTHROW(check_problem(ap));
+  const KernelSpec spec = plan(ap, 80);
+  CHECK(spec.varlen);
+  CHECK(spec.kernel_name().ends_with("_lse_varlen"));
+  // seqused_k=1 passes a seqused_k array; a dense problem has none of it.
+  const cli::ProblemDesc used = cli::parse_problem_text(problem + ",seqused_k=1");
+  CHECK(used.seqused_k);
+  CHECK(contains(used.str(), " seqused_k=1"));
+  REQUIRE(cli::to_problem(used).seqused_k != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(cli::to_problem(used).seqused_k) % 16 == 0);
+  CHECK(plan(cli::to_problem(used), 80) == spec);  // (the array is a launch argument)
+  const AttentionProblem dense = cli::to_problem(cli::parse_problem_text("dtype=bf16,seqlen=512,heads=8,head_dim=64"));
+  CHECK_FALSE(dense.varlen());
+  CHECK(dense.cu_seqlens_k == nullptr);
+  CHECK(dense.seqused_k == nullptr);
+  CHECK(dense.total_q == 0);
+  CHECK(dense.total_k == 0);
+  // Explicit bounds at least the longest lengths are kept (max_seqlen); an explicit batch equal to the count is fine.
+  const cli::ProblemDesc bounded =
+      cli::parse_problem_text("dtype=f16,batch=2,seqlen_q=1024,seqlen_k=2048,seqlens_q=7:9,seqlens_k=7:9,heads=1,head_dim=64");
+  CHECK(bounded.seqlen_q == 1024);
+  CHECK(bounded.seqlen_k == 2048);
+  CHECK(bounded.batch == 2);
+  CHECK(cli::parse_problem_text("dtype=f16,seqlen=9,seqlens_q=7:9,seqlens_k=7:9,heads=1,head_dim=64").seqlen_k == 9);
+  // The largest sum, 2^31 - 1, is accepted.
+  const cli::ProblemDesc largest =
+      cli::parse_problem_text("dtype=f16,seqlens_q=2147483646:1,seqlens_k=1:2147483646,heads=1,head_dim=64");
+  CHECK(largest.total_q() == 2147483647);
+  CHECK(largest.total_k() == 2147483647);
+
+  // The same keys in a YAML problem set, as "L1:L2" or as a sequence.
+  const auto set = cli::parse_problem_set(
+      "problems:\n"
+      "  - {dtype: f16, seqlens_q: 100:37, seqlens_k: [120, 37], heads: 2, head_dim: 64, seqused_k: true}\n"
+      "  - {dtype: f16, seqlens_q: '5', seqlens_k: '6', heads: 2, head_dim: 64}\n",
+      "p.yml");
+  REQUIRE(set.size() == 2);
+  CHECK(set[0].seqlens_q == std::vector<int64_t>{100, 37});
+  CHECK(set[0].seqlens_k == std::vector<int64_t>{120, 37});
+  CHECK(set[0].seqused_k);
+  CHECK(set[0].batch == 2);
+  CHECK(set[1].seqlens_q == std::vector<int64_t>{5});
+  CHECK(set[1].seqlen_k == 6);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems:\n  - {dtype: f16, seqlens_q: [100, -1], seqlens_k: [1, 2], "
+                                              "heads: 2, head_dim: 64}\n",
+                                              "p.yml"),
+                       doctest::Contains("p.yml: key 'problems[0].seqlens_q' has value '100:-1': length 2 ('-1') "
+                                         "must be an integer in [0, 2147483647]"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems:\n  - {dtype: f16, seqlens_q: [1, [2]], seqlens_k: [1, 2], "
+                                              "heads: 2, head_dim: 64}\n",
+                                              "p.yml"),
+                       doctest::Contains("p.yml: key 'problems[0].seqlens_q' must be \"L1:L2:...\" or a sequence of "
+                                         "integers"),
+                       InvalidArgument);
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems:\n  - {dtype: f16, seqlens_q: 1:2, seqlens_k: 1:2:3, "
+                                              "heads: 2, head_dim: 64}\n",
+                                              "p.yml"),
+                       doctest::Contains("p.yml: problems[0] key 'seqlens_k' has 3 lengths and 'seqlens_q' 2"),
+                       InvalidArgument);
+
+  // show: the packed kernel; explain: the packed rows, the grid and the per-sequence FLOPs.
+  const Run a = run_cli({"show", "--problem", problem, "--arch", "80"}, env);
+  CHECK(a.rc == 0);
+  CHECK(contains(a.out, "constexpr bool VARLEN = true;"));
+  CHECK(a.out == generate(spec));
+  const Run e = run_cli({"explain", "--problem", problem + ",seqused_k=1", "--arch", "80", "--no-compile"}, env);
+  INFO(e.out, e.err);
+  CHECK(e.rc == 0);
+  CHECK(contains(e.out, "packed       4 sequences packed along the rows (cu_seqlens_q, cu_seqlens_k): total_q 649, "
+                        "total_k 762, max_seqlen_q 512, max_seqlen_k 600; seqused_k[b] keys of each count"));
+  CHECK(contains(e.out, "kernel       " + spec.kernel_name()));
+  CHECK(contains(e.out, "(ceil(max_seqlen_q / block_m) x heads_q x batch; those past their sequence's rows exit at "
+                        "once)"));
+  CHECK(contains(e.out, "= 2 x Hq x (visible (q, k) pairs, summed over the sequences) x (D + Dv)"));
+  // The FLOPs explain prints are the per-sequence sum: bottom-right causal, each row of
+  // sequence b sees min(sk, i + sk - sq + 1) keys.
+  double pairs = 0;
+  for (size_t b = 0; b < d.seqlens_q.size(); ++b)
+    for (int64_t i = 0; i < d.seqlens_q[b]; ++i)
+      pairs += static_cast<double>(std::clamp<int64_t>(i + d.seqlens_k[b] - d.seqlens_q[b] + 1, 0, d.seqlens_k[b]));
+  CHECK(cli::problem_flops(d) == 2.0 * 8 * pairs * 128);
+  CHECK(contains(e.out, fmt::format("flops        {:.4g} = ", 2.0 * 8 * pairs * 128)));
+  // tune ranks packed-batch candidates: the profile's default is one of them (a candidate
+  // without varlen would differ from the default and list it a second time).
+  const Run dry = run_cli({"tune", "--dry-run", "--arch", "80", "--problem", problem}, env);
+  INFO(dry.out, dry.err);
+  CHECK(dry.rc == 0);
+  CHECK(contains(dry.out, "class bf16 d64/v64 mask=causalbr bias=none lse=1 varlen seqlen_q<=512"));
+  size_t defaults = 0;
+  for (size_t at = dry.out.find("(profile default)"); at != std::string::npos;
+       at = dry.out.find("(profile default)", at + 1))
+    ++defaults;
+  CHECK(defaults == 1);
+  // A packed problem that breaks a rule: explain lists it and offers packed alternatives.
+  const Run bad = run_cli({"explain", "--problem", "dtype=f16,seqlens_q=3:4,seqlens_k=3:4,heads=1,head_dim=100",
+                           "--arch", "80", "--no-compile"},
+                          env);
+  INFO(bad.out, bad.err);
+  CHECK(bad.rc == 1);
+  CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
+  CHECK(contains(bad.out, "_varlen\n"));
+}
+
+TEST_CASE("cli: pregen --varlen builds the packed-batch kernels") {
+  TempDir work("flashgen-cli-pregen-varlen");
+  const auto env = base_env(work.path() + "/cache");
+  const Run both = run_cli({"pregen", "--arch", "80,90", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks",
+                            "none,causalbr", "--varlen", "no,yes", "--sinks", "no,yes"},
+                           env);
+  INFO(both.out, both.err);
+  CHECK(both.rc == 0);
+  const std::vector<std::string> specs = lines(both.out);
+  CHECK(specs.size() == 16);  // 2 archs x 2 masks x 2 x 2
+  size_t packed = 0;
+  for (const std::string& text : specs) {
+    CAPTURE(text);
+    const KernelSpec s = KernelSpec::parse(text);
+    CHECK(text.ends_with(",varlen=1") == s.varlen);
+    CHECK(s.kernel_name().ends_with("_varlen") == s.varlen);
+    if (s.varlen) ++packed;
+  }
+  CHECK(packed == 8);
+  const Run plain = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16"}, env);
+  CHECK(plain.rc == 0);
+  CHECK_FALSE(contains(plain.out, "varlen"));
+  // Compiled: one packed kernel into a bundle, named with _varlen.
+  const std::string bundle = work.path() + "/bundle";
+  const Run r = run_cli({"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16", "--masks", "causalbr",
+                         "--varlen", "yes", "--out", bundle},
+                        env);
+  INFO(r.out, r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "1 compiled"));
+  const KernelSpec expected =
+      plan(cli::to_problem(cli::parse_problem_text(
+               "dtype=f16,seqlens_q=1024,seqlens_k=1024,heads=1,head_dim=64,mask=causalbr")),
+           80);
+  REQUIRE(expected.kernel_name().ends_with("_varlen"));
+  CHECK(contains(r.err, "compiled " + expected.kernel_name()));
+  bool found = false;
+  for (const std::string& f : test::list_dir(bundle)) found = found || f.rfind(expected.kernel_name() + "-", 0) == 0;
+  CHECK(found);
+  // A problem file with the packed lengths reaches the same kernel.
+  std::ofstream(work.path() + "/p.yml")
+      << "problems:\n  - {dtype: f16, seqlens_q: [1024, 3], seqlens_k: 1024:3, heads: 1, head_dim: 64, mask: causalbr}\n";
+  const Run file = run_cli({"pregen", "--arch", "80", "--problems", work.path() + "/p.yml", "--list"}, env);
+  CHECK(file.rc == 0);
+  CHECK(file.out == expected.canonical() + "\n");
+  // The help names the option.
+  CHECK(contains(run_cli({"pregen", "--help"}, env).out, "--varlen"));
+}
+
 TEST_CASE("cli: show prints the generated source") {
   TempDir work("flashgen-cli-show");
   const auto env = base_env(work.path() + "/cache");
@@ -865,6 +1055,8 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--alibi", "on"}, {"--alibi: 'on' is not one of no, yes"}},
            {{"pregen", "--arch", "80", "--list", "--alibi", ""}, {"--alibi has no value"}},
            {{"pregen", "--arch", "80", "--list", "--sinks", ","}, {"--sinks has no value"}},
+           {{"pregen", "--arch", "80", "--list", "--varlen", "maybe"}, {"--varlen: 'maybe' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--varlen", ""}, {"--varlen has no value"}},
            {{"pregen", "--arch", "80", "--list", "--masks", "window"},
             {"--masks: 'window' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
@@ -898,7 +1090,44 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"key 'alibi' has value '2': allowed: true, false (or 1, 0, yes, no)"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,window=3"},
             {"key 'window' is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, heads, heads_q, "
-             "heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, window_left, window_right, sinks, alibi"}},
+             "heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, window_left, window_right, sinks, alibi, "
+             "seqlens_q, seqlens_k, seqused_k"}},
+           // Packed batches: both lists, the same count, each length and each sum in int32, no conflicting batch or
+           // bound, seqused_k only with them.
+           {{"explain", "--problem", "dtype=f16,seqlens_q=100:50,heads=8,head_dim=64"},
+            {"key 'seqlens_k' is missing: seqlens_q and seqlens_k describe a packed batch together"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_k=100:50,heads=8,head_dim=64"}, {"key 'seqlens_q' is missing"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=100:50:7,seqlens_k=100:50,heads=8,head_dim=64"},
+            {"key 'seqlens_k' has 2 lengths and 'seqlens_q' 3: a packed batch has one of each per sequence"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=100:-1,seqlens_k=100:50,heads=8,head_dim=64"},
+            {"key 'seqlens_q' has value '100:-1': length 2 ('-1') must be an integer in [0, 2147483647] (one length "
+             "per sequence, separated by ':'"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=100:50,seqlens_k=100:2147483648,heads=8,head_dim=64"},
+            {"key 'seqlens_k' has value '100:2147483648': length 2 ('2147483648') must be an integer in [0, "
+             "2147483647]"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=2147483647:1,seqlens_k=1:1,heads=8,head_dim=64"},
+            {"key 'seqlens_q' has value '2147483647:1': the first 2 lengths add up to 2147483648, more than "
+             "2147483647 = 2^31 - 1 (a packed batch's rows are counted by int32 offsets, cu_seqlens)"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=1:1.5,seqlens_k=1:1,heads=8,head_dim=64"},
+            {"key 'seqlens_q' has value '1:1.5': length 2 ('1.5') must be an integer"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=1::2,seqlens_k=1:1:2,heads=8,head_dim=64"},
+            {"key 'seqlens_q' has value '1::2': length 2 ('') must be an integer"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=,seqlens_k=1,heads=8,head_dim=64"},
+            {"key 'seqlens_q' has value '': length 1 ('') must be an integer"}},
+           {{"explain", "--problem", "dtype=f16,batch=4,seqlens_q=100:50:7,seqlens_k=100:50:7,heads=8,head_dim=64"},
+            {"key 'batch' (4) conflicts with 'seqlens_q' (3 sequences): a packed batch has one sequence per length; "
+             "leave batch out or make it 3"}},
+           {{"explain", "--problem", "dtype=f16,seqlen_q=50,seqlens_q=100:50,seqlens_k=100:50,heads=8,head_dim=64"},
+            {"key 'seqlen_q' (50) is less than the longest of 'seqlens_q' (100): with per-sequence lengths it is "
+             "their bound (max_seqlen_q); leave it out or make it at least 100"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=100,seqlens_q=100:50,seqlens_k=100:500,heads=8,head_dim=64"},
+            {"key 'seqlen' (100) is less than the longest of 'seqlens_k' (500)"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,seqused_k=1"},
+            {"key 'seqused_k' is set without 'seqlens_q' and 'seqlens_k'"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=1,seqlens_k=1,heads=8,head_dim=64,seqused_k=maybe"},
+            {"key 'seqused_k' has value 'maybe': allowed: true, false (or 1, 0, yes, no)"}},
+           {{"explain", "--problem", "dtype=f16,seqlens_q=1,seqlens_q=2,seqlens_k=1,heads=8,head_dim=64"},
+            {"key 'seqlens_q' appears more than once"}},
        }) {
     CAPTURE(b.args[0]);
     CAPTURE(b.args.back());

@@ -54,6 +54,8 @@ const char* const kGoldenSpecs[] = {
     "flashgen.fwd_split.v1:sm=80,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=32,bn=64,w=4,s=2,pack=4,mask=causalbr,bias=input,lse=1",
     // The merge of attention states (combine family).
     "flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1",
+    // ... and the packed batch's, which writes only the rows of its sequences
+    "flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,varlen=1",
 };
 
 std::string golden_path(const KernelSpec& spec) {

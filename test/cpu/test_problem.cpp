@@ -589,3 +589,125 @@ TEST_CASE("check_problem: 64-bit offset overflow") {
     CHECK_REJECTED(q, "the largest offset");
   }
 }
+
+namespace {
+
+// A packed batch of 3 sequences (max_seqlen_q 100, max_seqlen_k 120; 250 query
+// rows and 300 keys in all), 8 query heads over 2 KV heads, head_dim 96,
+// head_dim_v 64: Q/O [total_q, heads, d] and K/V [total_k, heads, d] with
+// stride_batch 0.
+AttentionProblem valid_packed_problem() {
+  AttentionProblem p = valid_problem();
+  p.batch = 3;
+  for (TensorRef* t : {&p.q, &p.k, &p.v, &p.o}) t->stride_batch = 0;
+  p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x70000});
+  p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70100});
+  p.total_q = 250;
+  p.total_k = 300;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("check_problem: packed (varlen) batches") {
+  AttentionProblem p = valid_packed_problem();
+  CHECK(p.varlen());
+  CHECK_FALSE(valid_problem().varlen());
+  CHECK_NOTHROW(check_problem(p));
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70200});
+  CHECK_NOTHROW(check_problem(p));
+  // LSE [heads_q, total_q]: stride_batch 0, stride_head >= total_q.
+  p.lse.data = reinterpret_cast<float*>(0x60000);
+  p.lse.stride_head = 250;
+  p.lse.stride_batch = 0;
+  CHECK_NOTHROW(check_problem(p));
+  p.lse.stride_head = 249;  // rows of two heads would overlap: the extent is total_q, not seqlen_q
+  CHECK_REJECTED(p, "lse.stride_head (249) is smaller than the 250 elements it must step over (total_q = 250)");
+  p.lse.stride_head = 250;
+  p.lse.stride_batch = 250 * 8;  // the dense layout's
+  CHECK_REJECTED(p, "lse.stride_batch (2000) must be 0 with cu_seqlens_q: a packed batch's LSE is [heads_q, total_q]");
+
+  SUBCASE("cu_seqlens_k is required") {
+    p = valid_packed_problem();
+    p.cu_seqlens_k = nullptr;
+    CHECK_REJECTED(p, "cu_seqlens_k is null but cu_seqlens_q is set; a packed batch needs both (int32 [batch + 1]");
+  }
+  SUBCASE("total_q and total_k are in [0, 2^31 - 1]") {
+    for (const int64_t bad : {int64_t{-1}, int64_t{2147483648}, std::numeric_limits<int64_t>::max()}) {
+      CAPTURE(bad);
+      p = valid_packed_problem();
+      p.total_q = bad;
+      CHECK_REJECTED(p, fmt::format("total_q ({}) must be in [0, 2^31 - 1] (the packed rows, counted by int32 offsets)",
+                                    bad).c_str());
+      p = valid_packed_problem();
+      p.total_k = bad;
+      CHECK_REJECTED(p, fmt::format("total_k ({}) must be in [0, 2^31 - 1]", bad).c_str());
+    }
+    p = valid_packed_problem();
+    p.total_q = 2147483647;  // the largest; the tensors' offsets still fit
+    p.total_k = 2147483647;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("the offsets' pointers are 4-byte aligned") {
+    p = valid_packed_problem();
+    p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x70002});
+    CHECK_REJECTED(p, "cu_seqlens_q (0x70002) must be 4-byte aligned (int32)");
+    p = valid_packed_problem();
+    p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70101});
+    CHECK_REJECTED(p, "cu_seqlens_k (0x70101) must be 4-byte aligned (int32)");
+    p = valid_packed_problem();
+    p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70203});
+    CHECK_REJECTED(p, "seqused_k (0x70203) must be 4-byte aligned (int32)");
+  }
+  SUBCASE("q, k, v and o have stride_batch 0") {
+    for (const char* name : {"q", "k", "v", "o"}) {
+      CAPTURE(name);
+      p = valid_packed_problem();
+      TensorRef& t = name[0] == 'q' ? p.q : name[0] == 'k' ? p.k : name[0] == 'v' ? p.v : p.o;
+      t.stride_batch = 4096;
+      CHECK_REJECTED(p, fmt::format("{}.stride_batch (4096) must be 0 with cu_seqlens_q: a packed batch is [total, "
+                                    "heads, d], its sequences found through cu_seqlens",
+                                    name)
+                            .c_str());
+    }
+  }
+  SUBCASE("the tensors' extents are the packed rows") {
+    p = valid_packed_problem();
+    p.o.stride_seq = 8;  // smaller than heads_q * stride_head: two packed rows of O would overlap
+    CHECK_REJECTED(p, "o.stride_seq (8) is smaller than");
+    p = valid_packed_problem();
+    p.k.stride_seq = int64_t{1} << 55;  // (total_k - 1) * 2^55 elements overflow a signed 64-bit offset
+    CHECK_REJECTED(p, "k: the largest offset (batch-1)*stride_batch + (total_k-1)*stride_seq");
+  }
+  SUBCASE("without cu_seqlens_q the other four are unset") {
+    for (int field = 0; field < 4; ++field) {
+      CAPTURE(field);
+      p = valid_problem();
+      if (field == 0) p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70100});
+      if (field == 1) p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70200});
+      if (field == 2) p.total_q = 250;
+      if (field == 3) p.total_k = 300;
+      CHECK_REJECTED(p, "describe a packed batch and must be unset (null, 0) without cu_seqlens_q; set cu_seqlens_q "
+                        "for a packed batch");
+    }
+    p = valid_problem();
+    p.total_q = 250;
+    CHECK_REJECTED(p, "total_q (250)");
+  }
+  SUBCASE("no packed rows: nothing is read, pointers may be null") {
+    p = valid_packed_problem();
+    p.total_q = 0;
+    p.q.data = nullptr;
+    p.o.data = nullptr;
+    p.k.data = nullptr;
+    p.v.data = nullptr;
+    CHECK_NOTHROW(check_problem(p));
+    p = valid_packed_problem();
+    p.total_k = 0;  // rows without keys: Q and O are still needed
+    p.k.data = nullptr;
+    p.v.data = nullptr;
+    CHECK_NOTHROW(check_problem(p));
+    p.o.data = nullptr;
+    CHECK_REJECTED(p, "o.data is null");
+  }
+}

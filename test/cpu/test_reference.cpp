@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <random>
 #include <utility>
 #include <vector>
@@ -1021,6 +1022,342 @@ TEST_CASE("invalid shapes and rows are refused") {
   std::vector<ref::RowId> rows = {{0, 2, 0}};
   std::vector<double> o1(16), l1(1);
   CHECK_THROWS_AS(ref::forward_rows(g.p, rows, o1.data(), l1.data()), flashgen::InvalidArgument);
+}
+
+// ------------------------- packed (varlen) batches --------------------------
+
+// A packed batch built by hand: sequence b owns query rows q_begin[b] .. of
+// [total_q, Hq, D] Q (cu_seqlens_q[0] > 0, rows left over after the last
+// sequence) and keys cu_seqlens_k[b] .. of [total_k, Hkv, D] K and V (a padded
+// head stride), of which the first used[b] count. Every Q, K, V element that no
+// sequence reads (rows before, between and after the sequences, keys past
+// seqused_k) is NaN, so a reference that reads one makes rows NaN / affected.
+// The bias is [B, Hq, max_sq, max_sk] in per-sequence positions, NaN outside each
+// sequence's own [seqlen_q, seqlen_k] corner.
+struct Packed {
+  AttentionProblem p;
+  std::vector<int32_t> cu_q, cu_k, used;
+  std::vector<uint16_t> q, k, v;
+  std::vector<float> bias, sinks, slopes;
+  int64_t D, Dv, Hq, Hkv;
+
+  Packed(DType dt, MaskKind mask, const std::vector<int32_t>& q_lens, const std::vector<int32_t>& k_lens,
+         const std::vector<int32_t>& used_k, int64_t hq, int64_t hkv, int64_t d, int64_t dv, std::mt19937_64& rng,
+         bool with_bias, bool with_sinks, bool with_alibi)
+      : D(d), Dv(dv), Hq(hq), Hkv(hkv) {
+    const int64_t B = static_cast<int64_t>(q_lens.size());
+    const uint16_t nan16 = ref::to_dtype(dt, std::numeric_limits<float>::quiet_NaN());
+    cu_q = {3};  // three rows before the first sequence
+    cu_k = {2};  // two keys before the first sequence
+    for (int64_t b = 0; b < B; ++b) {
+      cu_q.push_back(cu_q.back() + q_lens[static_cast<size_t>(b)]);
+      cu_k.push_back(cu_k.back() + k_lens[static_cast<size_t>(b)]);
+    }
+    used = used_k;
+    const int64_t total_q = cu_q.back() + 4, total_k = cu_k.back() + 3;  // rows left after the last sequence
+    const int64_t q_sh = D + 8, q_ss = Hq * q_sh;                          // padded heads
+    const int64_t k_ss = Hkv * D, v_ss = Hkv * Dv;
+    q.assign(static_cast<size_t>(total_q * q_ss), nan16);
+    k.assign(static_cast<size_t>(total_k * k_ss), nan16);
+    v.assign(static_cast<size_t>(total_k * v_ss), nan16);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    int64_t max_sq = 0, max_sk = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const int64_t keys = used.empty() ? k_lens[static_cast<size_t>(b)] : used[static_cast<size_t>(b)];
+      max_sq = std::max<int64_t>(max_sq, q_lens[static_cast<size_t>(b)]);
+      max_sk = std::max<int64_t>(max_sk, keys);
+      for (int64_t i = cu_q[b]; i < cu_q[b + 1]; ++i)
+        for (int64_t h = 0; h < Hq; ++h)
+          for (int64_t e = 0; e < D; ++e) q[static_cast<size_t>(i * q_ss + h * q_sh + e)] = ref::to_dtype(dt, u(rng));
+      for (int64_t j = cu_k[b]; j < cu_k[b] + keys; ++j)
+        for (int64_t h = 0; h < Hkv; ++h) {
+          for (int64_t e = 0; e < D; ++e) k[static_cast<size_t>(j * k_ss + h * D + e)] = ref::to_dtype(dt, u(rng));
+          for (int64_t e = 0; e < Dv; ++e) v[static_cast<size_t>(j * v_ss + h * Dv + e)] = ref::to_dtype(dt, u(rng));
+        }
+    }
+    p.dtype = dt;
+    p.batch = B;
+    p.seqlen_q = max_sq;
+    p.seqlen_k = max_sk;
+    p.heads_q = Hq;
+    p.heads_kv = Hkv;
+    p.head_dim = D;
+    p.head_dim_v = Dv;
+    p.mask = mask;
+    p.softmax_scale = 0.3f;
+    if (mask == MaskKind::window_top_left || mask == MaskKind::window_bottom_right) {
+      p.window_left = 2;
+      p.window_right = 1;
+    }
+    p.q = {q.data(), 0, q_ss, q_sh};
+    p.k = {k.data(), 0, k_ss, D};
+    p.v = {v.data(), 0, v_ss, Dv};
+    p.o = {nullptr, 0, Hq * Dv, Dv};
+    p.cu_seqlens_q = cu_q.data();
+    p.cu_seqlens_k = cu_k.data();
+    p.seqused_k = used.empty() ? nullptr : used.data();
+    p.total_q = total_q;
+    p.total_k = total_k;
+    if (with_bias) {
+      const int64_t sk = max_sk + 1, sq = max_sq + 2;  // padded bias rows / heads
+      bias.assign(static_cast<size_t>(B * Hq * sq * sk), std::numeric_limits<float>::quiet_NaN());
+      for (int64_t b = 0; b < B; ++b) {
+        const int64_t keys = used.empty() ? k_lens[static_cast<size_t>(b)] : used[static_cast<size_t>(b)];
+        for (int64_t h = 0; h < Hq; ++h)
+          for (int64_t i = 0; i < q_lens[static_cast<size_t>(b)]; ++i)
+            for (int64_t j = 0; j < keys; ++j) bias[static_cast<size_t>(((b * Hq + h) * sq + i) * sk + j)] = 2.0f * u(rng);
+      }
+      p.bias = {BiasKind::f32, bias.data(), Hq * sq * sk, sq * sk, sk, 1};
+    }
+    if (with_sinks) {
+      for (int64_t h = 0; h < Hq; ++h) sinks.push_back(u(rng) + 0.5f);
+      p.sinks = sinks.data();
+    }
+    if (with_alibi) {
+      for (int64_t x = 0; x < B * Hq; ++x) slopes.push_back(0.25f + 0.5f * std::fabs(u(rng)));
+      p.alibi_slopes = slopes.data();
+      p.alibi_stride_batch = Hq;
+    }
+  }
+  Packed(const Packed&) = delete;
+  Packed& operator=(const Packed&) = delete;
+};
+
+// Sequence b of `pk` copied into its own contiguous dense problem (batch 1), by
+// hand: the reference's packed path must give bit-identical rows.
+struct DenseCopy {
+  std::unique_ptr<Host> h;
+  std::vector<float> slope;
+  DenseCopy(const Packed& pk, int64_t b, int64_t sq, int64_t sk) {
+    const AttentionProblem& p = pk.p;
+    h = std::make_unique<Host>(p.dtype, 1, sq, sk, p.heads_q, p.heads_kv, p.head_dim, p.head_dim_v, p.mask,
+                               p.bias.kind);
+    h->p.softmax_scale = p.softmax_scale;
+    h->p.window_left = p.window_left;
+    h->p.window_right = p.window_right;
+    h->p.sinks = p.sinks;
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t hh = 0; hh < p.heads_q; ++hh)
+        for (int64_t e = 0; e < p.head_dim; ++e)
+          h->q[static_cast<size_t>((i * p.heads_q + hh) * p.head_dim + e)] =
+              pk.q[static_cast<size_t>((pk.cu_q[b] + i) * p.q.stride_seq + hh * p.q.stride_head + e)];
+    for (int64_t j = 0; j < sk; ++j)
+      for (int64_t hh = 0; hh < p.heads_kv; ++hh) {
+        for (int64_t e = 0; e < p.head_dim; ++e)
+          h->k[static_cast<size_t>((j * p.heads_kv + hh) * p.head_dim + e)] =
+              pk.k[static_cast<size_t>((pk.cu_k[b] + j) * p.k.stride_seq + hh * p.k.stride_head + e)];
+        for (int64_t e = 0; e < p.head_dim_v; ++e)
+          h->v[static_cast<size_t>((j * p.heads_kv + hh) * p.head_dim_v + e)] =
+              pk.v[static_cast<size_t>((pk.cu_k[b] + j) * p.v.stride_seq + hh * p.v.stride_head + e)];
+      }
+    if (p.bias.kind == BiasKind::f32)
+      for (int64_t hh = 0; hh < p.heads_q; ++hh)
+        for (int64_t i = 0; i < sq; ++i)
+          for (int64_t j = 0; j < sk; ++j)
+            h->set_bias(0, hh, i, j,
+                        pk.bias[static_cast<size_t>(b * p.bias.stride_batch + hh * p.bias.stride_head +
+                                                    i * p.bias.stride_q + j)]);
+    if (p.alibi_slopes != nullptr) {
+      for (int64_t hh = 0; hh < p.heads_q; ++hh) slope.push_back(p.alibi_slopes[b * p.alibi_stride_batch + hh]);
+      h->p.alibi_slopes = slope.data();
+    }
+  }
+};
+
+// Every packed row of forward_all against the dense reference of its
+// sequence's hand-made copy, bit for bit; rows no sequence owns are NaN.
+// Returns the number of rows compared.
+int64_t check_packed_against_dense(const Packed& pk, int threads) {
+  const AttentionProblem& p = pk.p;
+  std::vector<double> o, lse;
+  ref::forward_all(p, o, lse, threads);
+  REQUIRE(o.size() == static_cast<size_t>(p.total_q * p.heads_q * p.head_dim_v));
+  REQUIRE(lse.size() == static_cast<size_t>(p.heads_q * p.total_q));
+  std::vector<char> owned(static_cast<size_t>(p.total_q), 0);
+  int64_t compared = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    CAPTURE(b);
+    const int64_t keys = pk.used.empty() ? pk.cu_k[b + 1] - pk.cu_k[b] : pk.used[static_cast<size_t>(b)];
+    const int64_t sq = std::min<int64_t>(pk.cu_q[b + 1] - pk.cu_q[b], p.seqlen_q);
+    const int64_t sk = std::min<int64_t>(keys, p.seqlen_k);
+    const ref::Sequence seq = ref::sequence(p, b);
+    CHECK(seq.q_begin == pk.cu_q[b]);
+    CHECK(seq.k_begin == pk.cu_k[b]);
+    CHECK(seq.seqlen_q == sq);
+    CHECK(seq.seqlen_k == sk);
+    DenseCopy dc(pk, b, sq, sk);
+    const Out dense = run_all(dc.h->p, 1);
+    for (int64_t i = 0; i < sq; ++i) {
+      const int64_t row = pk.cu_q[b] + i;
+      owned[static_cast<size_t>(row)] = 1;
+      for (int64_t h = 0; h < p.heads_q; ++h) {
+        CAPTURE(i);
+        CAPTURE(h);
+        const double want_lse = dense.L(dc.h->p, 0, i, h);
+        CHECK(!std::isnan(want_lse));
+        CHECK(lse[static_cast<size_t>(h * p.total_q + row)] == want_lse);
+        bool same = true;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const double got = o[static_cast<size_t>((row * p.heads_q + h) * p.head_dim_v + d)];
+          same = same && got == dense.O(dc.h->p, 0, i, h, d) && std::isfinite(got);
+        }
+        CHECK(same);
+        ++compared;
+      }
+    }
+  }
+  for (int64_t row = 0; row < p.total_q; ++row) {
+    if (owned[static_cast<size_t>(row)]) continue;
+    CAPTURE(row);
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      CHECK(std::isnan(lse[static_cast<size_t>(h * p.total_q + row)]));
+      CHECK(std::isnan(o[static_cast<size_t>((row * p.heads_q + h) * p.head_dim_v)]));
+    }
+  }
+  return compared;
+}
+
+TEST_CASE("reference, varlen: every packed row equals the dense reference of its sequence (masks, seqused_k, empty sequences)") {
+  std::mt19937_64 rng(2718);
+  // Sequence 1 is empty, sequence 2 has rows but no key (O = 0, LSE = -inf or
+  // the sink), sequences 0, 3 and 5 use fewer keys than they own (seqused_k), 4
+  // has fewer keys than rows (bottom-right rows without keys).
+  const std::vector<int32_t> q_lens = {3, 0, 4, 2, 6, 5}, k_lens = {7, 4, 0, 9, 3, 8}, used = {4, 2, 0, 5, 3, 6};
+  for (MaskKind m : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right,
+                     MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      CAPTURE(to_string(m));
+      CAPTURE(variant);
+      const DType dt = variant == 1 ? DType::bf16 : DType::f16;
+      Packed pk(dt, m, q_lens, k_lens, variant == 2 ? std::vector<int32_t>{} : used, 4, 2, 16, 24, rng,
+                /*bias*/ variant == 1, /*sinks*/ variant != 0, /*alibi*/ variant == 1);
+      const int64_t compared = check_packed_against_dense(pk, variant + 1);
+      CHECK(compared == (3 + 4 + 2 + 6 + 5) * 4);
+      // The sequence without keys: O = 0, LSE = -inf (the sink with sinks).
+      std::vector<double> o, lse;
+      ref::forward_all(pk.p, o, lse);
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t h = 0; h < 4; ++h) {
+          const int64_t row = pk.cu_q[2] + i;
+          CHECK(lse[static_cast<size_t>(h * pk.p.total_q + row)] ==
+                (pk.p.sinks != nullptr ? static_cast<double>(pk.sinks[static_cast<size_t>(h)]) : -kInf));
+          for (int64_t d = 0; d < pk.p.head_dim_v; ++d)
+            CHECK(o[static_cast<size_t>((row * 4 + h) * pk.p.head_dim_v + d)] == 0.0);
+        }
+    }
+  }
+}
+
+TEST_CASE("reference, varlen: per-sequence alignment differs from the batch bound's; seqused_k changes the result") {
+  // Not vacuous: with causalbr, a sequence of 2 rows and 5 keys aligns with
+  // off = 3 (its own), not with the bounds' off (max_sk - max_sq); and
+  // seqused_k = 3 of 5 keys gives other rows than all 5.
+  std::mt19937_64 rng(31);
+  const std::vector<int32_t> q_lens = {2, 6}, k_lens = {5, 6};
+  Packed a(DType::f16, MaskKind::causal_bottom_right, q_lens, k_lens, {}, 2, 1, 16, 16, rng, false, false, false);
+  std::vector<double> o, lse;
+  ref::forward_all(a.p, o, lse);
+  // Row 0 of sequence 0 sees keys 0..3 (off 3): LSE over 4 keys; by hand.
+  {
+    const int64_t b = 0, i = 0, h = 1;
+    double m = -kInf;
+    std::vector<double> s;
+    for (int64_t j = 0; j <= i + 3; ++j) {
+      double acc = 0.0;
+      for (int64_t e = 0; e < 16; ++e) {
+        const float qf = ref::from_dtype(DType::f16, a.q[static_cast<size_t>((a.cu_q[b] + i) * a.p.q.stride_seq + h * a.p.q.stride_head + e)]);
+        const double qs = ref::from_dtype(DType::f16, ref::to_dtype(DType::f16, qf * 0.3f));
+        acc += qs * ref::from_dtype(DType::f16, a.k[static_cast<size_t>((a.cu_k[b] + j) * a.p.k.stride_seq + e)]);
+      }
+      s.push_back(static_cast<float>(acc));
+      m = std::max(m, s.back());
+    }
+    double sum = 0.0;
+    for (double x : s) sum += std::exp(x - m);
+    CHECK(lse[static_cast<size_t>(h * a.p.total_q + a.cu_q[b] + i)] == doctest::Approx(m + std::log(sum)).epsilon(1e-12));
+  }
+  std::vector<int32_t> used = {3, 6};
+  a.used = used;
+  a.p.seqused_k = a.used.data();
+  std::vector<double> o2, lse2;
+  ref::forward_all(a.p, o2, lse2);
+  CHECK(lse2[static_cast<size_t>(a.cu_q[0])] != lse[static_cast<size_t>(a.cu_q[0])]);
+  // (sequence 1 is unchanged: all of its keys are used either way)
+  CHECK(lse2[static_cast<size_t>(a.cu_q[1] + 3)] == lse[static_cast<size_t>(a.cu_q[1] + 3)]);
+}
+
+TEST_CASE("reference, varlen: bounds cut longer sequences; forward_rows agrees with forward_all, bounds included") {
+  std::mt19937_64 rng(404);
+  const std::vector<int32_t> q_lens = {5, 1, 0, 7}, k_lens = {9, 2, 3, 4};
+  Packed pk(DType::bf16, MaskKind::causal_bottom_right, q_lens, k_lens, {}, 4, 1, 16, 16, rng, false, true, false);
+  pk.p.seqlen_q = 4;  // sequences 0 and 3 are cut to 4 rows, sequence 0 to 6 keys
+  pk.p.seqlen_k = 6;
+  CHECK(check_packed_against_dense(pk, 2) == (4 + 1 + 0 + 4) * 4);
+  std::vector<double> o, lse;
+  ref::forward_all(pk.p, o, lse);
+  for (int64_t i = 4; i < 7; ++i) CHECK(std::isnan(lse[static_cast<size_t>(pk.cu_q[3] + i)]));  // past the bound
+
+  std::vector<ref::RowId> rows = {{3, 3, 2}, {0, 0, 0}, {1, 0, 3}, {0, 3, 1}, {3, 0, 0}};
+  std::vector<double> ro(rows.size() * 16), rl(rows.size());
+  ref::RowBounds bounds;
+  ref::forward_rows(pk.p, rows, ro.data(), rl.data(), 3, &bounds);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    CAPTURE(r);
+    const int64_t row = pk.cu_q[rows[r].b] + rows[r].i;
+    CHECK(rl[r] == lse[static_cast<size_t>(rows[r].h * pk.p.total_q + row)]);
+    for (int64_t d = 0; d < 16; ++d)
+      CHECK(ro[r * 16 + static_cast<size_t>(d)] == o[static_cast<size_t>((row * 4 + rows[r].h) * 16 + d)]);
+    CHECK(bounds.affected[r] == 0);  // the NaN around the sequences is never read
+    CHECK(std::isfinite(bounds.lse_err[r]));
+  }
+  // The bounds are those of the dense copy's row.
+  DenseCopy dc(pk, 3, 4, 4);
+  std::vector<ref::RowId> drow = {{0, 3, 2}};
+  std::vector<double> d_o(16), d_l(1);
+  ref::RowBounds dense_bounds;
+  ref::forward_rows(dc.h->p, drow, d_o.data(), d_l.data(), 1, &dense_bounds);
+  CHECK(bounds.lse_err[0] == dense_bounds.lse_err[0]);
+  CHECK(bounds.row_max[0] == dense_bounds.row_max[0]);
+  for (size_t d = 0; d < 16; ++d) CHECK(bounds.o_err[d] == dense_bounds.o_err[d]);
+  // sequence_problem: the dense view of sequence 3.
+  const AttentionProblem sp = ref::sequence_problem(pk.p, 3);
+  CHECK(sp.batch == 1);
+  CHECK(sp.seqlen_q == 4);
+  CHECK(sp.seqlen_k == 4);
+  CHECK(!sp.varlen());
+  CHECK(sp.q.data == pk.q.data() + pk.cu_q[3] * pk.p.q.stride_seq);
+  CHECK(sp.k.data == pk.k.data() + pk.cu_k[3] * pk.p.k.stride_seq);
+}
+
+TEST_CASE("reference, varlen: bad offsets and rows outside a sequence are refused") {
+  std::mt19937_64 rng(1);
+  const std::vector<int32_t> q_lens = {2, 0, 3}, k_lens = {3, 1, 2};
+  Packed pk(DType::f16, MaskKind::none, q_lens, k_lens, {3, 1, 1}, 2, 2, 16, 16, rng, false, false, false);
+  std::vector<double> o(16), l(1);
+  std::vector<ref::RowId> rows = {{1, 0, 0}};  // sequence 1 has no rows
+  CHECK_THROWS_AS(ref::forward_rows(pk.p, rows, o.data(), l.data()), flashgen::InvalidArgument);
+  rows = {{2, 3, 0}};
+  CHECK_THROWS_AS(ref::forward_rows(pk.p, rows, o.data(), l.data()), flashgen::InvalidArgument);
+  rows = {{3, 0, 0}};
+  CHECK_THROWS_AS(ref::forward_rows(pk.p, rows, o.data(), l.data()), flashgen::InvalidArgument);
+  rows = {{2, 2, 1}};
+  CHECK_NOTHROW(ref::forward_rows(pk.p, rows, o.data(), l.data()));
+  std::vector<double> oa, la;
+  pk.used[1] = 2;  // more than sequence 1's keys
+  CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
+  pk.used[1] = 1;
+  pk.cu_q[2] = 1;  // decreasing
+  CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
+  pk.cu_q[2] = pk.cu_q[1];
+  pk.p.total_q = pk.cu_q.back() - 1;  // the last sequence past total_q
+  CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
+  pk.p.total_q = pk.cu_q.back();
+  pk.p.total_k = pk.cu_k.back() - 1;
+  CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
+  pk.p.total_k = pk.cu_k.back();
+  CHECK_NOTHROW(ref::forward_all(pk.p, oa, la));
+  pk.p.cu_seqlens_k = nullptr;
+  CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
 }
 
 }  // TEST_SUITE

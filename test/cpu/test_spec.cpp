@@ -407,6 +407,53 @@ TEST_CASE("sinks and alibi: written only when set, after softcap, named after it
         std::string::npos);
 }
 
+TEST_CASE("varlen: written only when set, after alibi, named last") {
+  auto refused = [](const std::string& t) {
+    try {
+      (void)KernelSpec::parse(t);
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  KernelSpec s = example_spec();
+  CHECK(s.canonical().find("varlen") == std::string::npos);  // today's strings stay as they were
+  CHECK(s.kernel_name().find("varlen") == std::string::npos);
+  CHECK_FALSE(KernelSpec::parse(kExampleCanonical).varlen);
+  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",varlen=0") == example_spec());
+  s.varlen = true;
+  CHECK(s.canonical() == std::string(kExampleCanonical) + ",varlen=1");
+  CHECK(KernelSpec::parse(s.canonical()) == s);
+  CHECK(KernelSpec::parse(s.canonical()).varlen);
+  CHECK(s.kernel_name() == example_spec().kernel_name() + "_varlen");
+  CHECK_FALSE(s == example_spec());
+  // With every other flag: varlen comes last in both.
+  s.softcap = s.sinks = s.alibi = true;
+  CHECK(s.canonical() == std::string(kExampleCanonical) + ",softcap=1,sinks=1,alibi=1,varlen=1");
+  CHECK(s.kernel_name() == example_spec().kernel_name() + "_softcap_sinks_alibi_varlen");
+  CHECK(KernelSpec::parse(s.canonical()) == s);
+  // The forward families have the flag, combine does not.
+  for (KernelFamily f : {KernelFamily::fwd_split, KernelFamily::combine}) {
+    KernelSpec o = example_spec();
+    o.family = f;
+    o.varlen = true;
+    const bool fwd = f == KernelFamily::fwd_split;
+    CHECK((o.canonical().find(",varlen=1") != std::string::npos) == fwd);
+    CHECK(o.kernel_name().ends_with("_varlen") == fwd);
+    if (fwd) CHECK(KernelSpec::parse(o.canonical()) == o);
+  }
+  CHECK(refused(std::string(kExampleCanonical) + ",varlen=2").find("field 'varlen' has value '2'; allowed: 0, 1") !=
+        std::string::npos);
+  CHECK(refused(std::string(kExampleCanonical) + ",varlen=1,varlen=1").find("more than once") != std::string::npos);
+  // Out of order: varlen before alibi, varlen before lse.
+  CHECK(refused(std::string(kExampleCanonical) + ",varlen=1,alibi=1").find("'alibi'") != std::string::npos);
+  std::string moved = kExampleCanonical;
+  moved.insert(moved.find(",lse="), ",varlen=1");
+  CHECK(refused(moved).find("'varlen'") != std::string::npos);
+  CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,varlen=1").find("unknown") !=
+        std::string::npos);
+}
+
 TEST_CASE("window masks: names, canonical string, kernel name") {
   CHECK(to_string(MaskKind::window_top_left) == "windowtl");
   CHECK(to_string(MaskKind::window_bottom_right) == "windowbr");
@@ -437,7 +484,7 @@ TEST_CASE("window masks: names, canonical string, kernel name") {
   CHECK(named);
 }
 
-TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, FwdParams' new fields") {
+TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, varlen, FwdParams' new fields") {
   CHECK(gen::mask_code(MaskKind::none) == 0);
   CHECK(gen::mask_code(MaskKind::causal_top_left) == 1);
   CHECK(gen::mask_code(MaskKind::causal_bottom_right) == 2);
@@ -447,12 +494,13 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
   REQUIRE(mask != nullptr);
   CHECK(mask->constant_comment ==
         "        // 0 none, 1 causal top-left, 2 causal bottom-right, 3 window top-left, 4 window bottom-right");
-  // sinks and alibi follow softcap in canonical and name order, flags written only when set.
+  // sinks, alibi and varlen follow softcap in canonical and name order, flags written only when set.
   const std::vector<const gen::SpecField*>& fields = gen::spec_fields(KernelFamily::fwd);
   std::vector<std::string> keys;
   for (const gen::SpecField* f : fields) keys.emplace_back(f->key);
-  REQUIRE(keys.size() >= 3);
-  CHECK(std::vector<std::string>(keys.end() - 3, keys.end()) == std::vector<std::string>{"softcap", "sinks", "alibi"});
+  REQUIRE(keys.size() >= 4);
+  CHECK(std::vector<std::string>(keys.end() - 4, keys.end()) ==
+        std::vector<std::string>{"softcap", "sinks", "alibi", "varlen"});
   const gen::SpecField* softcap = gen::find_spec_field("softcap");
   const struct {
     const char* key;
@@ -485,18 +533,42 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
     CHECK(f->applies(KernelFamily::fwd_split));
     CHECK_FALSE(f->applies(KernelFamily::combine));
   }
-  CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi]"));
-  // FwdParams: the five launch arguments after softcap, in this order, 8 bytes each.
+  // varlen: a flag of the forward families with no constant of its own in the
+  // field table (VARLEN is emitted with the mask's constants, gen/emit.cpp).
+  const gen::SpecField* varlen = gen::find_spec_field("varlen");
+  REQUIRE(varlen != nullptr);
+  CHECK(varlen->kind == gen::SpecFieldKind::flag);
+  CHECK(varlen->group == gen::SpecFieldGroup::variant);
+  CHECK(varlen->omit_default);
+  CHECK(varlen->constant.empty());
+  CHECK(varlen->name_rank > gen::find_spec_field("alibi")->name_rank);
+  CHECK(varlen->applies(KernelFamily::fwd));
+  CHECK(varlen->applies(KernelFamily::fwd_split));
+  CHECK_FALSE(varlen->applies(KernelFamily::combine));
+  {
+    KernelSpec s = example_spec();
+    CHECK(varlen->name_part(s).empty());
+    varlen->set_flag(s, true);
+    CHECK(s.varlen);
+    CHECK(varlen->name_part(s) == "_varlen");
+  }
+  CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi][,varlen]"));
+  // FwdParams: the nine launch arguments after softcap, in this order, 8 bytes each.
   using P = detail::FwdParams;
   CHECK(offsetof(P, sinks) == offsetof(P, softcap) + 8);
   CHECK(offsetof(P, alibi_slopes) == offsetof(P, softcap) + 16);
   CHECK(offsetof(P, alibi_stride_batch) == offsetof(P, softcap) + 24);
   CHECK(offsetof(P, window_left) == offsetof(P, softcap) + 32);
   CHECK(offsetof(P, window_right) == offsetof(P, softcap) + 40);
-  CHECK(sizeof(P) == offsetof(P, window_right) + 8);
+  CHECK(offsetof(P, cu_seqlens_q) == offsetof(P, softcap) + 48);
+  CHECK(offsetof(P, cu_seqlens_k) == offsetof(P, softcap) + 56);
+  CHECK(offsetof(P, seqused_k) == offsetof(P, softcap) + 64);
+  CHECK(offsetof(P, total_q) == offsetof(P, softcap) + 72);
+  CHECK(sizeof(P) == offsetof(P, total_q) + 8);
   const std::string source = detail::fwd_params_source();
   CHECK(source.find("  double softcap;\n  const float* sinks;\n  const float* alibi_slopes;\n  long long "
-                    "alibi_stride_batch;\n  long long window_left;\n  long long window_right;\n};") !=
+                    "alibi_stride_batch;\n  long long window_left;\n  long long window_right;\n  const int* "
+                    "cu_seqlens_q;\n  const int* cu_seqlens_k;\n  const int* seqused_k;\n  long long total_q;\n};") !=
         std::string::npos);
 }
 

@@ -215,6 +215,60 @@ TEST_CASE("tune: sinks and alibi in the problem class: written only when set, ro
   CHECK(parse_tune_file(format_tune_file(two), "two").entries.size() == 2);
 }
 
+TEST_CASE("tune: varlen in the problem class: written only when set, round trip, a class of its own") {
+  const ProblemClass plain = problem_class(cli::to_problem(llama()));
+  CHECK_FALSE(plain.varlen);
+  // A packed batch of the same shape: its class differs only in varlen; the
+  // seqlen bucket is that of max_seqlen_q.
+  const cli::ProblemDesc d = cli::parse_problem_text(
+      "dtype=f16,seqlens_q=4096:1000:17,seqlens_k=4096:1000:17,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr");
+  const ProblemClass packed = problem_class(cli::to_problem(d));
+  CHECK(packed.varlen);
+  CHECK(packed.seqlen_q_le == 4096);
+  CHECK(packed.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 varlen seqlen_q<=4096");
+  CHECK_FALSE(packed == plain);
+  ProblemClass unpacked = packed;
+  unpacked.varlen = false;
+  CHECK(unpacked == plain);
+  cli::ProblemDesc all = d;
+  all.sinks = all.alibi = true;
+  all.softcap = 30.0f;
+  CHECK(problem_class(cli::to_problem(all)).str() ==
+        "f16 d128/v128 mask=causalbr bias=none lse=0 softcap sinks alibi varlen seqlen_q<=4096");
+
+  TuneFile f = parse_tune_file(valid_file(), "t.yml");
+  REQUIRE(f.entries.size() == 2);
+  for (const ProblemClass& c : {plain, packed, problem_class(cli::to_problem(all))}) {
+    CAPTURE(c.str());
+    TuneFile one;
+    one.entries = {f.entries[0]};
+    one.entries[0].problem = c;
+    const std::string text = format_tune_file(one);
+    CHECK(contains(text, "varlen: true") == c.varlen);
+    CHECK_FALSE(contains(text, "varlen: false"));  // (written only when set: other files keep their text)
+    const TuneFile back = parse_tune_file(text, "formatted");
+    REQUIRE(back.entries.size() == 1);
+    CHECK(back.entries[0].problem == c);
+    CHECK(format_tune_file(back) == text);
+  }
+  const std::string base = valid_file();
+  CHECK(parse_tune_file(replace(base, "lse: false,", "lse: false, varlen: true,"), "t.yml").entries[0].problem.varlen);
+  CHECK_FALSE(parse_tune_file(replace(base, "lse: false,", "lse: false, varlen: false,"), "t.yml")
+                  .entries[0]
+                  .problem.varlen);
+  check_rejected(replace(base, "lse: false,", "lse: false, varlen: 3,"),
+                 {"key 'entries[0].problem.varlen'", "allowed: true, false"});
+  // Two entries that differ only in varlen are two classes, not a repeat.
+  TuneFile two;
+  two.entries = {f.entries[0], f.entries[0]};
+  two.entries[1].problem.varlen = true;
+  CHECK(parse_tune_file(format_tune_file(two), "two").entries.size() == 2);
+  // plan() finds a varlen entry for a packed problem only.
+  const KernelSpec def = rt::plan_default(cli::to_problem(d), 90);
+  CHECK(def.varlen);
+  CHECK_FALSE(rt::plan_default(cli::to_problem(llama()), 90).varlen);
+}
+
 TEST_CASE("tune: every field is validated, unknown keys rejected, with origin, key and reason") {
   const std::string v = valid_file();
   check_rejected(v + "extra: 1\n", {"key 'extra' is unknown", "allowed keys: version, entries"});
@@ -517,6 +571,49 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   huge.tile.block_n = 128;
   huge.tile.stages = 4;
   CHECK_FALSE(cli::model_tile(huge, p, prof, dev).fits);
+}
+
+TEST_CASE("model: a packed batch is modelled per sequence") {
+  const Profile& prof = hopper();
+  const cli::DeviceShape dev{132, 1.98};
+  // Three causal sequences of 4096, 1000 and 17 rows (keys as many) against the
+  // dense batch of three 4096-row sequences the grid is sized for.
+  const cli::ProblemDesc packed = cli::parse_problem_text(
+      "dtype=f16,seqlens_q=4096:1000:17,seqlens_k=4096:1000:17,heads_q=32,heads_kv=8,head_dim=128,mask=causaltl");
+  CHECK(packed.batch == 3);
+  CHECK(packed.seqlen_q == 4096);
+  CHECK(packed.seqlen_k == 4096);
+  const cli::ProblemDesc dense =
+      cli::parse_problem_text("dtype=f16,batch=3,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causaltl");
+  // FLOPs: each sequence's own visible pairs, summed.
+  const double pairs = 4096.0 * 4097 / 2 + 1000.0 * 1001 / 2 + 17.0 * 18 / 2;
+  CHECK(cli::problem_flops(packed) == doctest::Approx(2.0 * 32 * pairs * 256).epsilon(1e-12));
+  CHECK(cli::problem_flops(packed) < cli::problem_flops(dense) / 2);
+  // Equal lengths model exactly as the dense batch.
+  const cli::ProblemDesc equal = cli::parse_problem_text(
+      "dtype=f16,seqlens_q=4096:4096:4096,seqlens_k=4096:4096:4096,heads_q=32,heads_kv=8,head_dim=128,mask=causaltl");
+  CHECK(cli::problem_flops(equal) == doctest::Approx(cli::problem_flops(dense)).epsilon(1e-12));
+  const KernelSpec spec = rt::plan_default(cli::to_problem(packed), 90);
+  REQUIRE(spec.varlen);
+  KernelSpec dense_spec = spec;
+  dense_spec.varlen = false;
+  const cli::TileModel mp = cli::model_tile(spec, packed, prof, dev);
+  const cli::TileModel md = cli::model_tile(dense_spec, dense, prof, dev);
+  const cli::TileModel me = cli::model_tile(spec, equal, prof, dev);
+  // The grid is sized by max_seqlen_q either way.
+  CHECK(mp.blocks == md.blocks);
+  // Unique bytes: Q, O over the packed rows, K and V over the packed keys.
+  const double rows = 4096.0 + 1000 + 17;
+  CHECK(mp.unique_bytes == doctest::Approx(2.0 * (rows * 32 * 128 * 2 + rows * 8 * 256)));
+  CHECK(me.unique_bytes == doctest::Approx(md.unique_bytes));
+  CHECK(me.tile_flops == doctest::Approx(md.tile_flops));
+  CHECK(me.padding_efficiency == doctest::Approx(md.padding_efficiency));
+  CHECK(me.score == doctest::Approx(md.score));
+  // Per block: an average over the blocks with rows (fewer keys per block than the dense batch's).
+  CHECK(mp.tile_flops < md.tile_flops);
+  CHECK(mp.padding_efficiency > 0.5);
+  CHECK(mp.padding_efficiency <= 1.0);
+  CHECK(mp.score > 0);
 }
 
 TEST_CASE("model: ptxas reports parse") {

@@ -186,6 +186,8 @@ struct CombineParams {
   long long heads;
   long long rows;
   long long state_groups;
+  const int* seq_from;
+  const int* seq_to;
 };
 
 // ---- merge of attention states (templates/combine.cu) ------------------------
@@ -222,6 +224,7 @@ constexpr int THREADS = 128;
 constexpr int ROW_LANES = 16;        // lanes per row (a power of two, at most 32)
 constexpr int CHUNKS_PER_LANE = 1;  // 8-element chunks of head_dim_v per lane
 constexpr int ROWS_PER_BLOCK = 8;  // THREADS / ROW_LANES: lane groups per block (rows, state_groups = 1)
+constexpr bool VARLEN = false;  // a packed batch's decode: only rows i in [*p.seq_from, *p.seq_to) are written
 
 constexpr int VEC = 8;                                        // elements per chunk (16 bytes of f16/bf16)
 constexpr int CHUNKS = HEAD_DIM_V / VEC;
@@ -436,7 +439,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) flashgen_combine_sm90_pf32
       __syncthreads();  // (the next step writes s_acc again)
     }
 
-    if (row_ok && sg == 0) {
+    // (VARLEN: a packed batch's rows outside its sequences are merged but not written)
+    if (row_ok && sg == 0 && (!VARLEN || (i >= *p.seq_from && i < *p.seq_to))) {
       char* o_row = static_cast<char*>(p.o) + (b * p.o_stride_batch + i * p.o_stride_seq + h * p.o_stride_head) * OUT_BYTES;
 #pragma unroll
       for (int c = 0; c < CHUNKS_PER_LANE; ++c) {
