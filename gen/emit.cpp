@@ -72,6 +72,38 @@ std::string per_chunk(const std::vector<int>& chunks, const char* indent, const 
   return s;
 }
 
+std::string paged_loads(const std::vector<PagedLoad>& loads, const char* indent) {
+  const std::string in = indent;
+  std::string s = in + "const int pkey = (KEYS_FROM_KEY0 ? blk.key0 : 0) + n0;  // the tile's first key (PAGED)\n";
+  s += in + "if (fg_one_page(p, pkey, BLOCK_N)) {  // one strided view from the tile's first row\n";
+  const std::string inner = in + "  ";
+  for (const PagedLoad& l : loads)
+    s += fmt::format("{}const u16* const {t}_page = fg_page_row(FgPageRows{{blk.pages, pkey, (int)p.page_shift, "
+                     "p.{t}_stride_batch, p.{t}_stride_seq}}, {t}_ptr, 0);\n",
+                     inner, fmt::arg("t", l.tensor));
+  for (const PagedLoad& l : loads) {
+    const std::string src = std::string(l.tensor) + "_page";
+    s += per_chunk(l.chunks, inner.c_str(),
+                   fmt::format(fmt::runtime(l.pattern), fmt::arg("w", "{w}"), fmt::arg("off", "{off}"), fmt::arg("pg", ""),
+                               fmt::arg("src", src), fmt::arg("pr", ""))) +
+         "\n";
+  }
+  s += in + "} else {  // a row per key, each through the page table\n";
+  for (const PagedLoad& l : loads)
+    s += fmt::format("{}const FgPageRows pr_{t}{{blk.pages, pkey, (int)p.page_shift, p.{t}_stride_batch, p.{t}_stride_seq}};\n",
+                     inner, fmt::arg("t", l.tensor));
+  for (const PagedLoad& l : loads) {
+    const std::string src = std::string(l.tensor) + "_ptr";
+    s += per_chunk(l.chunks, inner.c_str(),
+                   fmt::format(fmt::runtime(l.pattern), fmt::arg("w", "{w}"), fmt::arg("off", "{off}"),
+                               fmt::arg("pg", l.pg), fmt::arg("src", src),
+                               fmt::arg("pr", fmt::format(fmt::runtime(l.pr), fmt::arg("t", l.tensor))))) +
+         "\n";
+  }
+  s += in + "}";
+  return s;
+}
+
 std::string q_chunk_lines(const std::vector<int>& chunks, QStep step, const char* indent, const std::string& q,
                           const std::string& rows) {
   switch (step) {
@@ -101,7 +133,8 @@ std::string spec_comment(const KernelSpec& spec) {
   for (const auto& [on, what] : {std::pair<bool, const char*>{spec.softcap, "softcap (p.softcap)"},
                                  {spec.sinks, "sinks (p.sinks)"},
                                  {spec.alibi, "ALiBi (p.alibi_slopes)"},
-                                 {spec.varlen, "packed batch (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k)"}})
+                                 {spec.varlen, "packed batch (p.cu_seqlens_q, p.cu_seqlens_k, p.seqused_k)"},
+                                 {spec.paged, "paged KV cache (p.page_table, p.page_shift, p.seqused_k)"}})
     if (on) also += (also.empty() ? "// also:        " : ", ") + std::string(what);
   if (!also.empty()) also += "\n";
   return fmt::format(
@@ -175,6 +208,8 @@ std::string assemble_forward(const KernelSpec& spec, const std::string& template
     src += "constexpr bool WINDOW = false;  // a sliding-window mask\n";
   // A packed batch: each work item finds its sequence through p.cu_seqlens_q / _k.
   src += fmt::format("constexpr bool VARLEN = {};  // packed batch (cu_seqlens)\n", spec.varlen ? "true" : "false");
+  // A paged KV cache: keys through p.page_table, pages of 2^p.page_shift keys.
+  src += fmt::format("constexpr bool PAGED = {};  // paged KV cache (page_table)\n", spec.paged ? "true" : "false");
   // Where an f16 row shifts its weights (fwd_block.cuh, the offsets): after the
   // exp2 for a warpgroup unit (P.V waits for all of P), before it otherwise.
   src += fmt::format("constexpr bool LATE_SHIFT = {};  // f16 shift after the exp2\n",
@@ -227,10 +262,17 @@ std::string emit_m16n8(const KernelSpec& spec) {
       k8 ? "false" : "true");
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_rows.cuh") + "\n" + template_text("fwd_m16_parts.cuh");
-  slots["LOAD_K"] = per_chunk(
-      qk, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, tid);");
-  slots["LOAD_V"] = per_chunk(
-      vc, "      ", "fg_copy_tile_async<{w}, {off}, BLOCK_N>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  // A paged KV cache reads each tile through the page table (paged_loads).
+  const char* copy_k = "fg_copy_tile_async<{w}, {off}, BLOCK_N{pg}>(sKs + BLOCK_N * {off}, {src}, p.k_stride_seq, kv_valid, tid{pr});";
+  const char* copy_v = "fg_copy_tile_async<{w}, {off}, BLOCK_N{pg}>(sVs + BLOCK_N * {off}, {src}, p.v_stride_seq, kv_valid, tid{pr});";
+  auto dense = [](const char* pattern, const char* src) {
+    return fmt::format(fmt::runtime(pattern), fmt::arg("w", "{w}"), fmt::arg("off", "{off}"), fmt::arg("pg", ""),
+                       fmt::arg("src", src), fmt::arg("pr", ""));
+  };
+  slots["LOAD_K"] = spec.paged ? paged_loads({{qk, "k", copy_k, ", false, true", ", pr_{t}"}}, "      ")
+                               : per_chunk(qk, "      ", dense(copy_k, "kg"));
+  slots["LOAD_V"] = spec.paged ? paged_loads({{vc, "v", copy_v, ", false, true", ", pr_{t}"}}, "      ")
+                               : per_chunk(vc, "      ", dense(copy_v, "vg"));
   slots["LOAD_Q"] = load_q_lines(qk);
   slots["LDSM_Q"] = per_chunk(qk, "  ", "fg_ldsm_q<{w}, {off}>(sQ + BLOCK_M * {off}, qf, qf8, warp, lane);");
   slots["QK"] = per_chunk(qk, "    ", "fg_qk<{w}, {off}>(sQ + BLOCK_M * {off}, sKc + BLOCK_N * {off}, qf, qf8, s, warp, lane);");

@@ -14,6 +14,22 @@ namespace flashgen::gen {
 /// {off} (its offset), each line prefixed by `indent`; no trailing newline.
 std::string per_chunk(const std::vector<int>& chunks, const char* indent, const std::string& pattern);
 
+/// A paged KV cache's tile loads (KernelSpec::paged): for each tensor ("k" or
+/// "v", whose head base is `<t>_ptr` in the template), `pattern` per chunk with
+/// {w}, {off}, {src} (the row-0 pointer), {pg} (extra template arguments) and
+/// {pr} (extra call arguments). A tile inside one page is read as one strided
+/// view from its first row ({pg}, {pr} empty; {src} = `<t>_page`); otherwise
+/// each row through the page table ({pg} = `pg`, {pr} = `pr` with {t} the tensor,
+/// {src} = `<t>_ptr`). The tile's first key is KEYS_FROM_KEY0's key0 + n0.
+struct PagedLoad {
+  std::vector<int> chunks;
+  const char* tensor;
+  const char* pattern;
+  const char* pg;
+  const char* pr;
+};
+std::string paged_loads(const std::vector<PagedLoad>& loads, const char* indent);
+
 /// One step of the Q prologue (FgQChunk of fwd_m16_parts.cuh) for every
 /// chunk: declare `q_in<off>`, fetch (global loads of rows [0, rows) from
 /// Q row pointer `q`), store (scaled, rounded, swizzled into sQ).

@@ -26,10 +26,19 @@ std::string emit_m8n8k4(const KernelSpec& spec) {
   slots["CONSTANTS"] = spec_constants(spec);
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["ROW_PARTS"] = template_text("fwd_rows.cuh");
-  slots["LOAD_KV"] =
-      per_chunk(qk, "    ",
-                "fg_load_kslab<{w}, {off}, BLOCK_N, false>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, 1.f, tid);") +
-      "\n" + per_chunk(vc, "    ", "fg_load_v<{w}, {off}>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  if (spec.paged) {
+    slots["LOAD_KV"] = paged_loads(
+        {{qk, "k", "fg_load_kslab<{w}, {off}, BLOCK_N, false{pg}>(sKs + BLOCK_N * {off}, {src}, p.k_stride_seq, kv_valid, 1.f, tid{pr});",
+          ", true", ", 0, pr_{t}"},
+         {vc, "v", "fg_load_v<{w}, {off}{pg}>(sVs + BLOCK_N * {off}, {src}, p.v_stride_seq, kv_valid, tid{pr});", ", true",
+          ", pr_{t}"}},
+        "    ");
+  } else {
+    slots["LOAD_KV"] =
+        per_chunk(qk, "    ",
+                  "fg_load_kslab<{w}, {off}, BLOCK_N, false>(sKs + BLOCK_N * {off}, kg, p.k_stride_seq, kv_valid, 1.f, tid);") +
+        "\n" + per_chunk(vc, "    ", "fg_load_v<{w}, {off}>(sVs + BLOCK_N * {off}, vg, p.v_stride_seq, kv_valid, tid);");
+  }
   slots["LOAD_Q"] = per_chunk(
       qk, "  ",
       spec.family == KernelFamily::fwd_split

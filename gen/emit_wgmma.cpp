@@ -21,8 +21,13 @@ int tma_map_index(int chunk_width) { return chunk_width == 64 ? 0 : chunk_width 
 
 std::string wgmma_kv_refusal(const AttentionProblem& p) {
   constexpr int64_t kMaxTmaStrideBytes = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides < 2^40 bytes
-  const int64_t rows = p.varlen() ? p.total_k : p.seqlen_k;  // of the K/V tensors
-  const char* rows_name = p.varlen() ? "total_k" : "seqlen_k";
+  if (p.paged() && p.page_size < 8)
+    return fmt::format("page_size ({}) is below 8: the wgmma kernel reads a paged KV cache in TMA boxes of whole "
+                       "8-row swizzle atoms",
+                       p.page_size);
+  // (of the K/V tensors; paged: a page's slots)
+  const int64_t rows = p.paged() ? p.page_size : p.varlen() ? p.total_k : p.seqlen_k;
+  const char* rows_name = p.paged() ? "page_size" : p.varlen() ? "total_k" : "seqlen_k";
   for (const auto& [name, t] : {std::pair<const char*, const TensorRef&>{"k", p.k}, {"v", p.v}}) {
     if (t.stride_seq == 0 && rows > 1)
       return fmt::format("{}.stride_seq is 0 with {} = {}: the wgmma kernel reads {} through a TMA tensor map, "
@@ -32,7 +37,7 @@ std::string wgmma_kv_refusal(const AttentionProblem& p) {
       const char* field;
       int64_t stride, extent;
     } dims[] = {{"stride_seq", t.stride_seq, rows}, {"stride_head", t.stride_head, p.heads_kv},
-                {"stride_batch", t.stride_batch, p.batch}};
+                {"stride_batch", t.stride_batch, p.paged() ? p.num_pages : p.batch}};
     for (const auto& d : dims)
       if (d.extent > 1 && d.stride >= kMaxTmaStrideBytes / 2)
         return fmt::format("{}.{} ({} elements) is 2^40 bytes or more: the wgmma kernel reads {} through a TMA "
@@ -119,7 +124,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
     int off = 0;
     for (int w : chunks) {
       out += fmt::format("{}fg_tma_load(dst + 2 * BLOCK_N * {}, tma.{}[{}], {}, n0, head_{}, batch_{}, bar);\n",
-                         "          ", off, maps, tma_map_index(w), off, maps, maps);
+                         "            ", off, maps, tma_map_index(w), off, maps, maps);
       off += w;
     }
     if (!out.empty()) out.pop_back();
@@ -127,6 +132,20 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["TMA_K"] = tma_lines(qk, "k");
   slots["TMA_V"] = tma_lines(vc, "v");
+  // A paged KV cache: box i of a tile (box_rows keys of one page) at row r0 of every chunk.
+  auto tma_paged = [](const std::vector<int>& chunks, const char* maps) {
+    std::string out;
+    int off = 0;
+    for (int w : chunks) {
+      out += fmt::format("{}fg_tma_load(dst + 2 * (BLOCK_N * {} + {} * r0), tma.{}[{}], {}, slot, head_{}, page, bar);\n",
+                         "              ", off, w, maps, tma_map_index(w), off, maps);
+      off += w;
+    }
+    if (!out.empty()) out.pop_back();
+    return out;
+  };
+  slots["TMA_K_PAGED"] = tma_paged(qk, "k");
+  slots["TMA_V_PAGED"] = tma_paged(vc, "v");
   std::string prefetch;
   for (int w : std::set<int>(qk.begin(), qk.end()))
     prefetch += fmt::format("      fg_tma_prefetch(tma.k[{}]);\n", tma_map_index(w));

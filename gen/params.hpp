@@ -53,7 +53,10 @@
   X(const int32_t*, const int*, cu_seqlens_q)                   \
   X(const int32_t*, const int*, cu_seqlens_k)                   \
   X(const int32_t*, const int*, seqused_k)                      \
-  X(int64_t, long long, total_q)
+  X(int64_t, long long, total_q)                                \
+  X(const int32_t*, const int*, page_table)                     \
+  X(int64_t, long long, page_table_stride)                      \
+  X(int64_t, long long, page_shift)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

@@ -24,8 +24,9 @@ constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
 // With a window mask the kernels form i + (seqlen_k - seqlen_q) + window sizes
 // clamped to the keys in 32 bits, with a tile's headroom.
 constexpr int64_t kMaxWindowSeqlenSum = int64_t{2147483647} - 256;
-// Packed rows are counted by int32 offsets (cu_seqlens).
-constexpr int64_t kMaxPackedRows = int64_t{2147483647};
+// Packed rows are counted by int32 offsets (cu_seqlens), with a tile's headroom.
+constexpr int64_t kMaxPackedRows = int64_t{2147483647} - 256;
+constexpr int64_t kMaxPageSize = 256;
 
 // Saturates to the largest multiple of 8 so that a saturated stride fails the
 // overflow check (with its clear message), not the multiple-of-8 rule.
@@ -258,21 +259,37 @@ void check_problem(const AttentionProblem& p) {
   }
 
   // Packed batches: the offsets' pointers and the packed extents.
-  const bool varlen = p.varlen();
+  const bool varlen = p.varlen(), paged = p.paged();
   if (!varlen) {
-    if (p.cu_seqlens_k != nullptr || p.seqused_k != nullptr || p.total_q != 0 || p.total_k != 0) {
-      fail(fmt::format("cu_seqlens_k ({}), seqused_k ({}), total_q ({}) and total_k ({}) describe a packed batch and "
+    if (p.cu_seqlens_k != nullptr || p.total_q != 0 || p.total_k != 0) {
+      fail(fmt::format("cu_seqlens_k ({}), total_q ({}) and total_k ({}) describe a packed batch and "
                        "must be unset (null, 0) without cu_seqlens_q; set cu_seqlens_q for a packed batch",
-                       ptr_text(p.cu_seqlens_k), ptr_text(p.seqused_k), p.total_q, p.total_k));
+                       ptr_text(p.cu_seqlens_k), p.total_q, p.total_k));
+    }
+    if (!paged && p.seqused_k != nullptr) {
+      fail(fmt::format("seqused_k ({}) is set without cu_seqlens_q or page_table; it counts the used keys of a packed "
+                       "batch or a paged KV cache",
+                       ptr_text(p.seqused_k)));
     }
   } else {
-    if (p.cu_seqlens_k == nullptr) {
-      fail("cu_seqlens_k is null but cu_seqlens_q is set; a packed batch needs both (int32 [batch + 1] each)");
+    if (p.cu_seqlens_k == nullptr && !paged) {
+      fail("cu_seqlens_k is null but cu_seqlens_q is set; a packed batch needs both (int32 [batch + 1] each), or a "
+           "page_table for its keys");
+    }
+    if (p.cu_seqlens_k != nullptr && paged) {
+      fail(fmt::format("cu_seqlens_k ({}) must be null with a page_table: a paged KV cache finds each sequence's keys "
+                       "through its pages (seqused_k counts them)",
+                       ptr_text(p.cu_seqlens_k)));
+    }
+    if (paged && p.total_k != 0) {
+      fail(fmt::format("total_k ({}) must be 0 with a page_table (the K/V extent is num_pages * page_size)", p.total_k));
     }
     for (const auto& [name, value] : {std::pair<const char*, int64_t>{"total_q", p.total_q},
                                       std::pair<const char*, int64_t>{"total_k", p.total_k}}) {
       if (value < 0 || value > kMaxPackedRows) {
-        fail(fmt::format("{} ({}) must be in [0, 2^31 - 1] (the packed rows, counted by int32 offsets)", name, value));
+        fail(fmt::format("{} ({}) must be in [0, 2^31 - 257] (the packed rows, counted by int32 offsets, with a "
+                         "tile's headroom)",
+                         name, value));
       }
     }
     for (const auto& [name, ptr] : {std::pair<const char*, const int32_t*>{"cu_seqlens_q", p.cu_seqlens_q},
@@ -286,6 +303,7 @@ void check_problem(const AttentionProblem& p) {
                                   std::pair<const char*, const TensorRef*>{"k", &p.k},
                                   std::pair<const char*, const TensorRef*>{"v", &p.v},
                                   std::pair<const char*, const TensorRef*>{"o", &p.o}}) {
+      if (paged && (t == &p.k || t == &p.v)) continue;  // (pages: stride_batch steps between pages)
       if (t->stride_batch != 0) {
         fail(fmt::format("{}.stride_batch ({}) must be 0 with cu_seqlens_q: a packed batch is [total, heads, d], its "
                          "sequences found through cu_seqlens",
@@ -298,20 +316,58 @@ void check_problem(const AttentionProblem& p) {
     }
   }
 
+  if (p.seqused_k != nullptr && reinterpret_cast<uintptr_t>(p.seqused_k) % alignof(int32_t) != 0) {
+    fail(fmt::format("seqused_k ({}) must be {}-byte aligned (int32)", ptr_text(p.seqused_k), alignof(int32_t)));
+  }
+  // A paged KV cache: the table and the pages' extents.
+  if (!paged) {
+    if (p.page_table_stride != 0 || p.page_size != 0 || p.num_pages != 0) {
+      fail(fmt::format("page_table_stride ({}), page_size ({}) and num_pages ({}) describe a paged KV cache and must be 0 "
+                       "without page_table; set page_table for a paged cache",
+                       p.page_table_stride, p.page_size, p.num_pages));
+    }
+  } else {
+    if (p.page_size < 1 || p.page_size > kMaxPageSize || (p.page_size & (p.page_size - 1)) != 0) {
+      fail(fmt::format("page_size ({}) must be a power of two in [1, {}] (keys per page)", p.page_size, kMaxPageSize));
+    }
+    if (p.num_pages < 0 || p.num_pages > kMaxPackedRows) {
+      fail(fmt::format("num_pages ({}) must be in [0, 2^31 - 257] (pages are int32 indices)", p.num_pages));
+    }
+    const int64_t max_pages = (p.seqlen_k + p.page_size - 1) / p.page_size;
+    if (p.page_table_stride < max_pages) {
+      fail(fmt::format("page_table_stride ({}) must be at least ceil(seqlen_k / page_size) = ceil({} / {}) = {} (a "
+                       "sequence's row of page_table holds a page per page_size keys)",
+                       p.page_table_stride, p.seqlen_k, p.page_size, max_pages));
+    }
+    if (reinterpret_cast<uintptr_t>(p.page_table) % alignof(int32_t) != 0) {
+      fail(fmt::format("page_table ({}) must be {}-byte aligned (int32)", ptr_text(p.page_table), alignof(int32_t)));
+    }
+    if (p.batch > 0 && p.page_table_stride > 0 && p.batch > INT64_MAX / p.page_table_stride) {
+      fail(fmt::format("page_table: batch * page_table_stride = {} * {} elements overflows int64", p.batch,
+                       p.page_table_stride));
+    }
+  }
+
   // Nothing is read or written when there is no query row (batch, seqlen_q or
   // heads_q == 0, or a packed batch without rows: pointers may be null); K, V and the bias are not read when
   // there is no key (rows then get O = 0, LSE = -inf), so those may be null too.
   const bool has_rows = p.batch > 0 && p.seqlen_q > 0 && p.heads_q > 0 && (!varlen || p.total_q > 0);
-  const bool has_keys = has_rows && p.seqlen_k > 0 && (!varlen || p.total_k > 0);
+  const bool has_keys = has_rows && p.seqlen_k > 0 && (paged ? p.num_pages > 0 : !varlen || p.total_k > 0);
+  if (paged && has_rows && p.seqlen_k > 0 && p.num_pages == 0) {
+    fail(fmt::format("num_pages (0) must be >= 1 with a page_table and seqlen_k ({}) > 0", p.seqlen_k));
+  }
   // A packed batch's tensors have one "batch" of total rows.
   const int64_t t_batch = varlen ? 1 : p.batch;
   const int64_t rows_q = varlen ? p.total_q : p.seqlen_q, rows_k = varlen ? p.total_k : p.seqlen_k;
   const char* rows_q_name = varlen ? "total_q" : "seqlen_q";
   const char* rows_k_name = varlen ? "total_k" : "seqlen_k";
   check_tensor("q", p.q, has_rows, false, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim, "head_dim");
-  check_tensor("k", p.k, has_keys, false, t_batch, rows_k, rows_k_name, p.heads_kv, "heads_kv", p.head_dim,
+  // (paged: K/V are [num_pages, page_size, heads_kv, d], stride_batch between pages)
+  const int64_t kv_batch = paged ? p.num_pages : t_batch, kv_rows = paged ? p.page_size : rows_k;
+  const char* kv_rows_name = paged ? "page_size" : rows_k_name;
+  check_tensor("k", p.k, has_keys, false, kv_batch, kv_rows, kv_rows_name, p.heads_kv, "heads_kv", p.head_dim,
                "head_dim");
-  check_tensor("v", p.v, has_keys, false, t_batch, rows_k, rows_k_name, p.heads_kv, "heads_kv", p.head_dim_v,
+  check_tensor("v", p.v, has_keys, false, kv_batch, kv_rows, kv_rows_name, p.heads_kv, "heads_kv", p.head_dim_v,
                "head_dim_v");
   check_tensor("o", p.o, has_rows, true, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim_v,
                "head_dim_v");

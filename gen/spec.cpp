@@ -336,6 +336,13 @@ std::vector<SpecField> make_spec_fields() {
     f.omit_default = true;
     t.push_back(f);
   }
+  {
+    SpecField f = flag_field(
+        "paged", G::variant, 16, [](const KernelSpec& s) { return std::string(s.paged ? "_paged" : ""); }, "", "",
+        [](auto& s) -> auto& { return s.paged; });  // (PAGED: emitted before fwd_block.cuh, gen/emit.cpp)
+    f.omit_default = true;
+    t.push_back(f);
+  }
   // The families of each field: the forward families have every field but the
   // combine's element types; combine has arch, its element types, head_dim_v, lse.
   const unsigned fwd = family_bit(KernelFamily::fwd) | family_bit(KernelFamily::fwd_split);

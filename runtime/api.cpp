@@ -1,6 +1,7 @@
 // The public C++ API (include/flashgen/flashgen.hpp): plan, generate, compile,
 // load_kernel, launch, forward.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -132,10 +133,13 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
                      const KernelSpec& s, detail::TmaMap (&maps)[3], int64_t& coords, int bit) {
   constexpr int64_t kElem = 2;  // fp16 / bf16 bytes
   const int64_t row_bytes = int64_t{dim} * kElem;
-  // (a packed batch: one batch of total_k rows, read from each sequence's first key)
-  const int64_t rows = pr.varlen() ? pr.total_k : pr.seqlen_k;
+  // (a packed batch: one batch of total_k rows, read from each sequence's first key;
+  // a paged cache: (column, slot, head, page), boxes of min(page_size, block_n) slots)
+  const int64_t rows = pr.paged() ? pr.page_size : pr.varlen() ? pr.total_k : pr.seqlen_k;
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
-                        static_cast<cuuint64_t>(pr.heads_kv), static_cast<cuuint64_t>(pr.batch)};
+                        static_cast<cuuint64_t>(pr.heads_kv),
+                        static_cast<cuuint64_t>(pr.paged() ? std::max<int64_t>(pr.num_pages, 1) : pr.batch)};
+  const int64_t box_rows = pr.paged() ? std::min<int64_t>(pr.page_size, s.tile.block_n) : s.tile.block_n;
   cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride_seq > 0 ? t.stride_seq * kElem : row_bytes),
                            static_cast<cuuint64_t>(t.stride_head * kElem),
                            static_cast<cuuint64_t>(t.stride_batch * kElem)};
@@ -153,7 +157,7 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   }
   const auto chunks = head_dim_chunks(dim, s.unit);
   for (int w : std::set<int>(chunks.begin(), chunks.end())) {
-    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(s.tile.block_n), 1, 1};
+    const cuuint32_t box[4] = {static_cast<cuuint32_t>(w), static_cast<cuuint32_t>(box_rows), 1, 1};
     const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
     const CUtensorMapSwizzle swizzle = w == 64   ? CU_TENSOR_MAP_SWIZZLE_128B
                                        : w == 32 ? CU_TENSOR_MAP_SWIZZLE_64B
@@ -268,6 +272,7 @@ KernelSpec problem_variant(const AttentionProblem& problem, int arch) {
   spec.sinks = problem.sinks != nullptr;
   spec.alibi = problem.alibi_slopes != nullptr;
   spec.varlen = problem.varlen();
+  spec.paged = problem.paged();
   return spec;
 }
 
@@ -573,6 +578,11 @@ void rt::check_problem_matches_spec(const AttentionProblem& problem, const Kerne
                                    fmt::format("{} ({})", static_cast<const void*>(problem.cu_seqlens_q),
                                                problem.varlen() ? "a packed batch" : "dense"),
                                    s.varlen ? "a packed batch (varlen=1)" : "dense (varlen off)", s));
+  if (problem.paged() != s.paged)
+    throw InvalidArgument(mismatch("page_table",
+                                   fmt::format("{} ({})", static_cast<const void*>(problem.page_table),
+                                               problem.paged() ? "a paged KV cache" : "contiguous K/V"),
+                                   s.paged ? "a paged KV cache (paged=1)" : "contiguous K/V (paged off)", s));
   if (gen::unit_traits(s.unit).tma) {
     const std::string why = gen::wgmma_kv_refusal(problem);
     if (!why.empty())
@@ -646,6 +656,9 @@ class FwdLaunch final : public rt::FamilyLaunch {
     params_.cu_seqlens_k = problem.cu_seqlens_k;
     params_.seqused_k = problem.seqused_k;
     params_.total_q = problem.total_q;
+    params_.page_table = problem.page_table;  // (null unless a paged KV cache)
+    params_.page_table_stride = problem.page_table_stride;
+    params_.page_shift = problem.paged() ? std::countr_zero(static_cast<uint64_t>(problem.page_size)) : 0;
     args_[0] = &params_;
   }
   /// The fwd_split family's extra arguments: the workspace's partials and the split of the key range.
@@ -1116,6 +1129,7 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
   field("sinks", s.sinks ? "on" : "off", problem.sinks != nullptr ? "on" : "off");
   field("alibi", s.alibi ? "on" : "off", problem.alibi_slopes != nullptr ? "on" : "off");
   field("varlen", s.varlen ? "on" : "off", problem.varlen() ? "on" : "off");
+  field("paged", s.paged ? "on" : "off", problem.paged() ? "on" : "off");
   const int64_t g = group_size(problem);
   if (s.pack < 1 || g % s.pack != 0)
     throw InvalidArgument(fmt::format("decode: options.plan->split.pack ({}) must divide heads_q / heads_kv ({})",

@@ -26,12 +26,14 @@ FG_DEVICE u32 fg_pack_in(float lo, float hi) {
 // global `src` (row stride `stride` elements) into the swizzled sub-tile
 // `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
 // each (src-size 0 zero-fills; the address given is then the tile's first
-// row, which is valid); published by fg_copy_wait + a barrier. Otherwise
+// row, which is valid); published by fg_copy_wait + a barrier. PG: row r is
+// fg_page_row(pr, src, r) (a paged KV cache; `stride` is not read). Otherwise
 // 16-byte loads (up to four in flight per thread) then shared stores,
 // published by the next barrier. FULL (ASYNC_COPY only): every row is valid
 // (valid_rows is not read), so no predicates and one pointer bump per copy.
-template <int W, int OFF, int ROWS, bool FULL = false>
-FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
+template <int W, int OFF, int ROWS, bool FULL = false, bool PG = false>
+FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid,
+                                  const FgPageRows& pr = FgPageRows{}) {
   constexpr int UPR = W / 8;
   constexpr int UNITS = ROWS * UPR;
   constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
@@ -57,7 +59,8 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       const int row = row0 + it * RSTEP;
       if (UNITS % THREADS == 0 || row < ROWS) {
         const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row), ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
+        fg_cp_async16(smem_at(it, row), ok ? (PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
+                      ok ? 16 : 0);
       }
     }
   } else {
@@ -70,7 +73,7 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
         const int it = first + k, row = row0 + it * RSTEP;
         v[k] = U4{0u, 0u, 0u, 0u};
         if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows)
-          v[k] = *reinterpret_cast<const U4*>(g0 + it * gstep);
+          v[k] = *reinterpret_cast<const U4*>(PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep);
       }
 #pragma unroll
       for (int k = 0; k < G; ++k) {

@@ -93,9 +93,10 @@ FG_DEVICE U2 fg_ld_slot(const u16* base, int ks, int r) {
 // sector) and stores two 8-byte slots. Rows >= valid_rows are zero. SCALE (Q):
 // multiply by `scale` in f32 and round to f16 (Qs = round(Q * scale)); Q's rows
 // with PACK > 1 (fwd_split) are at fg_row_offset(row, stride, stride_head).
-template <int W, int OFF, int ROWS, bool SCALE>
+// PG (K of a paged KV cache): row r is fg_page_row(pr, src, r).
+template <int W, int OFF, int ROWS, bool SCALE, bool PG = false>
 FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_rows, float scale, int tid,
-                             i64 stride_head = 0) {
+                             i64 stride_head = 0, const FgPageRows& pr = FgPageRows{}) {
   constexpr int UPR = W / 8;  // 16-byte units per row
   constexpr int ITEMS = ROWS * UPR;
   constexpr int PASSES = (ITEMS + THREADS - 1) / THREADS;
@@ -122,7 +123,8 @@ FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_row
       v[k] = U4{0u, 0u, 0u, 0u};
       if (g0 + k < PASSES && (ITEMS % THREADS == 0 || i < ITEMS) && row < valid_rows)
         v[k] = *reinterpret_cast<const U4*>(
-            src + (SCALE && PACK > 1 ? fg_row_offset(row, stride, stride_head) : (i64)row * stride) + OFF + unit * 8);
+            PG ? fg_page_row(pr, src, row) + OFF + unit * 8
+               : src + (SCALE && PACK > 1 ? fg_row_offset(row, stride, stride_head) : (i64)row * stride) + OFF + unit * 8);
     }
 #pragma unroll
     for (int k = 0; k < G; ++k) {
@@ -152,8 +154,10 @@ FG_DEVICE void fg_load_kslab(u16* dst, const u16* src, i64 stride, int valid_row
 // 4-byte loads; a warp's lanes read consecutive column pairs) and writes two
 // 8-byte slots; lanes with item bit 3 set write their odd column first, so a
 // half warp's 16 stores hit 16 distinct bank pairs. Keys >= valid_rows are zero.
-template <int W, int OFF>
-FG_DEVICE void fg_load_v(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
+// PG (a paged KV cache): key k's row is fg_page_row(pr, src, k).
+template <int W, int OFF, bool PG = false>
+FG_DEVICE void fg_load_v(u16* dst, const u16* src, i64 stride, int valid_rows, int tid,
+                         const FgPageRows& pr = FgPageRows{}) {
   constexpr int CP = W / 2;  // column pairs
   constexpr int ITEMS = (BLOCK_N / 4) * CP;
   constexpr int PASSES = (ITEMS + THREADS - 1) / THREADS;
@@ -170,7 +174,7 @@ FG_DEVICE void fg_load_v(u16* dst, const u16* src, i64 stride, int valid_rows, i
         const int key = 4 * kk + e;
         w[k][e] = 0u;
         if (g0 + k < PASSES && (ITEMS % THREADS == 0 || i < ITEMS) && key < valid_rows)
-          w[k][e] = *reinterpret_cast<const u32*>(src + (i64)key * stride + OFF + 2 * cp);
+          w[k][e] = *reinterpret_cast<const u32*>((PG ? fg_page_row(pr, src, key) : src + (i64)key * stride) + OFF + 2 * cp);
       }
     }
 #pragma unroll

@@ -60,6 +60,7 @@ constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
 // with a window a bit per key of a cut tile that has one (`window_bits`,
 // WIN_WORDS words, padded to 8 bytes).
 constexpr int WIN_WORDS = (BLOCK_N + 31) / 32;
+constexpr int BLOCK_N_LOG2 = BLOCK_N >= 256 ? 8 : BLOCK_N >= 128 ? 7 : BLOCK_N >= 64 ? 6 : BLOCK_N >= 32 ? 5 : 4;
 constexpr int BAR_BYTES = 8 * 4 * STAGES + (WINDOW ? 8 * ((WIN_WORDS + 1) / 2) : 8);
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
@@ -304,8 +305,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   // refilled with tile c.
   if (threadIdx.x >= THREADS) {
     // ---- producer warpgroup: one thread issues every copy ----
+    // (PAGED: the first warp, each lane the boxes of its pages; lane 0 claims the stages)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
-    if (threadIdx.x == THREADS) {
+    const int plane = (int)threadIdx.x - THREADS;  // the producer thread's lane
+    if (PAGED ? plane < 32 : plane == 0) {
 @@TMA_PREFETCH@@
       u32 c = 0;
       for (i64 r = 0;; ++r) {
@@ -314,26 +317,54 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, item);
         // (VARLEN: the box rows count from the sequence's first packed key)
         const int row0 = (KEYS_FROM_KEY0 ? blk.key0 : 0) + (VARLEN ? (int)blk.k_off : 0);
-        const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)(blk.b * ((tma.kv_coords >> 1) & 1));
-        const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)(blk.b * ((tma.kv_coords >> 3) & 1));
+        // (PAGED: the batch coordinate is the page; batch_k / batch_v then say whether it is used, 0 or 1)
+        const int head_k = (int)(blk.kvh * (tma.kv_coords & 1)), batch_k = (int)((PAGED ? 1 : blk.b) * ((tma.kv_coords >> 1) & 1));
+        const int head_v = (int)(blk.kvh * ((tma.kv_coords >> 2) & 1)), batch_v = (int)((PAGED ? 1 : blk.b) * ((tma.kv_coords >> 3) & 1));
         // Stage of tile number cnt in a ring whose stage-0 barriers are
         // `empty0` and `full0` (stage s: + 8 s): wait until the consumers
         // released the stage's previous tile, then announce the tile's bytes.
         auto claim = [&](u32 cnt, u32 empty0, u32 full0, u32 bytes) {
           const u32 s = cnt % STAGES;
           if (cnt >= (u32)STAGES) fg_mbar_wait(empty0 + 8 * s, (cnt / STAGES - 1) & 1);
-          fg_mbar_expect_tx(full0 + 8 * s, bytes);
+          if (plane == 0) fg_mbar_expect_tx(full0 + 8 * s, bytes);
+          if (PAGED) __syncwarp();
           return s;
         };
+        // PAGED: a tile is `boxes` boxes of box_rows keys (a page, or BLOCK_N
+        // keys of one), those from the sequence's last key on left out (their
+        // stale rows: masked in S, zeroed in V by the consumers); box i of
+        // key n0 + i * box_rows is issued by lane i % 32 through the table.
+        const int box_shift = min((int)p.page_shift, BLOCK_N_LOG2), box_rows = 1 << box_shift;
+        auto boxes = [&](int n0) { return PAGED ? min(BLOCK_N >> box_shift, (blk.seqlen_k - n0 + box_rows - 1) >> box_shift) : 1; };
         auto load_k = [&](u32 cnt, int n0) {
-          const u32 s = claim(cnt, empty_k(0), full_k(0), K_TILE_BYTES), bar = full_k(s);
+          const int nb = boxes(n0);
+          const u32 s = claim(cnt, empty_k(0), full_k(0), PAGED ? K_TILE_BYTES / BLOCK_N * box_rows * nb : K_TILE_BYTES),
+                    bar = full_k(s);
           const u32 dst = fg_smem_addr(sK + s * K_STAGE);
+          if constexpr (PAGED) {
+            for (int i = plane; i < nb; i += 32) {
+              const int key = n0 + i * box_rows, r0 = i * box_rows;
+              const int slot = key & ((1 << (int)p.page_shift) - 1), page = blk.pages[key >> (int)p.page_shift] * batch_k;
+@@TMA_K_PAGED@@
+            }
+          } else {
 @@TMA_K@@
+          }
         };
         auto load_v = [&](u32 cnt, int n0) {
-          const u32 s = claim(cnt, empty_v(0), full_v(0), V_TILE_BYTES), bar = full_v(s);
+          const int nb = boxes(n0);
+          const u32 s = claim(cnt, empty_v(0), full_v(0), PAGED ? V_TILE_BYTES / BLOCK_N * box_rows * nb : V_TILE_BYTES),
+                    bar = full_v(s);
           const u32 dst = fg_smem_addr(sV + s * V_STAGE);
+          if constexpr (PAGED) {
+            for (int i = plane; i < nb; i += 32) {
+              const int key = n0 + i * box_rows, r0 = i * box_rows;
+              const int slot = key & ((1 << (int)p.page_shift) - 1), page = blk.pages[key >> (int)p.page_shift] * batch_v;
+@@TMA_V_PAGED@@
+            }
+          } else {
 @@TMA_V@@
+          }
         };
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
         const int n = blk.n_tiles;
@@ -449,10 +480,11 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       qk(ck);
       fg_rescale_o(o, corr);
       // VARLEN: the sequence's last tile may reach into the next sequence's
-      // keys (the tensor map zero-fills only past the packed tensor): their
-      // weights are 0, but a NaN or inf in V there would make 0 * V NaN, so
-      // those V rows are zeroed in shared memory before P.V reads them.
-      if (VARLEN && j == n_tiles - 1) {
+      // keys (the tensor map zero-fills only past the packed tensor); PAGED:
+      // into a page's unused slots, or rows no box filled. Their weights are 0,
+      // but a NaN or inf in V there would make 0 * V NaN, so those V rows are
+      // zeroed in shared memory before P.V reads them.
+      if ((VARLEN || PAGED) && j == n_tiles - 1) {
         const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - j * BLOCK_N;
         if (valid < BLOCK_N) {
           u16* const v_stage = sV + (cv % STAGES) * V_STAGE;

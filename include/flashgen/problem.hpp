@@ -148,15 +148,35 @@ struct AttentionProblem {
   /// nullptr: the dense BSHD layout above; cu_seqlens_k, seqused_k, total_q and total_k
   /// must then be unset (null, 0). A kernel specialization (KernelSpec::varlen).
   const int32_t* cu_seqlens_q = nullptr;
-  const int32_t* cu_seqlens_k = nullptr;  ///< required with cu_seqlens_q
-  /// Optional int32 [batch] (device, 4-byte aligned; with cu_seqlens_q): only the first
-  /// seqused_k[b] keys of sequence b count (a KV cache allocated longer than it is
-  /// filled); at most cu_seqlens_k[b + 1] - cu_seqlens_k[b]. nullptr: all of them.
+  const int32_t* cu_seqlens_k = nullptr;  ///< required with cu_seqlens_q unless the KV cache is paged (then null)
+  /// Optional int32 [batch] (device, 4-byte aligned; with cu_seqlens_q or page_table):
+  /// only the first seqused_k[b] keys of sequence b count (a KV cache allocated longer
+  /// than it is filled), at most its allocated keys (cu_seqlens_k[b + 1] - cu_seqlens_k[b];
+  /// paged: seqlen_k). nullptr: all of them (paged: seqlen_k keys per sequence).
   const int32_t* seqused_k = nullptr;
-  int64_t total_q = 0;  ///< with cu_seqlens_q: rows of Q and O (their extent), in [0, 2^31 - 1]
-  int64_t total_k = 0;  ///< with cu_seqlens_q: rows of K and V, in [0, 2^31 - 1]
+  int64_t total_q = 0;  ///< with cu_seqlens_q: rows of Q and O (their extent), in [0, 2^31 - 257]
+  int64_t total_k = 0;  ///< with cu_seqlens_k: rows of K and V, in [0, 2^31 - 257] (0 with page_table)
+
+  /// Paged KV cache (vLLM / SGLang layout), when page_table is set: K and V are
+  /// [num_pages, page_size, heads_kv, d] through their TensorRef, whose stride_batch
+  /// steps from one page to the next and stride_seq from one slot to the next; key j
+  /// of sequence b is slot j % page_size of page page_table[b * page_table_stride +
+  /// j / page_size]. Pages may be shared between sequences (prefix caching) and come
+  /// in any order. Sequence b has seqused_k[b] keys (or seqlen_k when seqused_k is
+  /// null); seqlen_k bounds them all (max_seqlen_k). Q and O are dense [batch,
+  /// seqlen_q, ...] or a packed batch (cu_seqlens_q; cu_seqlens_k must then be null).
+  /// Chunked prefill is a paged problem with seqlen_q < seqlen_k and a bottom-right
+  /// causal mask; decode is one with few query rows. The table is int32 on the device,
+  /// 4-byte aligned, read by the kernels only for slots below a sequence's key count:
+  /// its entries there must be in [0, num_pages); entries past them are never read.
+  /// A kernel specialization (KernelSpec::paged); the page size is a launch argument.
+  const int32_t* page_table = nullptr;
+  int64_t page_table_stride = 0;  ///< elements between two sequences' rows of page_table, >= ceil(seqlen_k / page_size)
+  int64_t page_size = 0;          ///< keys per page: a power of two in [1, 256] (0 without page_table)
+  int64_t num_pages = 0;          ///< pages of K and V, >= 1 when a sequence has keys (0 without page_table)
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
+  bool paged() const { return page_table != nullptr; }
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)
 };
 

@@ -27,7 +27,7 @@ std::vector<int> head_dim_chunks(int head_dim, MatrixUnit unit);
 /// The specialization of one generated kernel (a plain value type).
 ///
 /// A family uses some of the fields (gen/spec_fields.hpp lists which):
-///  - fwd: arch, unit, dtype, head_dim, head_dim_v, tile, mask, bias, has_lse, softcap, sinks, alibi, varlen;
+///  - fwd: arch, unit, dtype, head_dim, head_dim_v, tile, mask, bias, has_lse, softcap, sinks, alibi, varlen, paged;
 ///  - fwd_split: those and pack;
 ///  - combine: arch, partial_dtype, out_dtype, head_dim_v, has_lse.
 /// The others are ignored: canonical(), kernel_name() and operator== leave
@@ -60,6 +60,10 @@ struct KernelSpec {
   /// launch arguments, AttentionProblem::cu_seqlens_q / cu_seqlens_k / seqused_k);
   /// written only when set ("varlen=1"), like softcap.
   bool varlen = false;
+  /// Paged KV cache: key j of sequence b is slot j % page_size of page
+  /// page_table[b][j / page_size] (the table and page size are launch arguments,
+  /// AttentionProblem::page_table / page_size); written only when set ("paged=1").
+  bool paged = false;
   /// fwd_split: query heads of one GQA group packed as rows of one tile (GQA
   /// packing: row r of the packed problem is query position r / pack of head
   /// r % pack of the group, so the group's K/V are read once); 1, 2, 4, 8 or
@@ -99,8 +103,8 @@ struct KernelSpec {
   /// order, e.g.
   /// "flashgen.fwd.v1:sm=90,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1"
   /// (tags: "flashgen.fwd.v1:", "flashgen.fwd_split.v1:", "flashgen.combine.v1:"); the
-  /// flags added later (softcap, sinks, alibi, varlen) follow, in that order, only when set
-  /// (",softcap=1,sinks=1,alibi=1,varlen=1").
+  /// flags added later (softcap, sinks, alibi, varlen, paged) follow, in that order, only when set
+  /// (",softcap=1,sinks=1,alibi=1,varlen=1,paged=1").
   std::string canonical() const;
   /// Parse a canonical string of any family; throws InvalidArgument naming the
   /// bad tag or field.
@@ -108,7 +112,7 @@ struct KernelSpec {
   /// Readable name, the extern "C" symbol, NVRTC program name and cache stem, e.g.
   /// "flashgen_fwd_sm90_f16_d96v96_m16n8k16_bm128_bn64_w4_s2_causalbr" (+ "_bias16" for an
   /// input-dtype bias or "_bias32" for a float32 bias, then "_lse" when has_lse, then
-  /// "_softcap" when softcap, "_sinks" when sinks, "_alibi" when alibi, "_varlen" when varlen); the
+  /// "_softcap" when softcap, "_sinks" when sinks, "_alibi" when alibi, "_varlen" when varlen, "_paged" when paged); the
   /// prefix is "flashgen_<family>" ("flashgen_fwd_split_...", "flashgen_combine_...").
   /// combine: "flashgen_combine_sm90_pf32_of16_dv128" (+ "_lse").
   std::string kernel_name() const;

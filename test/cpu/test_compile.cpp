@@ -77,6 +77,13 @@ std::vector<Combo> all_combos() {
 //    epilogue (the sink's merge). Bounded at 64.
 //  - m16n8k16 with a sliding window: 4-8 bytes at head dims 128-256. Bounded at 16.
 //  - the split kernel with ALiBi and packed rows: 16-20 bytes. Bounded at 32.
+//  - packed batches or paged KV caches at head dims above 128: 8-32 bytes at
+//    255 registers (the sequence's offsets, the page table's row pointer).
+//    Bounded at 40.
+//  - wgmma with a paged KV cache: 20-60 bytes (the producer warpgroup's 24
+//    registers hold the page lookups of its boxes; the consumers' 64-bit work
+//    item division becomes a call whose return address goes to the stack).
+//    Bounded at 64.
 //  - sm_90a wgmma kernels with a causal mask: the loop of the tiles the mask
 //    cuts (templates/fwd_wgmma.cu) is a second copy of the key loop; the D256
 //    bm128 bn64 w8 tile reports 8 bytes, the others 0. Bounded at 8.
@@ -102,6 +109,8 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // The split kernel with ALiBi and packed rows: 16-20 bytes at 255 registers (each packed
   // row's head and slope). Bounded at 32.
   if (s.family == KernelFamily::fwd_split && s.alibi && s.pack > 1) return 32;
+  if (s.unit == MatrixUnit::wgmma && s.paged) return 64;
+  if ((s.varlen || s.paged) && std::max(s.head_dim, s.head_dim_v) > 128) return 40;
   if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 8;
   if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 16;
   return 0;
@@ -305,8 +314,9 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
   }
   CHECK(modifier_jobs >= archs.size() * 5);
 
-  // E. Packed (variable-length) batches on every arch: head dims 64 and 256
-  // (the register edge), masks rotating, the forward and the split kernel.
+  // E. Packed (variable-length) batches and paged KV caches on every arch: head
+  // dims 64 and 256 (the register edge), masks and layouts rotating (packed,
+  // paged, both), the forward and the split kernel.
   const MaskKind varlen_masks[] = {MaskKind::causal_bottom_right, MaskKind::window_top_left, MaskKind::none};
   size_t varlen_jobs = 0;
   for (int arch : archs) {
@@ -316,8 +326,9 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
       for (bool split : {false, true}) {
         KernelSpec s = test::spec_for(profile, arch, dtypes[rotate % dtypes.size()], d, d, varlen_masks[rotate % 3],
                                       BiasKind::none, rotate % 2 == 0);
+        s.varlen = rotate % 3 != 1;
+        s.paged = rotate % 3 != 0;
         ++rotate;
-        s.varlen = true;
         if (split) {
           s.family = KernelFamily::fwd_split;
           s.unit = profile.matrix_unit.shape;

@@ -45,6 +45,14 @@ const char* const kGoldenSpecs[] = {
     "flashgen.fwd.v1:sm=75,unit=m16n8k8,dtype=f16,d=64,dv=64,bm=128,bn=32,w=8,s=2,mask=none,bias=none,lse=0,varlen=1",
     "flashgen.fwd.v1:sm=70,unit=m8n8k4,dtype=f16,d=64,dv=64,bm=64,bn=32,w=4,s=2,mask=causaltl,bias=none,lse=1,varlen=1",
     "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=16,bn=64,w=4,s=2,pack=4,mask=none,bias=none,lse=1,varlen=1",
+    // paged KV caches (issue 13): every unit, the split kernel, with a packed batch
+    "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=bf16,d=128,dv=128,bm=128,bn=128,w=8,s=2,mask=causalbr,bias=none,lse=1,paged=1",
+    "flashgen.fwd.v1:sm=90,unit=wgmma,dtype=f16,d=96,dv=96,bm=128,bn=128,w=8,s=2,mask=none,bias=none,lse=0,varlen=1,paged=1",
+    "flashgen.fwd.v1:sm=80,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=128,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=0,paged=1",
+    "flashgen.fwd.v1:sm=75,unit=m16n8k8,dtype=f16,d=64,dv=64,bm=128,bn=32,w=8,s=2,mask=windowbr,bias=none,lse=1,paged=1",
+    "flashgen.fwd.v1:sm=70,unit=m8n8k4,dtype=f16,d=64,dv=64,bm=64,bn=32,w=4,s=2,mask=causalbr,bias=none,lse=0,paged=1",
+    "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=16,bn=64,w=4,s=2,pack=4,mask=none,bias=none,lse=1,paged=1",
+    "flashgen.fwd_split.v1:sm=70,unit=m8n8k4,dtype=f16,d=128,dv=128,bm=64,bn=32,w=4,s=2,pack=4,mask=causalbr,bias=none,lse=0,varlen=1,paged=1",
     // The split-KV forward (fwd_split): GQA packing and a causal mask; m16n8k8 without; m8n8k4.
     "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=64,bn=64,w=4,s=2,pack=4,mask=causalbr,bias=none,lse=1",
     "flashgen.fwd_split.v1:sm=75,unit=m16n8k8,dtype=f16,d=96,dv=64,bm=64,bn=64,w=4,s=2,pack=1,mask=none,bias=f32,lse=0",

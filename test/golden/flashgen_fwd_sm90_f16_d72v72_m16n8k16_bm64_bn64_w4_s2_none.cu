@@ -212,12 +212,16 @@ struct FwdParams {
   const int* cu_seqlens_k;
   const int* seqused_k;
   long long total_q;
+  const int* page_table;
+  long long page_table_stride;
+  long long page_shift;
 };
 
 constexpr bool SPLIT = false;
 constexpr int PACK = 1;  // query heads per packed row group
 constexpr bool WINDOW = false;  // a sliding-window mask
 constexpr bool VARLEN = false;  // packed batch (cu_seqlens)
+constexpr bool PAGED = false;  // paged KV cache (page_table)
 constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
 // Which rows and keys a work item covers: item (the block id, or a persistent
@@ -243,6 +247,11 @@ constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // each cut to the host's bound (p.seqlen_q, p.seqlen_k: max_seqlen_q / _k, which
 // size the grid); a block past its sequence's rows has rows_valid <= 0 and no
 // key tile, and the kernels skip it. Masks align per sequence.
+// A paged KV cache (PAGED): key j of sequence b is slot j % 2^page_shift of page
+// pages[j >> page_shift] (pages = p.page_table + b * p.page_table_stride), page n
+// at n * stride_batch of K/V; blk.k / blk.v are then the K/V head's base (page
+// 0, slot 0) and the loaders find each key's row (fg_paged_row, FgPageRows);
+// seqused_k[b] (else p.seqlen_k) keys count.
 // (WINDOW is emitted before this part, with SPLIT.)
 constexpr bool KEYS_FROM_KEY0 = SPLIT || WINDOW;  // a block's keys start at key0, not at 0
 
@@ -252,6 +261,7 @@ struct FgBlock {
   int rows_valid;      // rows of the block inside the problem
   int seqlen_q, seqlen_k;  // of the item's sequence (VARLEN: its own; else the problem's)
   i64 q_off, k_off;    // VARLEN: packed row of the sequence's first query / key (else 0)
+  const int* pages;    // PAGED: the sequence's row of the page table
   int diag;            // query i sees keys j <= i + diag (top-left 0; bottom-right seqlen_k - seqlen_q; WINDOW: + window_right)
   int diag_lo;         // WINDOW: query i sees keys j >= i + diag_lo
   int split;           // SPLIT: the key split; its first key is key0
@@ -294,19 +304,30 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   r.seqlen_k = (int)p.seqlen_k;
   r.q_off = 0;
   r.k_off = 0;
+  r.pages = nullptr;
   if (VARLEN) {
-    const int q0 = p.cu_seqlens_q[r.b], k0 = p.cu_seqlens_k[r.b];
-    const int used_k = p.seqused_k != nullptr ? p.seqused_k[r.b] : p.cu_seqlens_k[r.b + 1] - k0;
+    const int q0 = p.cu_seqlens_q[r.b];
     r.seqlen_q = min(max(p.cu_seqlens_q[r.b + 1] - q0, 0), r.seqlen_q);
-    r.seqlen_k = min(max(used_k, 0), r.seqlen_k);
     r.q_off = q0;
+  }
+  if (VARLEN && !PAGED) {
+    const int k0 = p.cu_seqlens_k[r.b];
+    const int used_k = p.seqused_k != nullptr ? p.seqused_k[r.b] : p.cu_seqlens_k[r.b + 1] - k0;
+    r.seqlen_k = min(max(used_k, 0), r.seqlen_k);
     r.k_off = k0;
+  }
+  if (PAGED) {
+    if (p.seqused_k != nullptr) r.seqlen_k = min(max(p.seqused_k[r.b], 0), r.seqlen_k);
+    r.pages = p.page_table + r.b * p.page_table_stride;
   }
   r.rows_valid = min(BM, r.seqlen_q * PACK - r.m_start);
   r.q = static_cast<const u16*>(p.q) + r.b * p.q_stride_batch + r.h * p.q_stride_head +
         (r.q_off + r.m_start / PACK) * p.q_stride_seq;
-  r.k = static_cast<const u16*>(p.k) + r.b * p.k_stride_batch + r.kvh * p.k_stride_head + r.k_off * p.k_stride_seq;
-  r.v = static_cast<const u16*>(p.v) + r.b * p.v_stride_batch + r.kvh * p.v_stride_head + r.k_off * p.v_stride_seq;
+  // (PAGED: stride_batch steps between pages, and keys are found through the table)
+  r.k = static_cast<const u16*>(p.k) + (PAGED ? 0 : r.b * p.k_stride_batch) + r.kvh * p.k_stride_head +
+        r.k_off * p.k_stride_seq;
+  r.v = static_cast<const u16*>(p.v) + (PAGED ? 0 : r.b * p.v_stride_batch) + r.kvh * p.v_stride_head +
+        r.k_off * p.v_stride_seq;
   r.diag = MSK == 2 || MSK == 4 ? r.seqlen_k - r.seqlen_q : 0;
   r.diag_lo = 0;
   int first_tile = 0;  // the first key tile some row of the block sees
@@ -333,9 +354,11 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
     const int first = r.split * (int)p.tiles_per_split;
     r.key0 += first * BN;
     r.n_tiles = max(0, min(r.n_tiles, first + (int)p.tiles_per_split) - first);
-    r.k += (i64)r.key0 * p.k_stride_seq;
-    r.v += (i64)r.key0 * p.v_stride_seq;
-  } else if (MSK == 3 || MSK == 4) {
+    if (!PAGED) {
+      r.k += (i64)r.key0 * p.k_stride_seq;
+      r.v += (i64)r.key0 * p.v_stride_seq;
+    }
+  } else if ((MSK == 3 || MSK == 4) && !PAGED) {
     r.k += (i64)r.key0 * p.k_stride_seq;
     r.v += (i64)r.key0 * p.v_stride_seq;
   }
@@ -352,6 +375,26 @@ FG_DEVICE i64 fg_o_row(const FwdParams& p, const FgBlock& blk, int qi) {
 }
 FG_DEVICE i64 fg_part_row(const FwdParams& p, const FgBlock& blk, int qi) {
   return VARLEN ? blk.split * p.total_q + blk.q_off + qi : (blk.split * p.batch + blk.b) * p.seqlen_q + qi;
+}
+
+// PAGED: the rows of a key tile from key `key` on, in a K or V view whose head
+// base (page 0, slot 0) the loader is given: row r is key + r, in page
+// pages[(key + r) >> shift] (stride_page elements apart) at slot (key + r) &
+// (2^shift - 1) (stride_seq apart). Only rows below the tile's valid keys are
+// looked up.
+struct FgPageRows {
+  const int* pages;
+  int key, shift;
+  i64 stride_page, stride_seq;
+};
+FG_DEVICE const u16* fg_page_row(const FgPageRows& pr, const u16* base, int r) {
+  const int key = pr.key + r;
+  return base + (i64)pr.pages[key >> pr.shift] * pr.stride_page + (i64)(key & ((1 << pr.shift) - 1)) * pr.stride_seq;
+}
+// Whether ROWS keys from `key` lie in one page (then the tile is read as one
+// strided view from its first row).
+FG_DEVICE bool fg_one_page(const FwdParams& p, int key, int rows) {
+  return (key & ((1 << (int)p.page_shift) - 1)) + rows <= (1 << (int)p.page_shift);
 }
 
 // ---- the online softmax's offsets (exp2 domain) ----------------------------
@@ -1012,12 +1055,14 @@ FG_DEVICE u32 fg_pack_in(float lo, float hi) {
 // global `src` (row stride `stride` elements) into the swizzled sub-tile
 // `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
 // each (src-size 0 zero-fills; the address given is then the tile's first
-// row, which is valid); published by fg_copy_wait + a barrier. Otherwise
+// row, which is valid); published by fg_copy_wait + a barrier. PG: row r is
+// fg_page_row(pr, src, r) (a paged KV cache; `stride` is not read). Otherwise
 // 16-byte loads (up to four in flight per thread) then shared stores,
 // published by the next barrier. FULL (ASYNC_COPY only): every row is valid
 // (valid_rows is not read), so no predicates and one pointer bump per copy.
-template <int W, int OFF, int ROWS, bool FULL = false>
-FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid) {
+template <int W, int OFF, int ROWS, bool FULL = false, bool PG = false>
+FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid,
+                                  const FgPageRows& pr = FgPageRows{}) {
   constexpr int UPR = W / 8;
   constexpr int UNITS = ROWS * UPR;
   constexpr int RSTEP = THREADS / UPR;  // rows advanced per pass (UPR <= 32 divides THREADS)
@@ -1043,7 +1088,8 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       const int row = row0 + it * RSTEP;
       if (UNITS % THREADS == 0 || row < ROWS) {
         const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row), ok ? g0 + it * gstep : src + OFF, ok ? 16 : 0);
+        fg_cp_async16(smem_at(it, row), ok ? (PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
+                      ok ? 16 : 0);
       }
     }
   } else {
@@ -1056,7 +1102,7 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
         const int it = first + k, row = row0 + it * RSTEP;
         v[k] = U4{0u, 0u, 0u, 0u};
         if (it < PASSES && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows)
-          v[k] = *reinterpret_cast<const U4*>(g0 + it * gstep);
+          v[k] = *reinterpret_cast<const U4*>(PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep);
       }
 #pragma unroll
       for (int k = 0; k < G; ++k) {
