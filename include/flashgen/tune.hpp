@@ -24,7 +24,7 @@
 //       arch: 90                        # 10*major+minor
 //       profile: hopper                 # Profile::name
 //       profile_hash: 5c0d0b2a3e91f4a7  # profile_hash(), 16 hex digits
-//       generator: 0.3.0                # kGeneratorVersion of the measuring library
+//       generator: 0.4.0                # kGeneratorVersion of the measuring library
 //       problem: {dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, bias: none,
 //                 lse: false, seqlen_q_le: 4096}
 //       tile: {block_m: 128, block_n: 64, warps: 8, stages: 2}

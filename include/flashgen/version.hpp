@@ -5,6 +5,6 @@ namespace flashgen {
 
 /// Version of the code generator; part of every cache key and of the comment
 /// every generated source begins with.
-inline constexpr const char* kGeneratorVersion = "0.3.0";
+inline constexpr const char* kGeneratorVersion = "0.4.0";
 
 }  // namespace flashgen

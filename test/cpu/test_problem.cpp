@@ -632,20 +632,21 @@ TEST_CASE("check_problem: packed (varlen) batches") {
     p.cu_seqlens_k = nullptr;
     CHECK_REJECTED(p, "cu_seqlens_k is null but cu_seqlens_q is set; a packed batch needs both (int32 [batch + 1]");
   }
-  SUBCASE("total_q and total_k are in [0, 2^31 - 1]") {
-    for (const int64_t bad : {int64_t{-1}, int64_t{2147483648}, std::numeric_limits<int64_t>::max()}) {
+  SUBCASE("total_q and total_k are in [0, 2^31 - 257]") {
+    for (const int64_t bad : {int64_t{-1}, int64_t{2147483648} - 256, std::numeric_limits<int64_t>::max()}) {
       CAPTURE(bad);
       p = valid_packed_problem();
       p.total_q = bad;
-      CHECK_REJECTED(p, fmt::format("total_q ({}) must be in [0, 2^31 - 1] (the packed rows, counted by int32 offsets)",
+      CHECK_REJECTED(p, fmt::format("total_q ({}) must be in [0, 2^31 - 257] (the packed rows, counted by int32 "
+                                    "offsets, with a tile's headroom)",
                                     bad).c_str());
       p = valid_packed_problem();
       p.total_k = bad;
-      CHECK_REJECTED(p, fmt::format("total_k ({}) must be in [0, 2^31 - 1]", bad).c_str());
+      CHECK_REJECTED(p, fmt::format("total_k ({}) must be in [0, 2^31 - 257]", bad).c_str());
     }
     p = valid_packed_problem();
-    p.total_q = 2147483647;  // the largest; the tensors' offsets still fit
-    p.total_k = 2147483647;
+    p.total_q = 2147483647 - 256;  // the largest; the tensors' offsets still fit
+    p.total_k = 2147483647 - 256;
     CHECK_NOTHROW(check_problem(p));
   }
   SUBCASE("the offsets' pointers are 4-byte aligned") {
@@ -687,8 +688,10 @@ TEST_CASE("check_problem: packed (varlen) batches") {
       if (field == 1) p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70200});
       if (field == 2) p.total_q = 250;
       if (field == 3) p.total_k = 300;
-      CHECK_REJECTED(p, "describe a packed batch and must be unset (null, 0) without cu_seqlens_q; set cu_seqlens_q "
-                        "for a packed batch");
+      CHECK_REJECTED(p, field == 1 ? "seqused_k (0x70200) is set without cu_seqlens_q or page_table; it counts the "
+                                     "used keys of a packed batch or a paged KV cache"
+                                   : "describe a packed batch and must be unset (null, 0) without cu_seqlens_q; set "
+                                     "cu_seqlens_q for a packed batch");
     }
     p = valid_problem();
     p.total_q = 250;

@@ -432,15 +432,16 @@ TEST_CASE("varlen: written only when set, after alibi, named last") {
   CHECK(s.canonical() == std::string(kExampleCanonical) + ",softcap=1,sinks=1,alibi=1,varlen=1");
   CHECK(s.kernel_name() == example_spec().kernel_name() + "_softcap_sinks_alibi_varlen");
   CHECK(KernelSpec::parse(s.canonical()) == s);
-  // The forward families have the flag, combine does not.
+  // Every family has the flag (combine: a packed batch's decode merge, which writes only its sequences' rows).
   for (KernelFamily f : {KernelFamily::fwd_split, KernelFamily::combine}) {
     KernelSpec o = example_spec();
     o.family = f;
     o.varlen = true;
-    const bool fwd = f == KernelFamily::fwd_split;
-    CHECK((o.canonical().find(",varlen=1") != std::string::npos) == fwd);
-    CHECK(o.kernel_name().ends_with("_varlen") == fwd);
-    if (fwd) CHECK(KernelSpec::parse(o.canonical()) == o);
+    CHECK(o.canonical().ends_with(",varlen=1"));
+    CHECK(o.kernel_name().ends_with("_varlen"));
+    CHECK(KernelSpec::parse(o.canonical()) == o);
+    o.varlen = false;
+    CHECK(o.canonical().find("varlen") == std::string::npos);
   }
   CHECK(refused(std::string(kExampleCanonical) + ",varlen=2").find("field 'varlen' has value '2'; allowed: 0, 1") !=
         std::string::npos);
@@ -450,7 +451,8 @@ TEST_CASE("varlen: written only when set, after alibi, named last") {
   std::string moved = kExampleCanonical;
   moved.insert(moved.find(",lse="), ",varlen=1");
   CHECK(refused(moved).find("'varlen'") != std::string::npos);
-  CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,varlen=1").find("unknown") !=
+  CHECK(KernelSpec::parse("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,varlen=1").varlen);
+  CHECK(refused("flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1,paged=1").find("unknown") !=
         std::string::npos);
 }
 
@@ -498,9 +500,9 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
   const std::vector<const gen::SpecField*>& fields = gen::spec_fields(KernelFamily::fwd);
   std::vector<std::string> keys;
   for (const gen::SpecField* f : fields) keys.emplace_back(f->key);
-  REQUIRE(keys.size() >= 4);
-  CHECK(std::vector<std::string>(keys.end() - 4, keys.end()) ==
-        std::vector<std::string>{"softcap", "sinks", "alibi", "varlen"});
+  REQUIRE(keys.size() >= 5);
+  CHECK(std::vector<std::string>(keys.end() - 5, keys.end()) ==
+        std::vector<std::string>{"softcap", "sinks", "alibi", "varlen", "paged"});
   const gen::SpecField* softcap = gen::find_spec_field("softcap");
   const struct {
     const char* key;
@@ -533,8 +535,10 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
     CHECK(f->applies(KernelFamily::fwd_split));
     CHECK_FALSE(f->applies(KernelFamily::combine));
   }
-  // varlen: a flag of the forward families with no constant of its own in the
-  // field table (VARLEN is emitted with the mask's constants, gen/emit.cpp).
+  // varlen: a flag of every family (combine: a packed batch's decode merge) with
+  // no constant of its own in the field table (VARLEN is emitted with the mask's
+  // constants, gen/emit.cpp, and by the combine emitter); paged likewise, of the
+  // forward families only.
   const gen::SpecField* varlen = gen::find_spec_field("varlen");
   REQUIRE(varlen != nullptr);
   CHECK(varlen->kind == gen::SpecFieldKind::flag);
@@ -544,7 +548,16 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
   CHECK(varlen->name_rank > gen::find_spec_field("alibi")->name_rank);
   CHECK(varlen->applies(KernelFamily::fwd));
   CHECK(varlen->applies(KernelFamily::fwd_split));
-  CHECK_FALSE(varlen->applies(KernelFamily::combine));
+  CHECK(varlen->applies(KernelFamily::combine));
+  const gen::SpecField* paged = gen::find_spec_field("paged");
+  REQUIRE(paged != nullptr);
+  CHECK(paged->kind == gen::SpecFieldKind::flag);
+  CHECK(paged->omit_default);
+  CHECK(paged->constant.empty());
+  CHECK(paged->name_rank > varlen->name_rank);
+  CHECK(paged->applies(KernelFamily::fwd));
+  CHECK(paged->applies(KernelFamily::fwd_split));
+  CHECK_FALSE(paged->applies(KernelFamily::combine));
   {
     KernelSpec s = example_spec();
     CHECK(varlen->name_part(s).empty());
@@ -552,7 +565,7 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
     CHECK(s.varlen);
     CHECK(varlen->name_part(s) == "_varlen");
   }
-  CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi][,varlen]"));
+  CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi][,varlen][,paged]"));
   // FwdParams: the nine launch arguments after softcap, in this order, 8 bytes each.
   using P = detail::FwdParams;
   CHECK(offsetof(P, sinks) == offsetof(P, softcap) + 8);
@@ -564,11 +577,15 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
   CHECK(offsetof(P, cu_seqlens_k) == offsetof(P, softcap) + 56);
   CHECK(offsetof(P, seqused_k) == offsetof(P, softcap) + 64);
   CHECK(offsetof(P, total_q) == offsetof(P, softcap) + 72);
-  CHECK(sizeof(P) == offsetof(P, total_q) + 8);
+  CHECK(offsetof(P, page_table) == offsetof(P, softcap) + 80);
+  CHECK(offsetof(P, page_table_stride) == offsetof(P, softcap) + 88);
+  CHECK(offsetof(P, page_shift) == offsetof(P, softcap) + 96);
+  CHECK(sizeof(P) == offsetof(P, page_shift) + 8);
   const std::string source = detail::fwd_params_source();
   CHECK(source.find("  double softcap;\n  const float* sinks;\n  const float* alibi_slopes;\n  long long "
                     "alibi_stride_batch;\n  long long window_left;\n  long long window_right;\n  const int* "
-                    "cu_seqlens_q;\n  const int* cu_seqlens_k;\n  const int* seqused_k;\n  long long total_q;\n};") !=
+                    "cu_seqlens_q;\n  const int* cu_seqlens_k;\n  const int* seqused_k;\n  long long total_q;\n  const int* "
+                    "page_table;\n  long long page_table_stride;\n  long long page_shift;\n};") !=
         std::string::npos);
 }
 
