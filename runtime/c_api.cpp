@@ -188,6 +188,10 @@ AttentionProblem to_problem(const flashgen_problem* c, const char* fn) {
   p.seqused_k = c->seqused_k;
   p.total_q = c->total_q;
   p.total_k = c->total_k;
+  p.page_table = c->page_table;
+  p.page_table_stride = c->page_table_stride;
+  p.page_size = c->page_size;
+  p.num_pages = c->num_pages;
   return p;
 }
 
@@ -315,6 +319,10 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
     c.seqused_k = nullptr;
     c.total_q = 0;
     c.total_k = 0;
+    c.page_table = nullptr;  // contiguous K/V
+    c.page_table_stride = 0;
+    c.page_size = 0;
+    c.num_pages = 0;
     *problem = c;
   });
 }

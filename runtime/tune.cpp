@@ -137,6 +137,7 @@ KernelSpec spec_of(const ProblemClass& c) {
   s.sinks = c.sinks;
   s.alibi = c.alibi;
   s.varlen = c.varlen;
+  s.paged = c.paged;
   return s;
 }
 ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
@@ -151,6 +152,7 @@ ProblemClass class_of(const KernelSpec& s, int64_t seqlen_q_le) {
   c.sinks = s.sinks;
   c.alibi = s.alibi;
   c.varlen = s.varlen;
+  c.paged = s.paged;
   c.seqlen_q_le = seqlen_q_le;
   return c;
 }
@@ -375,14 +377,16 @@ ProblemClass problem_class(const AttentionProblem& p) {
   c.sinks = p.sinks != nullptr;
   c.alibi = p.alibi_slopes != nullptr;
   c.varlen = p.varlen();
+  c.paged = p.paged();
   c.seqlen_q_le = seqlen_q_bucket(p.seqlen_q);  // (a packed batch: of max_seqlen_q)
   return c;
 }
 
 std::string ProblemClass::str() const {
-  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{}{}{}{} seqlen_q<={}", to_string(dtype), head_dim, head_dim_v,
-                     to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "",
-                     sinks ? " sinks" : "", alibi ? " alibi" : "", varlen ? " varlen" : "", seqlen_q_le);
+  return fmt::format("{} d{}/v{} mask={} bias={} lse={}{}{}{}{}{} seqlen_q<={}", to_string(dtype), head_dim,
+                     head_dim_v, to_string(mask), to_string(bias), has_lse ? 1 : 0, softcap ? " softcap" : "",
+                     sinks ? " sinks" : "", alibi ? " alibi" : "", varlen ? " varlen" : "", paged ? " paged" : "",
+                     seqlen_q_le);
 }
 
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin) {

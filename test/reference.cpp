@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -147,6 +148,37 @@ KeyRange visible_keys(const AttentionProblem& p, int64_t i) {
   return {std::min(first, end), end};
 }
 
+/// The keys of sequence b of a paged problem: seqused_k[b] (else seqlen_k).
+int64_t paged_keys(const AttentionProblem& p, int64_t b) {
+  return p.seqused_k != nullptr ? static_cast<int64_t>(p.seqused_k[b]) : p.seqlen_k;
+}
+
+/// A paged KV cache (problem.hpp): page_size >= 1, cu_seqlens_k null, total_k 0,
+/// 0 <= seqused_k[b] <= seqlen_k, and the table entries of every used key in [0, num_pages).
+template <class Fail>
+void check_paged(const AttentionProblem& p, const Fail& fail) {
+  if (p.cu_seqlens_k != nullptr) fail("cu_seqlens_k must be null with a page_table");
+  if (p.total_k != 0) fail("total_k must be 0 with a page_table");
+  if (p.page_size < 1) fail("page_size (" + std::to_string(p.page_size) + ") must be >= 1 with a page_table");
+  if (p.num_pages < 0 || p.page_table_stride < 0) fail("num_pages and page_table_stride must be non-negative");
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t keys = paged_keys(p, b);
+    if (keys < 0 || keys > p.seqlen_k) {
+      fail("seqused_k[" + std::to_string(b) + "] (" + std::to_string(keys) + ") must be in [0, seqlen_k = " +
+           std::to_string(p.seqlen_k) + "] (paged)");
+    }
+    for (int64_t n = 0; n * p.page_size < keys; ++n) {
+      const int64_t e = b * p.page_table_stride + n;
+      const int64_t page = p.page_table[e];
+      if (page < 0 || page >= p.num_pages) {
+        fail("page_table[" + std::to_string(e) + "] (" + std::to_string(page) + ", page " + std::to_string(n) +
+             " of sequence " + std::to_string(b) + ", which uses " + std::to_string(keys) +
+             " keys) must be in [0, num_pages = " + std::to_string(p.num_pages) + ")");
+      }
+    }
+  }
+}
+
 void check_shape(const AttentionProblem& p) {
   auto fail = [](const std::string& what) {
     throw InvalidArgument("reference: " + what);
@@ -159,9 +191,10 @@ void check_shape(const AttentionProblem& p) {
     fail("heads_q (" + std::to_string(p.heads_q) + ") must be a multiple of heads_kv (" +
          std::to_string(p.heads_kv) + ")");
   }
+  if (p.paged()) check_paged(p, fail);
   if (!p.varlen()) return;
   // A packed batch: the host offsets (problem.hpp's contract).
-  if (p.cu_seqlens_k == nullptr) fail("cu_seqlens_k is null but cu_seqlens_q is set");
+  if (p.cu_seqlens_k == nullptr && !p.paged()) fail("cu_seqlens_k is null but cu_seqlens_q is set");
   if (p.total_q < 0 || p.total_k < 0) fail("total_q and total_k must be non-negative");
   auto check_offsets = [&](const char* name, const int32_t* cu, int64_t total, const char* total_name) {
     for (int64_t b = 0; b <= p.batch; ++b) {
@@ -177,6 +210,7 @@ void check_shape(const AttentionProblem& p) {
     }
   };
   check_offsets("cu_seqlens_q", p.cu_seqlens_q, p.total_q, "total_q");
+  if (p.paged()) return;  // (the keys: check_paged)
   check_offsets("cu_seqlens_k", p.cu_seqlens_k, p.total_k, "total_k");
   if (p.seqused_k != nullptr) {
     for (int64_t b = 0; b < p.batch; ++b) {
@@ -189,19 +223,51 @@ void check_shape(const AttentionProblem& p) {
   }
 }
 
-/// Sequence b of a packed problem whose offsets check_shape accepted.
+/// Sequence b of a packed or paged problem that check_shape accepted.
 Sequence sequence_of(const AttentionProblem& p, int64_t b) {
   Sequence s;
-  s.q_begin = p.cu_seqlens_q[b];
-  s.k_begin = p.cu_seqlens_k[b];
-  const int64_t keys = p.seqused_k != nullptr ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
-  s.seqlen_q = std::min<int64_t>(p.cu_seqlens_q[b + 1] - s.q_begin, p.seqlen_q);
-  s.seqlen_k = std::min<int64_t>(keys, p.seqlen_k);
+  if (p.varlen()) {
+    s.q_begin = p.cu_seqlens_q[b];
+    s.seqlen_q = std::min<int64_t>(p.cu_seqlens_q[b + 1] - s.q_begin, p.seqlen_q);
+  } else {
+    s.seqlen_q = p.seqlen_q;  // dense Q: batch b's rows
+  }
+  if (p.paged()) {
+    s.seqlen_k = std::min<int64_t>(paged_keys(p, b), p.seqlen_k);  // (k_begin 0: keys through the pages)
+  } else {
+    s.k_begin = p.cu_seqlens_k[b];
+    const int64_t keys = p.seqused_k != nullptr ? p.seqused_k[b] : p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b];
+    s.seqlen_k = std::min<int64_t>(keys, p.seqlen_k);
+  }
   return s;
 }
 
-/// The dense problem of sequence b (see sequence_problem in reference.hpp).
-AttentionProblem dense_of(const AttentionProblem& p, int64_t b) {
+/// Gathers the first `keys` keys of sequence b of a paged problem into `st`:
+/// K [keys, heads_kv, head_dim], V [keys, heads_kv, head_dim_v], contiguous.
+void gather_pages(const AttentionProblem& p, int64_t b, int64_t keys, SequenceStorage& st) {
+  const int64_t H = p.heads_kv, D = p.head_dim, Dv = p.head_dim_v;
+  st.k.assign(static_cast<size_t>(keys * H * D), 0);
+  st.v.assign(static_cast<size_t>(keys * H * Dv), 0);
+  const uint16_t* k = static_cast<const uint16_t*>(p.k.data);
+  const uint16_t* v = static_cast<const uint16_t*>(p.v.data);
+  for (int64_t j = 0; j < keys; ++j) {
+    const int64_t page = p.page_table[b * p.page_table_stride + j / p.page_size], slot = j % p.page_size;
+    for (int64_t h = 0; h < H; ++h) {
+      if (D > 0) {
+        const uint16_t* src = k + page * p.k.stride_batch + slot * p.k.stride_seq + h * p.k.stride_head;
+        std::copy_n(src, D, st.k.begin() + static_cast<std::ptrdiff_t>((j * H + h) * D));
+      }
+      if (Dv > 0) {
+        const uint16_t* src = v + page * p.v.stride_batch + slot * p.v.stride_seq + h * p.v.stride_head;
+        std::copy_n(src, Dv, st.v.begin() + static_cast<std::ptrdiff_t>((j * H + h) * Dv));
+      }
+    }
+  }
+}
+
+/// The dense problem of sequence b (see sequence_problem in reference.hpp); a paged
+/// problem's keys gathered into `st` (which must outlive the result).
+AttentionProblem dense_of(const AttentionProblem& p, int64_t b, SequenceStorage* st) {
   const Sequence s = sequence_of(p, b);
   AttentionProblem d = p;
   d.cu_seqlens_q = nullptr;
@@ -217,10 +283,26 @@ AttentionProblem dense_of(const AttentionProblem& p, int64_t b) {
     t.stride_batch = 0;
     return t;
   };
-  d.q = from_row(p.q, s.q_begin);
-  d.o = from_row(p.o, s.q_begin);
-  d.k = from_row(p.k, s.k_begin);
-  d.v = from_row(p.v, s.k_begin);
+  d.page_table = nullptr;
+  d.page_table_stride = 0;
+  d.page_size = 0;
+  d.num_pages = 0;
+  auto batch_of = [b](TensorRef t) {  // dense Q / O of a paged problem: batch b
+    if (t.data != nullptr) t.data = static_cast<const uint16_t*>(t.data) + b * t.stride_batch;
+    t.stride_batch = 0;
+    return t;
+  };
+  d.q = p.varlen() ? from_row(p.q, s.q_begin) : batch_of(p.q);
+  d.o = p.varlen() ? from_row(p.o, s.q_begin) : batch_of(p.o);
+  if (p.paged()) {
+    if (st == nullptr) throw InvalidArgument("reference: a paged problem's sequence needs storage for its keys");
+    gather_pages(p, b, s.seqlen_k, *st);
+    d.k = {st->k.data(), 0, p.heads_kv * p.head_dim, p.head_dim};
+    d.v = {st->v.data(), 0, p.heads_kv * p.head_dim_v, p.head_dim_v};
+  } else {
+    d.k = from_row(p.k, s.k_begin);
+    d.v = from_row(p.v, s.k_begin);
+  }
   if (p.bias.kind != BiasKind::none && p.bias.data != nullptr) {
     const int64_t elem = p.bias.kind == BiasKind::f32 ? 4 : 2;
     d.bias.data = static_cast<const char*>(p.bias.data) + b * p.bias.stride_batch * elem;
@@ -516,7 +598,8 @@ void run_rows(const std::vector<AttentionProblem>& problems, const std::vector<s
 
 Sequence sequence(const AttentionProblem& host_problem, int64_t b) {
   check_shape(host_problem);
-  if (!host_problem.varlen()) throw InvalidArgument("reference: sequence() needs a packed problem (cu_seqlens_q)");
+  if (!host_problem.varlen() && !host_problem.paged())
+    throw InvalidArgument("reference: sequence() needs a packed (cu_seqlens_q) or paged (page_table) problem");
   if (b < 0 || b >= host_problem.batch)
     throw InvalidArgument("reference: sequence " + std::to_string(b) + " is outside the batch (" +
                           std::to_string(host_problem.batch) + ")");
@@ -525,7 +608,14 @@ Sequence sequence(const AttentionProblem& host_problem, int64_t b) {
 
 AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b) {
   (void)sequence(host_problem, b);  // the checks
-  return dense_of(host_problem, b);
+  if (host_problem.paged())
+    throw InvalidArgument("reference: a paged problem's sequence_problem needs a SequenceStorage for its keys");
+  return dense_of(host_problem, b, nullptr);
+}
+
+AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b, SequenceStorage& storage) {
+  (void)sequence(host_problem, b);  // the checks
+  return dense_of(host_problem, b, &storage);
 }
 
 void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>& rows, double* o_out,
@@ -533,7 +623,7 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
   check_shape(host_problem);
   const AttentionProblem& p = host_problem;
   if (rows.empty()) return;
-  if (!p.varlen()) {
+  if (!p.varlen() && !p.paged()) {
     for (const RowId& r : rows) {
       if (r.b < 0 || r.b >= p.batch || r.i < 0 || r.i >= p.seqlen_q || r.h < 0 || r.h >= p.heads_q)
         bad_row(r, "problem");
@@ -541,19 +631,22 @@ void forward_rows(const AttentionProblem& host_problem, const std::vector<RowId>
     run_rows({p}, nullptr, rows, p.head_dim_v, o_out, lse_out, threads, bounds);
     return;
   }
-  // A packed batch: each row through its sequence's dense problem (built once per sequence used).
+  // A packed batch or a paged cache: each row through its sequence's dense problem (built once
+  // per sequence used; a paged one's keys gathered into storage).
   std::vector<AttentionProblem> problems;
+  std::vector<std::unique_ptr<SequenceStorage>> storage;
   std::vector<int64_t> index(static_cast<size_t>(std::max<int64_t>(p.batch, 0)), -1);  // sequence -> problems
   std::vector<size_t> which;
   std::vector<RowId> local;
   which.reserve(rows.size());
   local.reserve(rows.size());
   for (const RowId& r : rows) {
-    if (r.b < 0 || r.b >= p.batch || r.h < 0 || r.h >= p.heads_q) bad_row(r, "packed problem");
+    if (r.b < 0 || r.b >= p.batch || r.h < 0 || r.h >= p.heads_q) bad_row(r, p.varlen() ? "packed problem" : "paged problem");
     int64_t& at = index[static_cast<size_t>(r.b)];
     if (at < 0) {
       at = static_cast<int64_t>(problems.size());
-      problems.push_back(dense_of(p, r.b));
+      storage.push_back(std::make_unique<SequenceStorage>());
+      problems.push_back(dense_of(p, r.b, storage.back().get()));
     }
     const AttentionProblem& d = problems[static_cast<size_t>(at)];
     if (r.i < 0 || r.i >= d.seqlen_q) bad_row(r, "rows of its sequence");

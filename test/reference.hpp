@@ -90,19 +90,42 @@ void forward_all(const AttentionProblem& host_problem, std::vector<double>& o_ou
 /// (InvalidArgument): cu_seqlens non-negative and non-decreasing,
 /// cu_seqlens_q[batch] <= total_q, cu_seqlens_k[batch] <= total_k, 0 <= seqused_k[b]
 /// <= cu_seqlens_k[b + 1] - cu_seqlens_k[b].
+///
+/// Paged KV caches, problem.hpp's paged layout: when host_problem.page_table is set,
+/// page_table (and seqused_k, optional) point to HOST int32 arrays, K/V are [num_pages,
+/// page_size, heads_kv, d] (stride_batch steps between pages, stride_seq between slots),
+/// and Q/O are dense [batch, seqlen_q, ...] or packed (cu_seqlens_q, cu_seqlens_k null).
+/// Sequence b has min(seqused_k[b] (else seqlen_k), seqlen_k) keys, key j at slot
+/// j % page_size of page page_table[b * page_table_stride + j / page_size]. Each
+/// sequence is computed as a dense problem over its keys gathered from the pages
+/// (only the table entries and slots of its used keys are read; unused slots and
+/// entries may hold anything), its masks', windows' and ALiBi's alignment per sequence
+/// (off = its keys - its query rows), as for packed batches; RowId{b, i, h} is row i of
+/// sequence b (dense Q: 0 <= i < seqlen_q, batch b of Q; packed Q: as above). Checked
+/// (InvalidArgument): page_size >= 1, cu_seqlens_k null, total_k 0, 0 <= seqused_k[b] <=
+/// seqlen_k, and the entries of every used page in [0, num_pages). forward_all's layouts
+/// are those of Q's layout (dense or packed).
 struct Sequence {
-  int64_t q_begin = 0;   ///< packed row of its first query (cu_seqlens_q[b])
+  int64_t q_begin = 0;   ///< packed row of its first query (cu_seqlens_q[b]; 0 with a dense Q)
   int64_t seqlen_q = 0;  ///< its query rows, cut to the bound host_problem.seqlen_q
-  int64_t k_begin = 0;   ///< packed row of its first key (cu_seqlens_k[b])
+  int64_t k_begin = 0;   ///< packed row of its first key (cu_seqlens_k[b]; 0 when paged)
   int64_t seqlen_k = 0;  ///< its keys (seqused_k[b] when set), cut to the bound host_problem.seqlen_k
 };
-/// Sequence b (0 <= b < batch) of a packed host problem (offsets checked as above).
+/// Sequence b (0 <= b < batch) of a packed or paged host problem (offsets checked as above).
 Sequence sequence(const AttentionProblem& host_problem, int64_t b);
 /// The dense problem (batch 1, not packed) of sequence b of a packed host problem:
 /// its seqlen_q / seqlen_k, Q/O/K/V views from its first packed row (stride_batch 0),
 /// its bias slice (batch b), its ALiBi slopes (batch b; alibi_stride_batch 0), the
-/// same sinks, mask, window, softcap and scale.
+/// same sinks, mask, window, softcap and scale. A paged problem needs the overload below.
 AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b);
+/// Owns the keys of a paged sequence gathered from its pages (contiguous K [keys,
+/// heads_kv, head_dim] and V [keys, heads_kv, head_dim_v]).
+struct SequenceStorage {
+  std::vector<uint16_t> k, v;
+};
+/// As above, also for a paged problem: its K/V views point into `storage`, which must
+/// outlive the result (Q/O: its packed rows, or batch b of a dense Q).
+AttentionProblem sequence_problem(const AttentionProblem& host_problem, int64_t b, SequenceStorage& storage);
 
 /// float64 reference of a merge of attention states (merge.hpp) whose o_partial
 /// and lse_partial point to HOST memory in the problem's dtypes and strides

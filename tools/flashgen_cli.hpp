@@ -63,15 +63,25 @@ struct ProblemDesc {
   /// sequence (the same count, `batch`; seqlen_q / seqlen_k are then their maxima,
   /// max_seqlen_q / max_seqlen_k, and the sums total_q() / total_k() fit int32).
   std::vector<int64_t> seqlens_q, seqlens_k;
-  bool seqused_k = false;      ///< packed batch: a seqused_k array is passed (AttentionProblem::seqused_k)
+  bool seqused_k = false;      ///< packed batch or paged cache: a seqused_k array is passed (AttentionProblem::seqused_k)
+  /// A paged KV cache when > 0: keys per page (a power of two in [1, 256]; AttentionProblem::page_size).
+  /// K/V are pages of page_size keys reached through a page table; a packed batch
+  /// then has no cu_seqlens_k (seqused_k counts each sequence's keys, seqlens_k).
+  int64_t page_size = 0;
 
   bool varlen() const { return !seqlens_q.empty(); }
+  bool paged() const { return page_size > 0; }
   int64_t total_q() const;     ///< sum of seqlens_q (0 for a dense batch)
   int64_t total_k() const;     ///< sum of seqlens_k (0 for a dense batch)
+  /// Paged: ceil(seqlen_k / page_size), the page table's row length (0 when not paged).
+  int64_t page_table_stride() const;
+  /// Paged: the pages that hold the keys, batch * page_table_stride() (a packed batch: the
+  /// sum of ceil(seqlens_k[b] / page_size)); saturates at INT64_MAX; 0 when not paged.
+  int64_t num_pages() const;
 
   /// one line, e.g. "f16 b1 sq4096 sk4096 hq32 hkv8 d128/v128 mask=causalbr bias=none lse=0" (then
   /// " softcap=C", " window_left=L window_right=R" (a window mask or sizes other than -1), " sinks=1",
-  /// " alibi=1", " seqlens_q=L1:L2:... seqlens_k=L1:L2:..." and " seqused_k=1" when set)
+  /// " alibi=1", " seqlens_q=L1:L2:... seqlens_k=L1:L2:...", " seqused_k=1" and " page_size=N" when set)
   std::string str() const;
 };
 
@@ -86,12 +96,15 @@ inline constexpr int64_t kMaxPackedRows = 2147483647;
 /// [total_q, heads_q, d] and K/V [total_k, heads_kv, d] contiguous (stride_batch 0),
 /// LSE [heads_q, total_q], cu_seqlens_q / cu_seqlens_k (and seqused_k when set) at
 /// fake 16-byte aligned addresses, total_q / total_k the sums, seqlen_q / seqlen_k
-/// the maxima.
+/// the maxima. A paged cache (d.paged()): page_table at a fake 16-byte aligned address,
+/// page_table_stride = ceil(seqlen_k / page_size), num_pages = d.num_pages(), K/V
+/// [num_pages, page_size, heads_kv, d] (stride_batch = page_size * stride_seq); packed
+/// too: cu_seqlens_k null, total_k 0 and seqused_k set (the counts are seqlens_k).
 AttentionProblem to_problem(const ProblemDesc& d);
 
 /// Parse "key=value,key=value,..." (keys: name, dtype, batch, seqlen, seqlen_q,
 /// seqlen_k, heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap,
-/// window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k).
+/// window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k, page_size).
 /// seqlen sets both seqlens, heads both head counts (and cannot be combined
 /// with seqlen_q / seqlen_k, heads_q / heads_kv); head_dim_v defaults to
 /// head_dim and seqlen_k to seqlen_q. batch, seqlens and heads are integers in
@@ -103,7 +116,8 @@ AttentionProblem to_problem(const ProblemDesc& d);
 /// sum at most 2^31 - 1) make a packed batch: batch is the count (an explicit batch
 /// must equal it), seqlen_q / seqlen_k default to the largest length (explicit ones
 /// are the bounds, max_seqlen_q / max_seqlen_k, and must be at least that);
-/// seqused_k=1 needs them. Throws InvalidArgument naming the key, its value and what
+/// seqused_k=1 needs them (or page_size). page_size=N (a power of two in [1, 256]) makes
+/// the KV cache paged, dense or packed. Throws InvalidArgument naming the key, its value and what
 /// is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
@@ -116,7 +130,7 @@ ProblemDesc parse_problem_text(const std::string& text);
 /// optional: name, batch (1), seqlen_k (= seqlen_q), heads_kv (= heads_q),
 /// head_dim_v (= head_dim), mask (none), bias (none), lse (false), softcap (0),
 /// window_left (-1), window_right (-1), sinks (false), alibi (false), seqlens_q and
-/// seqlens_k ("L1:L2:..." or a sequence [L1, L2, ...]), seqused_k (false).
+/// seqlens_k ("L1:L2:..." or a sequence [L1, L2, ...]), seqused_k (false), page_size (0: not paged).
 /// Unknown keys are errors. Throws InvalidArgument "<origin>: key '<path>' <reason>".
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin);
 std::vector<ProblemDesc> load_problem_set(const std::string& path);

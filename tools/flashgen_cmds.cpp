@@ -254,6 +254,10 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
                 "packed (variable-length) batch specialization: no, yes (both: no,yes; cu_seqlens are a launch "
                 "argument)")
       ->capture_default_str();
+  c->add_option("--paged", o.paged,
+                "paged KV cache specialization: no, yes (both: no,yes; the page table and page size are launch "
+                "arguments)")
+      ->capture_default_str();
   c->add_option("--tiles", o.tiles,
                 "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
                 "entry's)")
@@ -334,7 +338,7 @@ int run_pregen(const PregenOptions& o) {
     };
     const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap"),
                             sinks = yes_no(o.sinks, "--sinks"), alibis = yes_no(o.alibi, "--alibi"),
-                            varlens = yes_no(o.varlen, "--varlen");
+                            varlens = yes_no(o.varlen, "--varlen"), pageds = yes_no(o.paged, "--paged");
     for (const std::string& dt : items(o.dtypes))
       for (auto [d, dv] : dims)
         for (const std::string& mk : items(o.masks))
@@ -343,7 +347,8 @@ int run_pregen(const PregenOptions& o) {
               for (bool sc : softcaps)
                 for (bool sn : sinks)
                   for (bool al : alibis)
-                    for (bool vl : varlens) {
+                    for (bool vl : varlens)
+                      for (bool pg : pageds) {
                       ProblemDesc p;
                       p.dtype = parse_dtype(dt, "--dtypes");
                       p.head_dim = d;
@@ -356,6 +361,7 @@ int run_pregen(const PregenOptions& o) {
                       p.alibi = al;
                       p.seqlen_q = p.seqlen_k = 1024;
                       if (vl) p.seqlens_q = p.seqlens_k = {1024};  // (one sequence: the offsets are launch arguments)
+                      if (pg) p.page_size = 16;  // (any page size: the kernel takes it at launch)
                       problems.push_back(p);
                     }
   }
@@ -554,6 +560,12 @@ std::vector<std::string> broken_rules(const ProblemDesc& d, int arch, const std:
           if (!d.varlen()) return;
           x.batch = d.batch, x.seqlen_q = d.seqlen_q, x.seqlen_k = d.seqlen_k;
           x.seqlens_q = d.seqlens_q, x.seqlens_k = d.seqlens_k, x.seqused_k = d.seqused_k;
+          x.page_size = d.page_size;  // (a paged packed batch has no cu_seqlens_k)
+        },
+        [&](ProblemDesc& x) {  // a paged KV cache: the page size with the keys it splits into pages
+          if (!d.paged()) return;
+          x.batch = d.batch, x.seqlen_k = d.seqlen_k, x.page_size = d.page_size, x.seqused_k = d.seqused_k;
+          if (d.varlen()) x.seqlens_q = d.seqlens_q, x.seqlens_k = d.seqlens_k, x.seqlen_q = d.seqlen_q;
         },
     };
     size_t found = 0;
@@ -717,10 +729,23 @@ int run_explain(const ExplainOptions& o) {
   row("problem", d.str());
   if (d.varlen()) {
     // e.g. "3 sequences packed along the rows (cu_seqlens_q, cu_seqlens_k): total_q 612, total_k 900, ..."
-    row("packed", fmt::format("{} sequence{} packed along the rows (cu_seqlens_q, cu_seqlens_k): total_q {}, total_k "
+    row("packed", fmt::format("{} sequence{} packed along the rows ({}): total_q {}, total_k "
                               "{}, max_seqlen_q {}, max_seqlen_k {}{}",
-                              d.batch, d.batch == 1 ? "" : "s", d.total_q(), d.total_k(), d.seqlen_q, d.seqlen_k,
-                              d.seqused_k ? "; seqused_k[b] keys of each count (modelled as all of its keys)" : ""));
+                              d.batch, d.batch == 1 ? "" : "s",
+                              d.paged() ? "cu_seqlens_q; keys in pages, counted by seqused_k" : "cu_seqlens_q, cu_seqlens_k",
+                              d.total_q(), d.total_k(), d.seqlen_q, d.seqlen_k,
+                              d.seqused_k && !d.paged() ? "; seqused_k[b] keys of each count (modelled as all of its keys)"
+                                                        : ""));
+  }
+  if (d.paged()) {
+    // e.g. "page_size 16: K/V in 256 pages of 16 keys through page_table (page_table_stride 64); ..."
+    row("paged", fmt::format("page_size {}: K/V in {} page{} of {} key{} through page_table (page_table_stride {}){}; "
+                             "modelled as the same work as a contiguous cache",
+                             d.page_size, d.num_pages(), d.num_pages() == 1 ? "" : "s", d.page_size,
+                             d.page_size == 1 ? "" : "s", d.page_table_stride(),
+                             d.varlen() ? ", seqused_k[b] = seqlens_k[b] keys of each"
+                             : d.seqused_k ? ", seqused_k[b] keys of each count (modelled as all seqlen_k)"
+                                           : ""));
   }
   if (d.mask == MaskKind::window_top_left || d.mask == MaskKind::window_bottom_right) {
     // e.g. "window_left 127, window_right 0: query i sees keys j from i + off - 127 to i + off (off = 0, top-left)"

@@ -25,6 +25,7 @@ struct PregenOptions {
   std::vector<std::string> sinks = {"no"};
   std::vector<std::string> alibi = {"no"};
   std::vector<std::string> varlen = {"no"};
+  std::vector<std::string> paged = {"no"};
   std::vector<std::string> tiles = {"default"};
   std::string problems_file;
   std::string device;

@@ -219,6 +219,7 @@ KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& p
   s.sinks = problem.sinks;
   s.alibi = problem.alibi;
   s.varlen = problem.varlen();
+  s.paged = problem.paged();
   return s;
 }
 

@@ -72,6 +72,7 @@ void fill_random(std::vector<uint16_t>& h, DType dt, uint64_t seed) {
 struct DeviceSet {
   DeviceBuffer q, k, v, o, bias, lse, sinks, alibi;
   DeviceBuffer cu_seqlens_q, cu_seqlens_k, seqused_k;  // a packed batch's int32 offsets and used keys
+  DeviceBuffer page_table;  // a paged KV cache: int32 [batch, page_table_stride]
 };
 
 struct Workload {
@@ -98,6 +99,19 @@ struct Workload {
       p.total_q = d.total_q();
       p.total_k = d.total_k();
     }
+    if (d.paged()) {
+      // K/V [num_pages, page_size, heads_kv, d]: page stride page_size rows; the keys through the page table.
+      p.page_table = static_cast<const int32_t*>(s.page_table.ptr());
+      p.page_size = d.page_size;
+      p.page_table_stride = d.page_table_stride();
+      p.num_pages = d.num_pages();
+      for (TensorRef* t : {&p.k, &p.v}) t->stride_batch = d.page_size * t->stride_seq;
+      if (d.varlen()) {  // (no cu_seqlens_k: seqused_k counts each sequence's keys)
+        p.cu_seqlens_k = nullptr;
+        p.total_k = 0;
+      }
+      if (d.varlen() || d.seqused_k) p.seqused_k = static_cast<const int32_t*>(s.seqused_k.ptr());
+    }
     if (d.bias != BiasKind::none) {
       p.bias.kind = d.bias;
       p.bias.data = s.bias.ptr();
@@ -120,7 +134,9 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
   w.desc = d;
   // Rows of Q/O and K/V: batch x seqlen, or a packed batch's sums.
   const int64_t rows_q = d.varlen() ? d.total_q() : d.batch * d.seqlen_q;
-  const int64_t rows_k = d.varlen() ? d.total_k() : d.batch * d.seqlen_k;
+  const int64_t rows_k = d.paged()    ? d.num_pages() * d.page_size  // (a paged cache: whole pages)
+                         : d.varlen() ? d.total_k()
+                                      : d.batch * d.seqlen_k;
   const size_t q = static_cast<size_t>(rows_q * d.heads_q * d.head_dim);
   const size_t k = static_cast<size_t>(rows_k * d.heads_kv * d.head_dim);
   const size_t v = static_cast<size_t>(rows_k * d.heads_kv * d.head_dim_v);
@@ -139,7 +155,27 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
     for (size_t b = 0; b < d.seqlens_q.size(); ++b) {  // (sums within int32: the parser's rule)
       cu_q.push_back(static_cast<int32_t>(cu_q.back() + d.seqlens_q[b]));
       cu_k.push_back(static_cast<int32_t>(cu_k.back() + d.seqlens_k[b]));
-      if (d.seqused_k) used_k.push_back(static_cast<int32_t>(d.seqlens_k[b]));
+      if (d.seqused_k || d.paged()) used_k.push_back(static_cast<int32_t>(d.seqlens_k[b]));
+    }
+    if (d.paged()) cu_k.clear();  // (a paged packed batch passes no cu_seqlens_k)
+  } else if (d.paged() && d.seqused_k) {
+    used_k.assign(static_cast<size_t>(d.batch), static_cast<int32_t>(d.seqlen_k));  // (all keys used)
+  }
+  // A paged cache's table: int32 [batch, page_table_stride], sequence b's pages (ceil(its keys /
+  // page_size) of them) in a fixed shuffled order of [0, num_pages) (vLLM's caches are not in order);
+  // the entries past a sequence's pages are never read (0).
+  std::vector<int32_t> table;
+  if (d.paged()) {
+    const int64_t stride = d.page_table_stride(), pages = d.num_pages();
+    std::vector<int32_t> order(static_cast<size_t>(pages));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);  // (num_pages < 2^31: checked)
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(0x9a9e5));
+    table.assign(static_cast<size_t>(d.batch * stride), 0);
+    size_t next = 0;
+    for (int64_t b = 0; b < d.batch; ++b) {
+      const int64_t keys = d.varlen() ? d.seqlens_k[static_cast<size_t>(b)] : d.seqlen_k;
+      for (int64_t j = 0; j < (keys + d.page_size - 1) / d.page_size; ++j)
+        table[static_cast<size_t>(b * stride + j)] = order[next++];
     }
   }
   // Sinks and ALiBi slopes: float32 [heads_q] each, small nonzero values (sink 0.5 for
@@ -149,7 +185,8 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
   for (size_t h = 0; h < slope_values.size(); ++h)
     slope_values[h] = std::ldexp(1.0f, -static_cast<int>(std::min<size_t>(h + 1, 126)));
   w.set_bytes = 2 * (q + k + v + o + bias + lse) +
-                4 * (sink_values.size() + slope_values.size() + cu_q.size() + cu_k.size() + used_k.size());
+                4 * (sink_values.size() + slope_values.size() + cu_q.size() + cu_k.size() + used_k.size() +
+                     table.size());
   // Enough sets that the inputs of one run are evicted from L2 by the next
   // ones, within 8 GiB of device memory.
   size_t n = static_cast<size_t>(std::ceil(2.0 * static_cast<double>(std::max<int64_t>(l2_bytes, 1)) /
@@ -171,7 +208,8 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
                 DeviceBuffer(4 * slope_values.size()),
                 DeviceBuffer(4 * cu_q.size()),
                 DeviceBuffer(4 * cu_k.size()),
-                DeviceBuffer(4 * used_k.size())};
+                DeviceBuffer(4 * used_k.size()),
+                DeviceBuffer(4 * table.size())};
     // Each set gets different data: a different window of the random host buffer.
     auto upload = [&](const DeviceBuffer& b, size_t elems, size_t shift) {
       if (elems == 0) return;
@@ -192,7 +230,8 @@ Workload make_workload(const ProblemDesc& d, int64_t l2_bytes) {
       fgrt::check(drv.cuMemcpyHtoD(s.alibi.get(), slope_values.data(), 4 * slope_values.size()), "cuMemcpyHtoD");
     for (const auto& [buffer, values] : {std::pair<const DeviceBuffer*, const std::vector<int32_t>*>{&s.cu_seqlens_q, &cu_q},
                                          {&s.cu_seqlens_k, &cu_k},
-                                         {&s.seqused_k, &used_k}})
+                                         {&s.seqused_k, &used_k},
+                                         {&s.page_table, &table}})
       if (!values->empty())
         fgrt::check(drv.cuMemcpyHtoD(buffer->get(), values->data(), 4 * values->size()), "cuMemcpyHtoD");
     w.sets.push_back(std::move(s));

@@ -43,6 +43,9 @@ int64_t saturating_mul(int64_t a, int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
 }
 
+// Largest page size (AttentionProblem::page_size: a power of two in [1, 256]).
+constexpr int64_t kMaxPageSizeArg = 256;
+
 // The keys that set two fields at once, and the keys each one sets.
 struct Alias {
   const char* key;
@@ -150,10 +153,18 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
     d.seqlens_k = parse_lengths(what, value);
   } else if (key == "seqused_k") {
     d.seqused_k = parse_bool(what, value);
+  } else if (key == "page_size") {
+    const std::optional<int64_t> v = int_in_range(value, 1, kMaxPageSizeArg);
+    if (!v || (*v & (*v - 1)) != 0)
+      throw InvalidArgument(fmt::format("{} has value '{}': must be a power of two in [1, {}] (keys per page of a "
+                                        "paged KV cache)",
+                                        what, value, kMaxPageSizeArg));
+    d.page_size = *v;
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
                                       "heads, heads_q, heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, "
-                                      "window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k",
+                                      "window_left, window_right, sinks, alibi, seqlens_q, seqlens_k, seqused_k, "
+                                      "page_size",
                                       what));
   }
 }
@@ -174,9 +185,10 @@ void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::stri
   if (!seen["heads"] && !seen["heads_kv"]) d.heads_kv = d.heads_q;
   if (!packed) {
     if (!seen["seqlen"] && !seen["seqlen_k"]) d.seqlen_k = d.seqlen_q;
-    if (d.seqused_k)
-      throw InvalidArgument(fmt::format("{} 'seqused_k' is set without 'seqlens_q' and 'seqlens_k': seqused_k is an "
-                                        "array of a packed batch; give the per-sequence lengths too",
+    if (d.seqused_k && !d.paged())
+      throw InvalidArgument(fmt::format("{} 'seqused_k' is set without 'seqlens_q' and 'seqlens_k' or 'page_size': "
+                                        "seqused_k is an array of a packed batch or a paged KV cache; give the "
+                                        "per-sequence lengths or a page size too",
                                         where));
     return;
   }
@@ -253,10 +265,22 @@ int64_t ProblemDesc::total_k() const {
   return n;
 }
 
+int64_t ProblemDesc::page_table_stride() const {
+  return paged() ? (seqlen_k + page_size - 1) / page_size : 0;  // (seqlen_k <= 2^40: no overflow)
+}
+
+int64_t ProblemDesc::num_pages() const {
+  if (!paged()) return 0;
+  if (!varlen()) return saturating_mul(batch, page_table_stride());
+  int64_t n = 0;
+  for (int64_t l : seqlens_k) n += (l + page_size - 1) / page_size;  // (the sum of seqlens_k fits int32)
+  return n;
+}
+
 std::string ProblemDesc::str() const {
   const bool window = mask == MaskKind::window_top_left || mask == MaskKind::window_bottom_right || window_left != -1 ||
                       window_right != -1;
-  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}{}{}{}{}{}",
+  return fmt::format("{}{} b{} sq{} sk{} hq{} hkv{} d{}/v{} mask={} bias={} lse={}{}{}{}{}{}{}{}",
                      name.empty() ? "" : name + ": ", to_string(dtype), batch, seqlen_q, seqlen_k, heads_q, heads_kv,
                      head_dim, head_dim_v, to_string(mask), to_string(bias), lse ? 1 : 0,
                      softcap > 0.f ? fmt::format(" softcap={}", softcap) : std::string(),
@@ -264,7 +288,8 @@ std::string ProblemDesc::str() const {
                      sinks ? " sinks=1" : "", alibi ? " alibi=1" : "",
                      varlen() ? fmt::format(" seqlens_q={} seqlens_k={}", join_lengths(seqlens_q), join_lengths(seqlens_k))
                               : std::string(),
-                     seqused_k ? " seqused_k=1" : "");
+                     seqused_k ? " seqused_k=1" : "",
+                     paged() ? fmt::format(" page_size={}", page_size) : std::string());
 }
 
 AttentionProblem to_problem(const ProblemDesc& d) {
@@ -301,6 +326,22 @@ AttentionProblem to_problem(const ProblemDesc& d) {
     if (d.lse) {
       p.lse.stride_head = std::max<int64_t>(1, p.total_q);
       p.lse.stride_batch = 0;
+    }
+  }
+  if (d.paged()) {
+    // K/V [num_pages, page_size, heads_kv, d]: a page's slots at the row stride, pages one after another.
+    p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x80000000});
+    p.page_size = d.page_size;
+    p.page_table_stride = d.page_table_stride();
+    p.num_pages = d.num_pages();
+    for (TensorRef* t : {&p.k, &p.v}) t->stride_batch = saturating_mul(d.page_size, t->stride_seq);
+    if (d.varlen()) {
+      // No cu_seqlens_k: the keys are found through the pages and seqused_k counts them (seqlens_k).
+      p.cu_seqlens_k = nullptr;
+      p.total_k = 0;
+      p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70000000});
+    } else if (d.seqused_k) {
+      p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70000000});
     }
   }
   return p;

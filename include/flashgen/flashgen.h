@@ -212,18 +212,41 @@ typedef struct flashgen_problem {
    * key get O = 0, LSE = -inf, or the sink with sinks).
    * With cu_seqlens_q NULL, the other four must be NULL / 0. Any other breach
    * (cu_seqlens_k NULL, a misaligned pointer, total_q or total_k outside
-   * [0, 2^31 - 1], a non-zero stride_batch) is FLASHGEN_ERROR_INVALID_ARGUMENT
+   * [0, 2^31 - 257], a non-zero stride_batch) is FLASHGEN_ERROR_INVALID_ARGUMENT
    * naming the field. A packed batch is its own kernel specialization
    * ("varlen=1" in the spec string). */
   const int32_t* cu_seqlens_q; /* device int32 [batch + 1]; NULL: dense batch */
-  const int32_t* cu_seqlens_k; /* device int32 [batch + 1]; required with cu_seqlens_q */
-  const int32_t* seqused_k;    /* optional device int32 [batch], 4-byte aligned: only the first
-                                  seqused_k[b] keys of sequence b count (at most cu_seqlens_k[b + 1]
-                                  - cu_seqlens_k[b]; a KV cache allocated longer than it is
-                                  filled); NULL: all of them */
-  int64_t total_q;             /* rows of q and o (their extent), in [0, 2^31 - 1]; 0 without
+  const int32_t* cu_seqlens_k; /* device int32 [batch + 1]; required with cu_seqlens_q, except
+                                  with a page_table (then NULL) */
+  const int32_t* seqused_k;    /* optional device int32 [batch], 4-byte aligned (with cu_seqlens_q
+                                  or page_table): only the first seqused_k[b] keys of sequence b
+                                  count (at most cu_seqlens_k[b + 1] - cu_seqlens_k[b], paged: at
+                                  most seqlen_k; a KV cache allocated longer than it is filled);
+                                  NULL: all of them (paged: seqlen_k each) */
+  int64_t total_q;             /* rows of q and o (their extent), in [0, 2^31 - 257]; 0 without
                                   cu_seqlens_q */
-  int64_t total_k;             /* rows of k and v, in [0, 2^31 - 1]; 0 without cu_seqlens_q */
+  int64_t total_k;             /* rows of k and v, in [0, 2^31 - 257]; 0 without cu_seqlens_q and
+                                  with a page_table */
+  /* Paged KV cache (vLLM / SGLang layout; added in 0.4.0, flashgen_problem_init_bshd
+   * sets all four to NULL / 0). page_table non-NULL makes k and v
+   * [num_pages, page_size, heads_kv, dim]: element [page, slot, h, d] at
+   * data + page*stride_batch + slot*stride_seq + h*stride_head + d. Key j of
+   * sequence b is slot j % page_size of page page_table[b * page_table_stride +
+   * j / page_size]; sequence b has seqused_k[b] keys (NULL: seqlen_k), seqlen_k
+   * bounds them all. Pages may be shared between sequences and come in any
+   * order; only the table entries and slots of a sequence's keys are read (each
+   * entry must be in [0, num_pages); not checked by the host). q and o stay
+   * dense, or packed with cu_seqlens_q (cu_seqlens_k NULL). Chunked prefill:
+   * seqlen_q < seqlen_k with FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT. A paged cache is
+   * its own kernel specialization ("paged=1"); the wgmma kernel takes page sizes
+   * of 8 or more (plan picks the mma.sync kernel below). Breaches (page_size not
+   * a power of two in [1, 256], page_table_stride < ceil(seqlen_k / page_size),
+   * num_pages 0 with keys, a misaligned table, the fields set without a table)
+   * are FLASHGEN_ERROR_INVALID_ARGUMENT naming the field. */
+  const int32_t* page_table;   /* device int32 [batch, page_table_stride]; NULL: contiguous K/V */
+  int64_t page_table_stride;   /* elements between two sequences' rows of page_table */
+  int64_t page_size;           /* keys per page: 1, 2, 4, ..., 256 */
+  int64_t num_pages;           /* pages of k and v */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none

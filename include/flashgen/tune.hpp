@@ -14,9 +14,9 @@
 // with one warning on stderr (tune files only ever change speed, never
 // results). Files are re-read when they change.
 //
-// Format (YAML; every key required but `softcap`, `sinks`, `alibi` and `varlen`
-// in `problem` (true for a softcap, sinks, ALiBi or packed-batch specialization,
-// after `lse` in that order; absent: false), unknown keys rejected):
+// Format (YAML; every key required but `softcap`, `sinks`, `alibi`, `varlen` and
+// `paged` in `problem` (true for a softcap, sinks, ALiBi, packed-batch or paged-KV
+// specialization, after `lse` in that order; absent: false), unknown keys rejected):
 //
 //   version: 1
 //   entries:
@@ -56,11 +56,12 @@ struct ProblemClass {
   bool sinks = false;              ///< attention sinks on (AttentionProblem::sinks set)
   bool alibi = false;              ///< ALiBi on (AttentionProblem::alibi_slopes set)
   bool varlen = false;             ///< packed batch (AttentionProblem::cu_seqlens_q set)
+  bool paged = false;              ///< paged KV cache (AttentionProblem::page_table set)
   int64_t seqlen_q_le = 64;        ///< bucket: seqlen_q_bucket(seqlen_q) (packed: of max_seqlen_q)
 
   bool operator==(const ProblemClass&) const = default;
   /// e.g. "f16 d128/v128 mask=causalbr bias=none lse=0 seqlen_q<=4096" (" softcap", " sinks",
-  /// " alibi", " varlen" after lse= when set)
+  /// " alibi", " varlen", " paged" after lse= when set)
   std::string str() const;
 };
 

@@ -575,3 +575,39 @@ TEST_CASE("c_api/c++: launch checks the problem against the kernel's spec") {
     CHECK_THROWS_AS(load_kernel(k.spec), Unavailable);
   }
 }
+
+TEST_CASE("c_api: paged KV caches: page_table, page_table_stride, page_size and num_pages reach the problem") {
+  // The struct grew at its end (0.4.0): the paged fields follow total_k.
+  CHECK(offsetof(flashgen_problem, page_table) > offsetof(flashgen_problem, total_k));
+  CHECK(offsetof(flashgen_problem, page_table_stride) > offsetof(flashgen_problem, page_table));
+  CHECK(offsetof(flashgen_problem, page_size) > offsetof(flashgen_problem, page_table_stride));
+  CHECK(offsetof(flashgen_problem, num_pages) > offsetof(flashgen_problem, page_size));
+  flashgen_problem p = good_problem(64, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT);
+  CHECK(p.page_table == nullptr);  // init: contiguous K/V
+  CHECK(p.page_table_stride == 0);
+  CHECK(p.page_size == 0);
+  CHECK(p.num_pages == 0);
+  p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x91000});
+  p.page_size = 16;
+  p.page_table_stride = (p.seqlen_k + 15) / 16;
+  p.num_pages = p.batch * p.page_table_stride;
+  p.k.stride_batch = 16 * p.k.stride_seq;
+  p.v.stride_batch = 16 * p.v.stride_seq;
+  char spec[256];
+  REQUIRE(flashgen_plan(&p, 90, spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(std::string(spec).ends_with(",paged=1"));
+  CHECK(KernelSpec::parse(spec).paged);
+  // Each field reaches check_problem: the refusals name it.
+  for (const auto& b : std::initializer_list<std::pair<int, const char*>>{
+           {0, "page_size (24) must be a power of two in [1, 256]"},
+           {1, "page_table_stride (0) must be at least ceil(seqlen_k / page_size)"},
+           {2, "num_pages (0) must be >= 1 with a page_table"}}) {
+    CAPTURE(b.second);
+    flashgen_problem x = p;
+    if (b.first == 0) x.page_size = 24;
+    if (b.first == 1) x.page_table_stride = 0;
+    if (b.first == 2) x.num_pages = 0;
+    CHECK(flashgen_plan(&x, 90, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(last(), b.second));
+  }
+}

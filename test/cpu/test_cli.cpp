@@ -693,6 +693,190 @@ TEST_CASE("cli: pregen --varlen builds the packed-batch kernels") {
   CHECK(contains(run_cli({"pregen", "--help"}, env).out, "--varlen"));
 }
 
+TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
+  TempDir work("flashgen-cli-paged");
+  const auto env = base_env(work.path() + "/cache");
+  // Dense Q/O, paged K/V: ceil(1000 / 16) = 63 pages per sequence.
+  const std::string problem =
+      "dtype=f16,batch=3,seqlen_q=128,seqlen_k=1000,heads_q=8,heads_kv=2,head_dim=64,mask=causalbr,page_size=16";
+  const cli::ProblemDesc d = cli::parse_problem_text(problem);
+  CHECK(d.paged());
+  CHECK_FALSE(d.varlen());
+  CHECK(d.page_size == 16);
+  CHECK(d.page_table_stride() == 63);
+  CHECK(d.num_pages() == 3 * 63);
+  CHECK(d.str() == "f16 b3 sq128 sk1000 hq8 hkv2 d64/v64 mask=causalbr bias=none lse=0 page_size=16");
+  const AttentionProblem ap = cli::to_problem(d);
+  CHECK(ap.paged());
+  REQUIRE(ap.page_table != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(ap.page_table) % 16 == 0);
+  CHECK(ap.page_size == 16);
+  CHECK(ap.page_table_stride == 63);
+  CHECK(ap.num_pages == 189);
+  CHECK(ap.seqlen_k == 1000);
+  CHECK(ap.k.stride_seq == 2 * 64);
+  CHECK(ap.k.stride_batch == 16 * 2 * 64);  // (the page stride)
+  CHECK(ap.v.stride_batch == 16 * 2 * 64);
+  CHECK(ap.q.stride_batch == 128 * 8 * 64);  // (Q and O stay dense)
+  CHECK(ap.cu_seqlens_k == nullptr);
+  CHECK(ap.seqused_k == nullptr);
+  CHECK_NOTHROW(check_problem(ap));
+  const KernelSpec spec = plan(ap, 80);
+  CHECK(spec.paged);
+  CHECK_FALSE(spec.varlen);
+  CHECK(spec.kernel_name().ends_with("_paged"));
+  INFO(cli::spec_with_tile(d, 80, profile_for_arch(80), spec.tile).canonical(), " vs ", spec.canonical());
+  CHECK(cli::spec_with_tile(d, 80, profile_for_arch(80), spec.tile) == spec);
+  // The model: the same work as a contiguous cache.
+  cli::ProblemDesc contiguous = d;
+  contiguous.page_size = 0;
+  CHECK_FALSE(contiguous.paged());
+  CHECK(cli::problem_flops(d) == cli::problem_flops(contiguous));
+  // seqused_k with a dense paged cache passes the array.
+  const cli::ProblemDesc used = cli::parse_problem_text(problem + ",seqused_k=1");
+  REQUIRE(cli::to_problem(used).seqused_k != nullptr);
+  CHECK_NOTHROW(check_problem(cli::to_problem(used)));
+  CHECK(plan(cli::to_problem(used), 80) == spec);
+
+  // Packed Q/O with paged K/V: no cu_seqlens_k, seqused_k counts the keys (seqlens_k);
+  // ceil(600 / 64) = 10 pages per row of the table, 2 + 1 + 1 + 10 pages in all.
+  const std::string packed_text =
+      "dtype=bf16,seqlens_q=100:37:0:512,seqlens_k=120:37:5:600,heads_q=8,heads_kv=2,head_dim=64,mask=causalbr,lse=1,"
+      "page_size=64";
+  const cli::ProblemDesc pd = cli::parse_problem_text(packed_text);
+  CHECK(pd.varlen());
+  CHECK(pd.paged());
+  CHECK(pd.seqlen_k == 600);
+  CHECK(pd.page_table_stride() == 10);
+  CHECK(pd.num_pages() == 14);
+  CHECK(pd.str() == "bf16 b4 sq512 sk600 hq8 hkv2 d64/v64 mask=causalbr bias=none lse=1 seqlens_q=100:37:0:512 "
+                    "seqlens_k=120:37:5:600 page_size=64");
+  const AttentionProblem pp = cli::to_problem(pd);
+  CHECK(pp.varlen());
+  CHECK(pp.paged());
+  CHECK(pp.cu_seqlens_q != nullptr);
+  CHECK(pp.cu_seqlens_k == nullptr);
+  REQUIRE(pp.seqused_k != nullptr);
+  CHECK(reinterpret_cast<uintptr_t>(pp.seqused_k) % 16 == 0);
+  CHECK(pp.total_q == 649);
+  CHECK(pp.total_k == 0);
+  CHECK(pp.page_table_stride == 10);
+  CHECK(pp.num_pages == 14);
+  CHECK(pp.k.stride_batch == 64 * 2 * 64);
+  CHECK(pp.q.stride_batch == 0);
+  CHECK_NOTHROW(check_problem(pp));
+  const KernelSpec pspec = plan(pp, 80);
+  CHECK(pspec.varlen);
+  CHECK(pspec.paged);
+  CHECK(pspec.kernel_name().ends_with("_lse_varlen_paged"));
+
+  // A YAML problem file takes page_size too, and checks it.
+  const auto set = cli::parse_problem_set(
+      "problems:\n"
+      "  - {dtype: f16, batch: 3, seqlen_q: 128, seqlen_k: 1000, heads_q: 8, heads_kv: 2, head_dim: 64, mask: causalbr,"
+      " page_size: 16}\n"
+      "  - {dtype: f16, seqlens_q: [5, 7], seqlens_k: [9, 3], heads: 2, head_dim: 64, page_size: 1}\n",
+      "p.yml");
+  REQUIRE(set.size() == 2);
+  CHECK(set[0].page_size == 16);
+  CHECK(plan(cli::to_problem(set[0]), 80) == spec);
+  CHECK(set[1].page_size == 1);
+  CHECK(set[1].num_pages() == 12);
+  CHECK_NOTHROW(check_problem(cli::to_problem(set[1])));
+  CHECK_THROWS_WITH_AS(cli::parse_problem_set("problems:\n  - {dtype: f16, seqlen: 8, heads: 2, head_dim: 64, "
+                                              "page_size: 12}\n",
+                                              "p.yml"),
+                       doctest::Contains("p.yml: key 'problems[0].page_size' has value '12': must be a power of two "
+                                         "in [1, 256]"),
+                       InvalidArgument);
+
+  // show: the paged kernel; explain: the pages; tune: a paged class.
+  const Run a = run_cli({"show", "--problem", problem, "--arch", "80"}, env);
+  CHECK(a.rc == 0);
+  CHECK(contains(a.out, "constexpr bool PAGED = true;"));
+  CHECK(a.out == generate(spec));
+  const Run e = run_cli({"explain", "--problem", problem, "--arch", "80", "--no-compile"}, env);
+  INFO(e.out, e.err);
+  CHECK(e.rc == 0);
+  CHECK(contains(e.out, "paged        page_size 16: K/V in 189 pages of 16 keys through page_table "
+                        "(page_table_stride 63); modelled as the same work as a contiguous cache"));
+  CHECK(contains(e.out, "kernel       " + spec.kernel_name()));
+  const Run pe = run_cli({"explain", "--problem", packed_text, "--arch", "80", "--no-compile"}, env);
+  INFO(pe.out, pe.err);
+  CHECK(pe.rc == 0);
+  CHECK(contains(pe.out, "packed       4 sequences packed along the rows (cu_seqlens_q; keys in pages, counted by "
+                         "seqused_k): total_q 649"));
+  CHECK(contains(pe.out, "paged        page_size 64: K/V in 14 pages of 64 keys through page_table "
+                         "(page_table_stride 10), seqused_k[b] = seqlens_k[b] keys of each"));
+  CHECK(contains(pe.out, "kernel       " + pspec.kernel_name()));
+  const Run dry = run_cli({"tune", "--dry-run", "--arch", "80", "--problem", problem}, env);
+  INFO(dry.out, dry.err);
+  CHECK(dry.rc == 0);
+  CHECK(contains(dry.out, "class f16 d64/v64 mask=causalbr bias=none lse=0 paged seqlen_q<=128"));
+  size_t defaults = 0;
+  for (size_t at = dry.out.find("(profile default)"); at != std::string::npos;
+       at = dry.out.find("(profile default)", at + 1))
+    ++defaults;
+  CHECK(defaults == 1);
+  // A paged problem that breaks a rule: explain lists it and offers paged alternatives.
+  const Run bad = run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=100,page_size=16", "--arch",
+                           "80", "--no-compile"},
+                          env);
+  INFO(bad.out, bad.err);
+  CHECK(bad.rc == 1);
+  CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
+  CHECK(contains(bad.out, "_paged\n"));
+}
+
+TEST_CASE("cli: pregen --paged builds the paged-KV kernels") {
+  TempDir work("flashgen-cli-pregen-paged");
+  const auto env = base_env(work.path() + "/cache");
+  const Run both = run_cli({"pregen", "--arch", "80,90", "--list", "--head-dims", "64", "--dtypes", "f16", "--masks",
+                            "none,causalbr", "--paged", "no,yes", "--varlen", "no,yes"},
+                           env);
+  INFO(both.out, both.err);
+  CHECK(both.rc == 0);
+  const std::vector<std::string> specs = lines(both.out);
+  CHECK(specs.size() == 16);  // 2 archs x 2 masks x 2 x 2
+  size_t paged = 0;
+  for (const std::string& text : specs) {
+    CAPTURE(text);
+    const KernelSpec s = KernelSpec::parse(text);
+    CHECK(text.ends_with(",paged=1") == s.paged);
+    CHECK(s.kernel_name().ends_with("_paged") == s.paged);
+    if (s.paged) ++paged;
+  }
+  CHECK(paged == 8);
+  const Run plain = run_cli({"pregen", "--arch", "80", "--list", "--head-dims", "64", "--dtypes", "f16"}, env);
+  CHECK(plain.rc == 0);
+  CHECK_FALSE(contains(plain.out, "paged"));
+  // Compiled: one paged kernel into a bundle, named with _paged.
+  const std::string bundle = work.path() + "/bundle";
+  const Run r = run_cli({"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16", "--masks", "causalbr",
+                         "--paged", "yes", "--out", bundle},
+                        env);
+  INFO(r.out, r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "1 compiled"));
+  const KernelSpec expected =
+      plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64,mask=causalbr,page_size=16")),
+           80);
+  REQUIRE(expected.kernel_name().ends_with("_paged"));
+  CHECK(contains(r.err, "compiled " + expected.kernel_name()));
+  bool found = false;
+  for (const std::string& f : test::list_dir(bundle)) found = found || f.rfind(expected.kernel_name() + "-", 0) == 0;
+  CHECK(found);
+  // A problem file with a page size reaches the same kernel (any page size: a launch argument).
+  std::ofstream(work.path() + "/p.yml")
+      << "problems:\n  - {dtype: f16, seqlen: 300, heads: 1, head_dim: 64, mask: causalbr, page_size: 128}\n";
+  const Run file = run_cli({"pregen", "--arch", "80", "--problems", work.path() + "/p.yml", "--list"}, env);
+  CHECK(file.rc == 0);
+  CHECK(file.out == expected.canonical() + "\n");
+  // The help names the option.
+  CHECK(contains(run_cli({"pregen", "--help"}, env).out, "--paged"));
+}
+
 TEST_CASE("cli: show prints the generated source") {
   TempDir work("flashgen-cli-show");
   const auto env = base_env(work.path() + "/cache");
@@ -1057,6 +1241,8 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--sinks", ","}, {"--sinks has no value"}},
            {{"pregen", "--arch", "80", "--list", "--varlen", "maybe"}, {"--varlen: 'maybe' is not one of no, yes"}},
            {{"pregen", "--arch", "80", "--list", "--varlen", ""}, {"--varlen has no value"}},
+           {{"pregen", "--arch", "80", "--list", "--paged", "maybe"}, {"--paged: 'maybe' is not one of no, yes"}},
+           {{"pregen", "--arch", "80", "--list", "--paged", ""}, {"--paged has no value"}},
            {{"pregen", "--arch", "80", "--list", "--masks", "window"},
             {"--masks: 'window' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},
@@ -1091,7 +1277,7 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,window=3"},
             {"key 'window' is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, heads, heads_q, "
              "heads_kv, head_dim, head_dim_v, mask, bias, lse, softcap, window_left, window_right, sinks, alibi, "
-             "seqlens_q, seqlens_k, seqused_k"}},
+             "seqlens_q, seqlens_k, seqused_k, page_size"}},
            // Packed batches: both lists, the same count, each length and each sum in int32, no conflicting batch or
            // bound, seqused_k only with them.
            {{"explain", "--problem", "dtype=f16,seqlens_q=100:50,heads=8,head_dim=64"},
@@ -1128,6 +1314,21 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"key 'seqused_k' has value 'maybe': allowed: true, false (or 1, 0, yes, no)"}},
            {{"explain", "--problem", "dtype=f16,seqlens_q=1,seqlens_q=2,seqlens_k=1,heads=8,head_dim=64"},
             {"key 'seqlens_q' appears more than once"}},
+           // Paged KV caches: page_size a power of two in [1, 256].
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=0"},
+            {"key 'page_size' has value '0': must be a power of two in [1, 256] (keys per page of a paged KV cache)"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=24"},
+            {"key 'page_size' has value '24': must be a power of two in [1, 256]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=512"},
+            {"key 'page_size' has value '512': must be a power of two in [1, 256]"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=-16"},
+            {"key 'page_size' has value '-16'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=16.0"},
+            {"key 'page_size' has value '16.0'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=99999999999999999999"},
+            {"key 'page_size' has value '99999999999999999999'"}},
+           {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=16,page_size=32"},
+            {"key 'page_size' appears more than once"}},
        }) {
     CAPTURE(b.args[0]);
     CAPTURE(b.args.back());

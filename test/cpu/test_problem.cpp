@@ -714,3 +714,87 @@ TEST_CASE("check_problem: packed (varlen) batches") {
     CHECK_REJECTED(p, "o.data is null");
   }
 }
+
+namespace {
+
+// valid_problem() with a paged KV cache: 2 sequences of at most 120 keys in pages of 16
+// slots (8 table entries each), 20 pages [page, slot, heads_kv 2, d] (K d 96, V d 64).
+AttentionProblem valid_paged_problem() {
+  AttentionProblem p = valid_problem();
+  p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x71000});
+  p.page_table_stride = 8;
+  p.page_size = 16;
+  p.num_pages = 20;
+  p.k.stride_batch = 16 * p.k.stride_seq;
+  p.v.stride_batch = 16 * p.v.stride_seq;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("check_problem: paged KV caches") {
+  AttentionProblem p = valid_paged_problem();
+  CHECK(p.paged());
+  CHECK_FALSE(valid_problem().paged());
+  CHECK_NOTHROW(check_problem(p));
+  p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70200});  // per-sequence key counts
+  CHECK_NOTHROW(check_problem(p));
+  for (const int64_t ps : {1, 2, 4, 8, 32, 64, 128, 256}) {
+    CAPTURE(ps);
+    p = valid_paged_problem();
+    p.page_size = ps;
+    p.page_table_stride = (p.seqlen_k + ps - 1) / ps;
+    p.k.stride_batch = ps * p.k.stride_seq;
+    p.v.stride_batch = ps * p.v.stride_seq;
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("page_size is a power of two in [1, 256]") {
+    for (const int64_t bad : {int64_t{0}, int64_t{-16}, int64_t{3}, int64_t{24}, int64_t{512}}) {
+      CAPTURE(bad);
+      p = valid_paged_problem();
+      p.page_size = bad;
+      CHECK_REJECTED(p, fmt::format("page_size ({}) must be a power of two in [1, 256]", bad).c_str());
+    }
+  }
+  p = valid_paged_problem();
+  SUBCASE("page_table_stride holds a sequence's pages") {
+    p.page_table_stride = 7;  // ceil(120 / 16) = 8
+    CHECK_REJECTED(p, "page_table_stride (7) must be at least ceil(seqlen_k / page_size) = ceil(120 / 16) = 8");
+  }
+  SUBCASE("num_pages") {
+    p.num_pages = 0;
+    CHECK_REJECTED(p, "num_pages (0) must be >= 1 with a page_table and seqlen_k (120) > 0");
+    p.num_pages = -1;
+    CHECK_REJECTED(p, "num_pages (-1) must be in [0, 2^31 - 257]");
+  }
+  SUBCASE("a misaligned table") {
+    p.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x71002});
+    CHECK_REJECTED(p, "page_table (0x71002) must be 4-byte aligned (int32)");
+  }
+  SUBCASE("the page fields without a table") {
+    for (int field = 0; field < 3; ++field) {
+      CAPTURE(field);
+      p = valid_problem();
+      if (field == 0) p.page_table_stride = 8;
+      if (field == 1) p.page_size = 16;
+      if (field == 2) p.num_pages = 20;
+      CHECK_REJECTED(p, "describe a paged KV cache and must be 0 without page_table");
+    }
+  }
+  SUBCASE("K/V pages are bounded like tensors: [num_pages, page_size, heads_kv, d]") {
+    p.k.stride_batch = std::numeric_limits<int64_t>::max() / 8 * 8;
+    CHECK_REJECTED(p, "k: the largest offset");
+  }
+  SUBCASE("with a packed batch of queries: cu_seqlens_k null, total_k 0") {
+    p = valid_paged_problem();
+    p.q.stride_batch = p.o.stride_batch = 0;
+    p.cu_seqlens_q = reinterpret_cast<const int32_t*>(uintptr_t{0x70000});
+    p.total_q = 250;
+    CHECK_NOTHROW(check_problem(p));
+    p.cu_seqlens_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70100});
+    CHECK_REJECTED(p, "cu_seqlens_k (0x70100) must be null with a page_table");
+    p.cu_seqlens_k = nullptr;
+    p.total_k = 300;
+    CHECK_REJECTED(p, "total_k (300) must be 0 with a page_table");
+  }
+}

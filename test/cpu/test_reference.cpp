@@ -1360,4 +1360,240 @@ TEST_CASE("reference, varlen: bad offsets and rows outside a sequence are refuse
   CHECK_THROWS_AS(ref::forward_all(pk.p, oa, la), flashgen::InvalidArgument);
 }
 
+// ---------------------------------------------------------------------------
+// Paged KV caches: the keys of a Packed copied into pages.
+// ---------------------------------------------------------------------------
+
+bool same_or_both_nan(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
+
+// A paged copy of pk's keys: pages of `ps` keys with padded slot and page strides,
+// page ids a random permutation, sequences 0 and 1 sharing their first `shared` pages
+// (sequence 1's first shared * ps keys made equal to sequence 0's in pk first), NaN in
+// every slot no sequence uses (the unused tail of each sequence's last page, spare
+// pages), and every table entry past a sequence's pages pointing at a page full of NaN.
+// problem(): pk.p with its keys through the pages and seqused_k set (dense Q with
+// dense_q: [batch, seqlen_q, heads_q, head_dim] copied from pk's packed rows).
+struct PagedKV {
+  std::vector<uint16_t> k, v, dq;
+  std::vector<int32_t> table, used;
+  int64_t ps = 1, num_pages = 0, stride = 0, k_ss = 0, v_ss = 0, k_sp = 0, v_sp = 0, nan_page = 0;
+  int64_t tail_nan_slots = 0;  // slots past the used keys in sequences' last pages
+
+  PagedKV(Packed& pk, int64_t page_size, int64_t shared, std::mt19937_64& rng) : ps(page_size) {
+    const AttentionProblem& p = pk.p;
+    const int64_t B = p.batch, Hkv = pk.Hkv, D = pk.D, Dv = pk.Dv;
+    const uint16_t nan16 = ref::to_dtype(p.dtype, std::numeric_limits<float>::quiet_NaN());
+    for (int64_t b = 0; b < B; ++b)
+      used.push_back(pk.used.empty() ? pk.cu_k[b + 1] - pk.cu_k[b] : pk.used[static_cast<size_t>(b)]);
+    const int64_t pk_kss = p.k.stride_seq, pk_vss = p.v.stride_seq;
+    if (shared > 0) {
+      REQUIRE(B >= 2);
+      REQUIRE(used[0] >= shared * ps);
+      REQUIRE(used[1] >= shared * ps);
+      for (int64_t j = 0; j < shared * ps; ++j) {
+        std::copy_n(pk.k.begin() + (pk.cu_k[0] + j) * pk_kss, Hkv * D, pk.k.begin() + (pk.cu_k[1] + j) * pk_kss);
+        std::copy_n(pk.v.begin() + (pk.cu_k[0] + j) * pk_vss, Hkv * Dv, pk.v.begin() + (pk.cu_k[1] + j) * pk_vss);
+      }
+    }
+    auto pages_of = [&](int64_t b) { return (used[static_cast<size_t>(b)] + ps - 1) / ps; };
+    int64_t own = 0;
+    for (int64_t b = 0; b < B; ++b) own += pages_of(b) - (b == 1 ? shared : 0);
+    num_pages = own + 3;  // three spare pages, all NaN; one of them pads the table
+    std::vector<int32_t> perm(static_cast<size_t>(num_pages));
+    for (int64_t n = 0; n < num_pages; ++n) perm[static_cast<size_t>(n)] = static_cast<int32_t>(n);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    nan_page = perm.back();
+    stride = (p.seqlen_k + ps - 1) / ps + 2;
+    table.assign(static_cast<size_t>(B * stride), static_cast<int32_t>(nan_page));
+    size_t next = 0;
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t n = 0; n < pages_of(b); ++n)
+        table[static_cast<size_t>(b * stride + n)] =
+            b == 1 && n < shared ? table[static_cast<size_t>(n)] : perm[next++];
+    k_ss = Hkv * D + 8;
+    v_ss = Hkv * Dv + 8;
+    k_sp = ps * k_ss + 8;
+    v_sp = ps * v_ss + 16;
+    k.assign(static_cast<size_t>(num_pages * k_sp), nan16);
+    v.assign(static_cast<size_t>(num_pages * v_sp), nan16);
+    for (int64_t b = 0; b < B; ++b) {
+      for (int64_t j = 0; j < used[static_cast<size_t>(b)]; ++j) {
+        const int64_t page = table[static_cast<size_t>(b * stride + j / ps)], slot = j % ps;
+        std::copy_n(pk.k.begin() + (pk.cu_k[b] + j) * pk_kss, Hkv * D, k.begin() + page * k_sp + slot * k_ss);
+        std::copy_n(pk.v.begin() + (pk.cu_k[b] + j) * pk_vss, Hkv * Dv, v.begin() + page * v_sp + slot * v_ss);
+      }
+      tail_nan_slots += pages_of(b) * ps - used[static_cast<size_t>(b)];
+    }
+  }
+
+  AttentionProblem problem(const Packed& pk, bool dense_q) {
+    AttentionProblem p = pk.p;
+    p.cu_seqlens_k = nullptr;
+    p.total_k = 0;
+    p.seqused_k = used.data();
+    p.k = {k.data(), k_sp, k_ss, pk.D};
+    p.v = {v.data(), v_sp, v_ss, pk.Dv};
+    p.page_table = table.data();
+    p.page_table_stride = stride;
+    p.page_size = ps;
+    p.num_pages = num_pages;
+    if (dense_q) {
+      // [batch, seqlen_q, heads_q, D], batch stride padded with NaN.
+      const int64_t Sq = p.seqlen_q, Hq = pk.Hq, D = pk.D, sb = Sq * Hq * D + 8;
+      dq.assign(static_cast<size_t>(p.batch * sb), ref::to_dtype(p.dtype, std::numeric_limits<float>::quiet_NaN()));
+      for (int64_t b = 0; b < p.batch; ++b) {
+        REQUIRE(pk.cu_q[b + 1] - pk.cu_q[b] == Sq);
+        for (int64_t i = 0; i < Sq; ++i)
+          for (int64_t h = 0; h < Hq; ++h)
+            std::copy_n(pk.q.begin() + (pk.cu_q[b] + i) * pk.p.q.stride_seq + h * pk.p.q.stride_head, D,
+                        dq.begin() + b * sb + (i * Hq + h) * D);
+      }
+      p.cu_seqlens_q = nullptr;
+      p.total_q = 0;
+      p.q = {dq.data(), sb, Hq * D, D};
+      p.o = {nullptr, Sq * Hq * pk.Dv, Hq * pk.Dv, pk.Dv};
+    }
+    return p;
+  }
+};
+
+TEST_CASE("reference, paged: packed Q over pages equals the contiguous packed cache (shuffled / shared pages, page sizes 1, 4, 16)") {
+  std::mt19937_64 rng(4242);
+  // Sequence 2 has keys but no rows, 3 rows but no key; keys end inside pages for
+  // page size 4 (9, 7, 3, 11) and 16; sequences 0 and 1 share a prefix.
+  const std::vector<int32_t> q_lens = {3, 2, 0, 4, 6, 5}, k_lens = {9, 10, 4, 0, 3, 13}, used = {9, 7, 4, 0, 3, 11};
+  for (const int64_t ps : {int64_t{1}, int64_t{4}, int64_t{16}}) {
+    for (MaskKind m : {MaskKind::none, MaskKind::causal_top_left, MaskKind::causal_bottom_right,
+                       MaskKind::window_top_left, MaskKind::window_bottom_right}) {
+      for (int variant = 0; variant < 2; ++variant) {
+        CAPTURE(ps);
+        CAPTURE(to_string(m));
+        CAPTURE(variant);
+        const DType dt = variant == 1 ? DType::bf16 : DType::f16;
+        Packed pk(dt, m, q_lens, k_lens, used, 4, 2, 16, 24, rng, /*bias*/ variant == 1, /*sinks*/ variant == 1,
+                  /*alibi*/ variant == 1);
+        const int64_t shared = ps == 1 ? 5 : ps == 4 ? 1 : 0;
+        PagedKV pg(pk, ps, shared, rng);  // (makes sequence 1's prefix sequence 0's first)
+        if (ps > 1) CHECK(pg.tail_nan_slots > 0);
+        const AttentionProblem paged = pg.problem(pk, false);
+        std::vector<double> o_want, l_want, o_got, l_got;
+        ref::forward_all(pk.p, o_want, l_want, 2);
+        ref::forward_all(paged, o_got, l_got, 3);
+        REQUIRE(o_got.size() == o_want.size());
+        REQUIRE(l_got.size() == l_want.size());
+        int64_t diff = 0, finite = 0;
+        for (size_t e = 0; e < o_want.size(); ++e) {
+          diff += same_or_both_nan(o_got[e], o_want[e]) ? 0 : 1;
+          finite += std::isfinite(o_got[e]) ? 1 : 0;
+        }
+        for (size_t e = 0; e < l_want.size(); ++e) diff += same_or_both_nan(l_got[e], l_want[e]) ? 0 : 1;
+        CHECK(diff == 0);
+        CHECK(finite == (3 + 2 + 4 + 6 + 5) * 4 * 24);  // every owned row finite: no NaN slot was read
+        for (int64_t b = 0; b < paged.batch; ++b) {
+          const ref::Sequence s = ref::sequence(paged, b);
+          CHECK(s.q_begin == pk.cu_q[b]);
+          CHECK(s.k_begin == 0);
+          CHECK(s.seqlen_k == used[static_cast<size_t>(b)]);
+        }
+        // forward_rows with bounds: no row reads a NaN slot.
+        std::vector<ref::RowId> rows;
+        for (int64_t b = 0; b < paged.batch; ++b)
+          for (int64_t i = 0; i < q_lens[static_cast<size_t>(b)]; ++i) rows.push_back({b, i, 1});
+        std::vector<double> o(rows.size() * 24), l(rows.size());
+        ref::RowBounds bounds;
+        ref::forward_rows(paged, rows, o.data(), l.data(), 2, &bounds);
+        CHECK(std::count(bounds.affected.begin(), bounds.affected.end(), 1) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("reference, paged: dense Q over pages equals each sequence's own dense problem (seqused_k inside a page)") {
+  std::mt19937_64 rng(977);
+  const int64_t Sq = 5;
+  const std::vector<int32_t> q_lens = {5, 5, 5, 5}, k_lens = {9, 12, 2, 6}, used = {9, 11, 0, 3};
+  for (const int64_t ps : {int64_t{1}, int64_t{4}}) {
+    for (MaskKind m : {MaskKind::none, MaskKind::causal_bottom_right, MaskKind::window_bottom_right,
+                       MaskKind::causal_top_left}) {
+      for (int variant = 0; variant < 2; ++variant) {
+        CAPTURE(ps);
+        CAPTURE(to_string(m));
+        CAPTURE(variant);
+        Packed pk(variant ? DType::bf16 : DType::f16, m, q_lens, k_lens, used, 8, 2, 16, 16, rng, variant == 1,
+                  variant == 1, variant == 1);
+        PagedKV pg(pk, ps, ps == 1 ? 6 : 2, rng);
+        const AttentionProblem paged = pg.problem(pk, true);
+        const Out got = run_all(paged, 2);
+        REQUIRE(got.o.size() == static_cast<size_t>(4 * Sq * 8 * 16));
+        int64_t compared = 0;
+        for (int64_t b = 0; b < 4; ++b) {
+          CAPTURE(b);
+          const int64_t sk = used[static_cast<size_t>(b)];
+          const ref::Sequence s = ref::sequence(paged, b);
+          CHECK(s.q_begin == 0);
+          CHECK(s.seqlen_q == Sq);
+          CHECK(s.seqlen_k == sk);
+          DenseCopy dc(pk, b, Sq, sk);
+          const Out want = run_all(dc.h->p, 1);
+          for (int64_t i = 0; i < Sq; ++i)
+            for (int64_t h = 0; h < 8; ++h) {
+              bool same = got.L(paged, b, i, h) == want.L(dc.h->p, 0, i, h);
+              for (int64_t d = 0; d < 16; ++d)
+                same = same && got.O(paged, b, i, h, d) == want.O(dc.h->p, 0, i, h, d) &&
+                       std::isfinite(got.O(paged, b, i, h, d));
+              CHECK(same);
+              ++compared;
+            }
+        }
+        CHECK(compared == 4 * Sq * 8);
+        // The sequence without keys: O = 0, LSE = -inf (the sink with sinks).
+        CHECK(got.L(paged, 2, 0, 0) == (variant == 1 ? static_cast<double>(pk.sinks[0]) : -kInf));
+        // sequence_problem needs storage for a paged problem; with it, it is sequence 1's dense problem.
+        CHECK_THROWS_AS(ref::sequence_problem(paged, 1), flashgen::InvalidArgument);
+        ref::SequenceStorage st;
+        const AttentionProblem d1 = ref::sequence_problem(paged, 1, st);
+        CHECK(d1.batch == 1);
+        CHECK(d1.seqlen_k == 11);
+        CHECK(!d1.paged());
+        const Out one = run_all(d1, 1);
+        CHECK(one.L(d1, 0, 4, 3) == got.L(paged, 1, 4, 3));
+      }
+    }
+  }
+}
+
+TEST_CASE("reference, paged: bad tables and key counts are refused; entries past the used keys are not read") {
+  std::mt19937_64 rng(5);
+  const std::vector<int32_t> q_lens = {2, 3}, k_lens = {5, 6}, used = {5, 6};
+  Packed pk(DType::f16, MaskKind::causal_bottom_right, q_lens, k_lens, used, 2, 1, 16, 16, rng, false, false, false);
+  PagedKV pg(pk, 4, 0, rng);
+  AttentionProblem p = pg.problem(pk, false);
+  std::vector<double> o, l;
+  CHECK_NOTHROW(ref::forward_all(p, o, l));
+  pg.table[static_cast<size_t>(0 * pg.stride + 2)] = -7;  // past sequence 0's two pages: never read
+  pg.table[static_cast<size_t>(1 * pg.stride + 3)] = 1 << 30;
+  CHECK_NOTHROW(ref::forward_all(p, o, l));
+  pg.table[static_cast<size_t>(1 * pg.stride + 1)] = static_cast<int32_t>(pg.num_pages);  // a used page out of range
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  pg.table[static_cast<size_t>(1 * pg.stride + 1)] = -1;
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  pg.table[static_cast<size_t>(1 * pg.stride + 1)] = 0;
+  CHECK_NOTHROW(ref::forward_all(p, o, l));
+  pg.used[1] = static_cast<int32_t>(p.seqlen_k + 1);  // more keys than the bound
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  pg.used[1] = -1;
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  pg.used[1] = 6;
+  p.cu_seqlens_k = pk.cu_k.data();  // cu_seqlens_k with a page table
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  p.cu_seqlens_k = nullptr;
+  p.page_size = 0;
+  CHECK_THROWS_AS(ref::forward_all(p, o, l), flashgen::InvalidArgument);
+  p.page_size = 4;
+  CHECK_NOTHROW(ref::forward_all(p, o, l));
+  std::vector<ref::RowId> rows = {{2, 0, 0}};  // no sequence 2
+  std::vector<double> o1(16), l1(1);
+  CHECK_THROWS_AS(ref::forward_rows(p, rows, o1.data(), l1.data()), flashgen::InvalidArgument);
+}
+
 }  // TEST_SUITE

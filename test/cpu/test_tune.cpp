@@ -269,6 +269,64 @@ TEST_CASE("tune: varlen in the problem class: written only when set, round trip,
   CHECK_FALSE(rt::plan_default(cli::to_problem(llama()), 90).varlen);
 }
 
+TEST_CASE("tune: paged in the problem class: written only when set, round trip, a class of its own") {
+  const ProblemClass plain = problem_class(cli::to_problem(llama()));
+  CHECK_FALSE(plain.paged);
+  // The same shape over a paged KV cache: its class differs only in paged (the page size is a launch argument).
+  cli::ProblemDesc d = llama();
+  d.page_size = 16;
+  const ProblemClass paged = problem_class(cli::to_problem(d));
+  CHECK(paged.paged);
+  CHECK_FALSE(paged == plain);
+  ProblemClass unpaged = paged;
+  unpaged.paged = false;
+  CHECK(unpaged == plain);
+  d.page_size = 256;
+  CHECK(problem_class(cli::to_problem(d)) == paged);
+  CHECK(paged.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 paged seqlen_q<=4096");
+  // With a packed batch: "varlen paged", in that order.
+  const cli::ProblemDesc packed = cli::parse_problem_text(
+      "dtype=f16,seqlens_q=4096:1000:17,seqlens_k=4096:1000:17,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr,"
+      "page_size=64,alibi=1");
+  const ProblemClass both = problem_class(cli::to_problem(packed));
+  CHECK(both.varlen);
+  CHECK(both.paged);
+  CHECK(both.str() == "f16 d128/v128 mask=causalbr bias=none lse=0 alibi varlen paged seqlen_q<=4096");
+
+  TuneFile f = parse_tune_file(valid_file(), "t.yml");
+  REQUIRE(f.entries.size() == 2);
+  for (const ProblemClass& c : {plain, paged, both}) {
+    CAPTURE(c.str());
+    TuneFile one;
+    one.entries = {f.entries[0]};
+    one.entries[0].problem = c;
+    const std::string text = format_tune_file(one);
+    CHECK(contains(text, "paged: true") == c.paged);
+    CHECK_FALSE(contains(text, "paged: false"));  // (written only when set: other files keep their text)
+    const TuneFile back = parse_tune_file(text, "formatted");
+    REQUIRE(back.entries.size() == 1);
+    CHECK(back.entries[0].problem == c);
+    CHECK(format_tune_file(back) == text);
+  }
+  const std::string base = valid_file();
+  CHECK(parse_tune_file(replace(base, "lse: false,", "lse: false, paged: true,"), "t.yml").entries[0].problem.paged);
+  CHECK_FALSE(parse_tune_file(replace(base, "lse: false,", "lse: false, paged: false,"), "t.yml")
+                  .entries[0]
+                  .problem.paged);
+  check_rejected(replace(base, "lse: false,", "lse: false, paged: 3,"),
+                 {"key 'entries[0].problem.paged'", "allowed: true, false"});
+  // Two entries that differ only in paged are two classes, not a repeat.
+  TuneFile two;
+  two.entries = {f.entries[0], f.entries[0]};
+  two.entries[1].problem.paged = true;
+  CHECK(parse_tune_file(format_tune_file(two), "two").entries.size() == 2);
+  // plan() gives a paged problem a paged kernel.
+  d.page_size = 16;
+  const KernelSpec def = rt::plan_default(cli::to_problem(d), 90);
+  CHECK(def.paged);
+  CHECK_FALSE(rt::plan_default(cli::to_problem(llama()), 90).paged);
+}
+
 TEST_CASE("tune: every field is validated, unknown keys rejected, with origin, key and reason") {
   const std::string v = valid_file();
   check_rejected(v + "extra: 1\n", {"key 'extra' is unknown", "allowed keys: version, entries"});
