@@ -139,7 +139,10 @@ void encode_tma_maps(const rt::Driver& d, const char* name, const TensorRef& t, 
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(dim), static_cast<cuuint64_t>(std::max<int64_t>(rows, 1)),
                         static_cast<cuuint64_t>(pr.heads_kv),
                         static_cast<cuuint64_t>(pr.paged() ? std::max<int64_t>(pr.num_pages, 1) : pr.batch)};
-  const int64_t box_rows = pr.paged() ? std::min<int64_t>(pr.page_size, s.tile.block_n) : s.tile.block_n;
+  // (paged: the kernel's boxes, min(page_size, the largest power of two dividing block_n),
+  // templates/fwd_wgmma.cu BLOCK_N_POW2_LOG2: a box never crosses a page)
+  const int64_t block_n_pow2 = int64_t{s.tile.block_n} & -int64_t{s.tile.block_n};
+  const int64_t box_rows = pr.paged() ? std::min<int64_t>(pr.page_size, block_n_pow2) : s.tile.block_n;
   cuuint64_t strides[3] = {static_cast<cuuint64_t>(t.stride_seq > 0 ? t.stride_seq * kElem : row_bytes),
                            static_cast<cuuint64_t>(t.stride_head * kElem),
                            static_cast<cuuint64_t>(t.stride_batch * kElem)};

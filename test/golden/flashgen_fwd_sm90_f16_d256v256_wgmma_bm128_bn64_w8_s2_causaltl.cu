@@ -708,7 +708,10 @@ constexpr int TILE_BYTES = 2 * (Q_REGION + STAGES * (K_STAGE + V_STAGE));
 // with a window a bit per key of a cut tile that has one (`window_bits`,
 // WIN_WORDS words, padded to 8 bytes).
 constexpr int WIN_WORDS = (BLOCK_N + 31) / 32;
-constexpr int BLOCK_N_LOG2 = BLOCK_N >= 256 ? 8 : BLOCK_N >= 128 ? 7 : BLOCK_N >= 64 ? 6 : BLOCK_N >= 32 ? 5 : 4;
+// PAGED: log2 of the largest power of two dividing BLOCK_N (96: 32), which
+// bounds a TMA box: boxes of min(page_size, that) keys never cross a page.
+constexpr int BLOCK_N_POW2_LOG2 = BLOCK_N % 256 == 0 ? 8 : BLOCK_N % 128 == 0 ? 7 : BLOCK_N % 64 == 0 ? 6
+                                : BLOCK_N % 32 == 0 ? 5 : BLOCK_N % 16 == 0 ? 4 : 3;
 constexpr int BAR_BYTES = 8 * 4 * STAGES + (WINDOW ? 8 * ((WIN_WORDS + 1) / 2) : 8);
 // The tiles start on a 1024-byte boundary, which skips up to 1023 bytes; the
 // mbarriers go into the skipped part or after the tiles (then fewer than
@@ -1691,11 +1694,12 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           if (PAGED) __syncwarp();
           return s;
         };
-        // PAGED: a tile is `boxes` boxes of box_rows keys (a page, or BLOCK_N
-        // keys of one), those from the sequence's last key on left out (their
+        // PAGED: a tile is `boxes` boxes of box_rows keys (a page, or the
+        // largest power of two dividing BLOCK_N; a box never crosses a page,
+        // runtime/api.cpp maps the same box), those from the sequence's last key on left out (their
         // stale rows: masked in S, zeroed in V by the consumers); box i of
         // key n0 + i * box_rows is issued by lane i % 32 through the table.
-        const int box_shift = min((int)p.page_shift, BLOCK_N_LOG2), box_rows = 1 << box_shift;
+        const int box_shift = min((int)p.page_shift, BLOCK_N_POW2_LOG2), box_rows = 1 << box_shift;
         auto boxes = [&](int n0) { return PAGED ? min(BLOCK_N >> box_shift, (blk.seqlen_k - n0 + box_rows - 1) >> box_shift) : 1; };
         auto load_k = [&](u32 cnt, int n0) {
           const int nb = boxes(n0);
