@@ -210,7 +210,8 @@ typedef struct flashgen_problem {
    * than seqlen_q / seqlen_k is cut to that bound (rows past it are not written,
    * keys past it not read). A zero-length sequence is allowed (rows that see no
    * key get O = 0, LSE = -inf, or the sink with sinks).
-   * With cu_seqlens_q NULL, the other four must be NULL / 0. Any other breach
+   * With cu_seqlens_q NULL, cu_seqlens_k, total_q and total_k must be NULL / 0,
+   * and seqused_k too unless page_table is set. Any other breach
    * (cu_seqlens_k NULL, a misaligned pointer, total_q or total_k outside
    * [0, 2^31 - 257], a non-zero stride_batch) is FLASHGEN_ERROR_INVALID_ARGUMENT
    * naming the field. A packed batch is its own kernel specialization
@@ -246,7 +247,7 @@ typedef struct flashgen_problem {
   const int32_t* page_table;   /* device int32 [batch, page_table_stride]; NULL: contiguous K/V */
   int64_t page_table_stride;   /* elements between two sequences' rows of page_table */
   int64_t page_size;           /* keys per page: 1, 2, 4, ..., 256 */
-  int64_t num_pages;           /* pages of k and v */
+  int64_t num_pages;           /* pages of k and v, in [1, 2^31 - 257] when a sequence has keys */
 } flashgen_problem;
 
 /* The message of the last call that failed in the calling thread ("" if none

@@ -142,11 +142,13 @@ struct AttentionProblem {
   ///    (a padded tensor; a stride of 0 broadcasts), ALiBi slopes as above.
   /// A zero-length sequence is allowed (no rows; or rows that see no key: O = 0, LSE =
   /// -inf). The offsets are read by the kernels, never by the host: they must be
-  /// non-decreasing with cu_seqlens_q[batch] <= total_q, cu_seqlens_k[batch] <= total_k,
+  /// non-decreasing from a first offset >= 0, with cu_seqlens_q[batch] <= total_q,
+  /// cu_seqlens_k[batch] <= total_k,
   /// and no sequence longer than seqlen_q / seqlen_k (a longer one is cut to the bound:
   /// its rows past seqlen_q are not written, its keys past seqlen_k not read).
-  /// nullptr: the dense BSHD layout above; cu_seqlens_k, seqused_k, total_q and total_k
-  /// must then be unset (null, 0). A kernel specialization (KernelSpec::varlen).
+  /// nullptr: the dense BSHD layout above; cu_seqlens_k, total_q and total_k must then be
+  /// unset (null, 0), and seqused_k too unless the KV cache is paged. A kernel
+  /// specialization (KernelSpec::varlen).
   const int32_t* cu_seqlens_q = nullptr;
   const int32_t* cu_seqlens_k = nullptr;  ///< required with cu_seqlens_q unless the KV cache is paged (then null)
   /// Optional int32 [batch] (device, 4-byte aligned; with cu_seqlens_q or page_table):
@@ -173,7 +175,7 @@ struct AttentionProblem {
   const int32_t* page_table = nullptr;
   int64_t page_table_stride = 0;  ///< elements between two sequences' rows of page_table, >= ceil(seqlen_k / page_size)
   int64_t page_size = 0;          ///< keys per page: a power of two in [1, 256] (0 without page_table)
-  int64_t num_pages = 0;          ///< pages of K and V, >= 1 when a sequence has keys (0 without page_table)
+  int64_t num_pages = 0;          ///< pages of K and V, in [1, 2^31 - 257] when a sequence has keys (0 without page_table)
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
   bool paged() const { return page_table != nullptr; }
