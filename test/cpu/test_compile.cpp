@@ -102,6 +102,9 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // per block; NVRTC 12.9 for sm_70).
   if (s.unit == MatrixUnit::m8n8k4 && s.head_dim > 128 && s.sinks && s.mask != MaskKind::none) return 64;
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 80;
+  // (before the window rule: a paged d256 window kernel reports 24-32 bytes)
+  if (s.unit == MatrixUnit::wgmma && s.paged) return 64;
+  if ((s.varlen || s.paged) && std::max(s.head_dim, s.head_dim_v) > 128) return 40;
   // m16n8k16 with a sliding window: 4-8 bytes at 255 registers at head dims 128-256 (the window's
   // lower-edge mask and the P.V steps' bad-key bits). Bounded at 16.
   if (s.unit == MatrixUnit::m16n8k16 && (s.mask == MaskKind::window_top_left || s.mask == MaskKind::window_bottom_right))
@@ -109,8 +112,6 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // The split kernel with ALiBi and packed rows: 16-20 bytes at 255 registers (each packed
   // row's head and slope). Bounded at 32.
   if (s.family == KernelFamily::fwd_split && s.alibi && s.pack > 1) return 32;
-  if (s.unit == MatrixUnit::wgmma && s.paged) return 64;
-  if ((s.varlen || s.paged) && std::max(s.head_dim, s.head_dim_v) > 128) return 40;
   if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 8;
   if (s.arch == 90 && s.unit == MatrixUnit::m16n8k16) return 16;
   return 0;
