@@ -635,6 +635,13 @@ KernelSpec KernelSpec::parse(const std::string& text) {
   }
 
   for (size_t i = 0; i < fields.size(); ++i) {
+    // A flag written only when set appears as '=1' or not at all: ',softcap=0'
+    // would be a second string for the spec without it.
+    if (fields[i]->omit_default && items[i].second == "0") {
+      spec_error(text, fmt::format("field '{}' has value '0', which the canonical string never holds; allowed: "
+                                   "'{}=1', or no '{}' field for 0",
+                                   fields[i]->key, fields[i]->key, fields[i]->key));
+    }
     const std::string why = fields[i]->parse(s, items[i].second);
     if (!why.empty()) spec_error(text, fmt::format("field '{}' has value '{}'{}", fields[i]->key, items[i].second, why));
   }

@@ -34,3 +34,21 @@ TEST_CASE("fuzz regression: threads() of a parsed spec with an extreme warp coun
   for (const auto& e : errors) names_warps = names_warps || e.find("warps (-2147483648)") != std::string::npos;
   CHECK(names_warps);
 }
+
+// fuzz_spec, crash-57ffd2a3af14bb5d0ab84ded14dcabe93ac34af4 (CI, 2026-12-02):
+// "accepted a non-canonical string". A flag written only when set (softcap,
+// sinks, alibi, varlen, paged) was read from ',softcap=0' as well as from its
+// absence, so two strings named one spec. '=0' is now refused.
+TEST_CASE("fuzz regression: a flag written only when set is refused as '=0'") {
+  const std::string canonical =
+      "flashgen.fwd.v1:sm=75,unit=m16n8k8,dtype=f16,d=728,dv=128,bm=94,bn=64,w=4,s=2,mask=causalbr,bias=none,lse=1";
+  CHECK(KernelSpec::parse(canonical).canonical() == canonical);
+  for (const char* flag : {"softcap", "sinks", "alibi", "varlen", "paged"}) {
+    CAPTURE(flag);
+    const std::string why = std::string("field '") + flag + "' has value '0'";
+    CHECK_THROWS_WITH_AS(KernelSpec::parse(canonical + "," + flag + "=0"), doctest::Contains(why.c_str()),
+                         InvalidArgument);
+    const KernelSpec set = KernelSpec::parse(canonical + "," + flag + "=1");
+    CHECK(set.canonical() == canonical + "," + flag + "=1");
+  }
+}

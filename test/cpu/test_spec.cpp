@@ -318,7 +318,9 @@ TEST_CASE("softcap: written only when set, read when absent, named last") {
   CHECK(KernelSpec::parse(text) == s);
   CHECK(KernelSpec::parse(text).softcap);
   CHECK_FALSE(KernelSpec::parse(kExampleCanonical).softcap);
-  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",softcap=0") == example_spec());
+  CHECK_THROWS_WITH_AS(KernelSpec::parse(std::string(kExampleCanonical) + ",softcap=0"),
+                       doctest::Contains("field 'softcap' has value '0', which the canonical string never holds"),
+                       flashgen::InvalidArgument);
   CHECK(s.kernel_name() == example_spec().kernel_name() + "_softcap");
   CHECK_FALSE(s == example_spec());
   for (KernelFamily f : {KernelFamily::fwd_split, KernelFamily::combine}) {
@@ -377,7 +379,10 @@ TEST_CASE("sinks and alibi: written only when set, after softcap, named after it
   KernelSpec s = example_spec();
   CHECK(s.canonical().find("sinks") == std::string::npos);  // today's strings stay as they were
   CHECK(s.canonical().find("alibi") == std::string::npos);
-  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",sinks=0,alibi=0") == example_spec());
+  CHECK_THROWS_WITH_AS(KernelSpec::parse(std::string(kExampleCanonical) + ",sinks=0,alibi=1"),
+                       doctest::Contains("field 'sinks' has value '0'"), flashgen::InvalidArgument);
+  CHECK_THROWS_WITH_AS(KernelSpec::parse(std::string(kExampleCanonical) + ",alibi=0"),
+                       doctest::Contains("allowed: 'alibi=1', or no 'alibi' field for 0"), flashgen::InvalidArgument);
   s.sinks = true;
   KernelSpec a = example_spec();
   a.alibi = true;
@@ -420,7 +425,8 @@ TEST_CASE("varlen: written only when set, after alibi, named last") {
   CHECK(s.canonical().find("varlen") == std::string::npos);  // today's strings stay as they were
   CHECK(s.kernel_name().find("varlen") == std::string::npos);
   CHECK_FALSE(KernelSpec::parse(kExampleCanonical).varlen);
-  CHECK(KernelSpec::parse(std::string(kExampleCanonical) + ",varlen=0") == example_spec());
+  CHECK_THROWS_WITH_AS(KernelSpec::parse(std::string(kExampleCanonical) + ",varlen=0"),
+                       doctest::Contains("field 'varlen' has value '0'"), flashgen::InvalidArgument);
   s.varlen = true;
   CHECK(s.canonical() == std::string(kExampleCanonical) + ",varlen=1");
   CHECK(KernelSpec::parse(s.canonical()) == s);
