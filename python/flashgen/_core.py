@@ -1,0 +1,506 @@
+"""The eager calls: tensors in, one native call, tensors out.
+
+Every public operation of flashgen (attention, attention_varlen,
+attention_paged, decode, merge_states) ends here. This module reads each
+tensor's pointer, shape, strides, dtype and device (PyTorch tensors directly;
+anything else through DLPack), checks the shapes against each other (the
+library checks strides, alignment and every rule of the operation), fills the
+flat problem list of _layout.py and calls the native module once. Outputs are
+allocated with the inputs' own library (torch.empty, or `empty` of the module
+the array type comes from, e.g. cupy.empty) unless given.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Optional
+
+from . import _flashgen as _C
+from ._layout import BIAS_KINDS, DTYPES, MASKS, MERGE_FIELDS, PROBLEM_FIELDS, STATE_DTYPES
+
+if len(PROBLEM_FIELDS) != _C.PROBLEM_FIELDS or len(MERGE_FIELDS) != _C.MERGE_FIELDS:  # pragma: no cover
+    raise ImportError("flashgen: the Python layer and the native module disagree on the problem layout "
+                      f"({len(PROBLEM_FIELDS)}/{_C.PROBLEM_FIELDS}, {len(MERGE_FIELDS)}/{_C.MERGE_FIELDS})")
+
+_DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
+_STATE_CODE = {name: i for i, name in enumerate(STATE_DTYPES)}
+_MASK_CODE = {name: i for i, name in enumerate(MASKS)}
+
+# ---- tensors ---------------------------------------------------------------------
+
+torch: Any = sys.modules.get("torch")
+
+
+def _torch():
+    global torch
+    if torch is None and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+    return torch
+
+
+_TORCH_DTYPES: dict = {}
+
+
+def _torch_dtypes():
+    t = _torch()
+    if t is not None and not _TORCH_DTYPES:
+        _TORCH_DTYPES.update({t.float16: "f16", t.bfloat16: "bf16", t.float32: "f32", t.int32: "i32"})
+    return _TORCH_DTYPES
+
+
+def _is_torch(x) -> bool:
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+class _View:
+    """What the call needs of one array: pointer, shape, strides (elements), dtype name, device."""
+
+    __slots__ = ("obj", "ptr", "shape", "stride", "dtype", "device", "is_torch")
+
+    def __init__(self, obj, name: str):
+        self.obj = obj
+        if _is_torch(obj):
+            self.is_torch = True
+            dev = obj.device
+            if dev.type != "cuda":
+                raise _C.InvalidArgument(f"{name} is on device '{dev}'; flashgen runs on CUDA tensors")
+            self.ptr = obj.data_ptr()
+            self.shape = tuple(obj.shape)
+            self.stride = obj.stride()
+            self.dtype = _torch_dtypes().get(obj.dtype, str(obj.dtype))
+            self.device = dev.index if dev.index is not None else 0
+            return
+        self.is_torch = False
+        if not hasattr(obj, "__dlpack__"):
+            raise _C.InvalidArgument(
+                f"{name} is a {type(obj).__module__}.{type(obj).__qualname__}; expected a torch.Tensor or an "
+                "array that supports DLPack (__dlpack__, e.g. a CuPy array) on a CUDA device")
+        ptr, shape, stride, dtype, device_type, device_id = _C.dlpack_view(obj)
+        if device_type != 2:  # kDLCUDA
+            raise _C.InvalidArgument(f"{name} is on DLPack device type {device_type}; flashgen runs on CUDA "
+                                     "memory (kDLCUDA, 2)")
+        self.ptr, self.shape, self.stride, self.dtype, self.device = ptr, tuple(shape), tuple(stride), dtype, device_id
+
+
+def _view(obj, name: str) -> Optional[_View]:
+    return None if obj is None else _View(obj, name)
+
+
+def _expect(v: _View, name: str, shape: tuple, dtypes: tuple, what: str) -> None:
+    """Refuses a shape or dtype other than the call's, naming both."""
+    if v.shape != shape:
+        raise _C.InvalidArgument(f"{name} has shape {list(v.shape)}; expected {list(shape)} ({what})")
+    if v.dtype not in dtypes:
+        raise _C.InvalidArgument(f"{name} has dtype {v.dtype}; allowed: {', '.join(dtypes)}")
+
+
+def _same_device(views, ref: _View) -> None:
+    for name, v in views:
+        if v is not None and v.device != ref.device:
+            raise _C.InvalidArgument(f"{name} is on cuda:{v.device} but q is on cuda:{ref.device}; every tensor "
+                                     "of a call must be on one device")
+
+
+def _empty_like_module(ref: _View, shape: tuple, dtype: str):
+    """A new array of `shape` on ref's device: torch.empty, or `empty` of ref's array module."""
+    if ref.is_torch:
+        t = torch
+        tdt = {"f16": t.float16, "bf16": t.bfloat16, "f32": t.float32}[dtype]
+        return t.empty(shape, dtype=tdt, device=ref.obj.device)
+    mod = sys.modules.get(type(ref.obj).__module__.split(".")[0])
+    if mod is None or not hasattr(mod, "empty"):
+        raise _C.InvalidArgument(f"cannot allocate an output for a {type(ref.obj).__qualname__}: pass out=")
+    np_name = {"f16": "float16", "bf16": "bfloat16", "f32": "float32"}[dtype]
+    np_dtype = ref.obj.dtype if dtype == ref.dtype else getattr(mod, np_name, np_name)
+    device_ctx = getattr(getattr(mod, "cuda", None), "Device", None)
+    if device_ctx is not None:
+        with device_ctx(ref.device):
+            return mod.empty(shape, dtype=np_dtype)
+    return mod.empty(shape, dtype=np_dtype)
+
+
+def _stream_handle(stream, ref: _View) -> int:
+    """The CUDA stream of the call: `stream` if given, else the current stream of ref's library."""
+    if stream is not None:
+        if isinstance(stream, int):
+            return stream
+        for attr in ("cuda_stream", "ptr", "handle"):
+            h = getattr(stream, attr, None)
+            if isinstance(h, int):
+                return h
+        if hasattr(stream, "__cuda_stream__"):
+            return int(stream.__cuda_stream__()[1])
+        raise _C.InvalidArgument(f"stream is a {type(stream).__qualname__}; expected an int (CUstream), a "
+                                 "torch.cuda.Stream, a cupy Stream or an object with __cuda_stream__")
+    if ref.is_torch:
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if raw is not None:
+            return raw(ref.device)
+        return torch.cuda.current_stream(ref.obj.device).cuda_stream
+    mod = sys.modules.get(type(ref.obj).__module__.split(".")[0])
+    cuda = getattr(mod, "cuda", None)
+    if cuda is not None and hasattr(cuda, "get_current_stream"):
+        return cuda.get_current_stream().ptr
+    return 0  # the legacy default stream
+
+
+class _DeviceGuard:
+    """Makes ref's device current for the call when it is not (torch: torch.cuda.device)."""
+
+    __slots__ = ("ctx",)
+
+    def __init__(self, ref: _View):
+        self.ctx = None
+        if ref.is_torch:
+            if torch.cuda.current_device() != ref.device:
+                self.ctx = torch.cuda.device(ref.device)
+        else:
+            mod = sys.modules.get(type(ref.obj).__module__.split(".")[0])
+            dev = getattr(getattr(mod, "cuda", None), "Device", None)
+            if dev is not None:
+                self.ctx = dev(ref.device)
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+# ---- workspace -------------------------------------------------------------------
+
+# Decode workspaces, one per (device, stream): reused by every later decode on that
+# stream that fits, replaced by a larger one when needed (torch's caching
+# allocator, stream-ordered). During CUDA-graph capture a missing or small one is
+# allocated from the graph's pool for that call and not kept.
+_workspaces: dict = {}
+
+
+def _workspace_for(ref: _View, stream: int, nbytes: int):
+    key = (ref.device, stream)
+    ws = _workspaces.get(key)
+    if ws is not None and _nbytes(ws) >= nbytes:
+        return ws
+    if ref.is_torch:
+        capturing = torch.cuda.is_current_stream_capturing()
+        ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
+        if not capturing:
+            _workspaces[key] = ws
+        return ws
+    mod = sys.modules.get(type(ref.obj).__module__.split(".")[0])
+    ws = mod.empty(nbytes, dtype=getattr(mod, "uint8", "uint8"))
+    _workspaces[key] = ws
+    return ws
+
+
+def _nbytes(a) -> int:
+    return a.numel() * a.element_size() if _is_torch(a) else int(a.nbytes)
+
+
+def _ptr(a) -> int:
+    return a.data_ptr() if _is_torch(a) else _View(a, "workspace").ptr
+
+
+# ---- masks -----------------------------------------------------------------------
+
+
+def mask_code(causal, window) -> tuple:
+    """(mask code, window_left, window_right) of the causal= and window= arguments."""
+    if causal is not None and not isinstance(causal, str):
+        raise _C.InvalidArgument(
+            f"causal is {causal!r}; allowed: None, 'top_left' (j <= i, SDPA's is_causal=True) or 'bottom_right' "
+            "(j <= i + seqlen_k - seqlen_q, FlashAttention's causal=True)")
+    if causal not in (None, "top_left", "bottom_right"):
+        raise _C.InvalidArgument(f"causal is '{causal}'; allowed: None, 'top_left', 'bottom_right'")
+    if window is None:
+        return (_MASK_CODE["none"] if causal is None else
+                _MASK_CODE["causaltl" if causal == "top_left" else "causalbr"]), -1, -1
+    try:
+        left, right = window
+    except (TypeError, ValueError):
+        raise _C.InvalidArgument(f"window is {window!r}; expected (window_left, window_right), each an int >= -1 "
+                                 "or None (unbounded)") from None
+    left = -1 if left is None else left
+    right = -1 if right is None else right
+    for side, val in (("window_left", left), ("window_right", right)):
+        if isinstance(val, bool) or not isinstance(val, int) or val < -1:
+            raise _C.InvalidArgument(f"window: {side} is {val!r}; allowed: an int >= -1 or None (unbounded)")
+    if causal is not None:
+        if right not in (0, -1) or window[1] is not None and right != 0:
+            raise _C.InvalidArgument(
+                f"window is {window!r} with causal='{causal}'; a causal window has window_right 0 (or None)")
+        right = 0
+    code = _MASK_CODE["windowtl" if causal == "top_left" else "windowbr"]
+    return code, left, right
+
+
+# ---- attention -------------------------------------------------------------------
+
+
+def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, return_lse=False, window=None,
+              softcap=None, sinks=None, alibi_slopes=None, out=None, num_splits=None, workspace=None, stream=None,
+              cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
+              page_table=None):
+    """The one eager implementation behind attention / attention_varlen / attention_paged / decode."""
+    qv = _View(q, "q")
+    kv = _View(k, "k")
+    vv = _View(v, "v")
+    dtype = qv.dtype
+    if dtype not in _DTYPE_CODE:
+        raise _C.InvalidArgument(f"q has dtype {dtype}; allowed: float16, bfloat16")
+    if kv.dtype != dtype or vv.dtype != dtype:
+        raise _C.InvalidArgument(f"q, k and v have dtypes {qv.dtype}, {kv.dtype}, {vv.dtype}; they must be one "
+                                 "(float16 or bfloat16)")
+    f = [0] * len(PROBLEM_FIELDS)
+    f[0] = _DTYPE_CODE[dtype]
+    f[8], f[34], f[35] = mask_code(causal, window)
+    cuq = cuk = used = table = None
+
+    if layout == "dense":
+        if len(qv.shape) != 4 or len(kv.shape) != 4 or len(vv.shape) != 4:
+            raise _C.InvalidArgument(
+                f"q, k, v have {len(qv.shape)}, {len(kv.shape)}, {len(vv.shape)} dims; expected BSHD: q [batch, "
+                "seqlen_q, heads_q, head_dim], k [batch, seqlen_k, heads_kv, head_dim], v [batch, seqlen_k, "
+                "heads_kv, head_dim_v]")
+        B, Sq, Hq, D = qv.shape
+        _, Sk, Hkv, _ = kv.shape
+        Dv = vv.shape[3]
+        _expect(kv, "k", (B, Sk, Hkv, D), (dtype,), "batch, seqlen_k, heads_kv, head_dim")
+        _expect(vv, "v", (B, Sk, Hkv, Dv), (dtype,), "batch, seqlen_k, heads_kv, head_dim_v")
+        o_shape = (B, Sq, Hq, Dv)
+        lse_shape = (B, Hq, Sq)
+        tq = tk = 0
+    else:
+        if len(qv.shape) == 3:
+            Tq, Hq, D = qv.shape
+        elif layout == "paged" and len(qv.shape) == 4:
+            Tq = -1
+            B, Sq, Hq, D = qv.shape
+        else:
+            raise _C.InvalidArgument(
+                f"q has {len(qv.shape)} dims; expected [total_q, heads_q, head_dim]"
+                + (" or [batch, seqlen_q, heads_q, head_dim]" if layout == "paged" else ""))
+        if layout == "varlen":
+            if len(kv.shape) != 3 or len(vv.shape) != 3:
+                raise _C.InvalidArgument(f"k, v have {len(kv.shape)}, {len(vv.shape)} dims; expected k [total_k, "
+                                         "heads_kv, head_dim], v [total_k, heads_kv, head_dim_v]")
+            Tk, Hkv, _ = kv.shape
+            Dv = vv.shape[2]
+            _expect(kv, "k", (Tk, Hkv, D), (dtype,), "total_k, heads_kv, head_dim")
+            _expect(vv, "v", (Tk, Hkv, Dv), (dtype,), "total_k, heads_kv, head_dim_v")
+        else:
+            if len(kv.shape) != 4 or len(vv.shape) != 4:
+                raise _C.InvalidArgument(f"k_cache, v_cache have {len(kv.shape)}, {len(vv.shape)} dims; expected "
+                                         "[num_pages, page_size, heads_kv, head_dim] and [..., head_dim_v]")
+            P, page, Hkv, _ = kv.shape
+            Dv = vv.shape[3]
+            _expect(kv, "k_cache", (P, page, Hkv, D), (dtype,), "num_pages, page_size, heads_kv, head_dim")
+            _expect(vv, "v_cache", (P, page, Hkv, Dv), (dtype,), "num_pages, page_size, heads_kv, head_dim_v")
+        if cu_seqlens_q is not None:
+            if Tq < 0:
+                raise _C.InvalidArgument("q is [batch, seqlen_q, heads_q, head_dim] but cu_seqlens_q is given; a "
+                                         "packed q is [total_q, heads_q, head_dim]")
+            cuq = _View(cu_seqlens_q, "cu_seqlens_q")
+            if len(cuq.shape) != 1 or cuq.shape[0] < 1 or cuq.dtype != "i32":
+                raise _C.InvalidArgument(f"cu_seqlens_q has shape {list(cuq.shape)} and dtype {cuq.dtype}; "
+                                         "expected int32 [batch + 1]")
+            B = cuq.shape[0] - 1
+            if max_seqlen_q is None:
+                raise _C.InvalidArgument("max_seqlen_q is None; a packed batch needs the host's bound of its "
+                                         "sequences' query rows (the grid is sized by it)")
+            Sq = int(max_seqlen_q)
+        elif Tq >= 0:
+            raise _C.InvalidArgument("q is packed [total_q, heads_q, head_dim] but cu_seqlens_q is None")
+        if layout == "varlen":
+            cuk = _View(cu_seqlens_k, "cu_seqlens_k")
+            if cuk.shape != (B + 1,) or cuk.dtype != "i32":
+                raise _C.InvalidArgument(f"cu_seqlens_k has shape {list(cuk.shape)} and dtype {cuk.dtype}; "
+                                         f"expected int32 [{B + 1}] (batch + 1, as cu_seqlens_q)")
+            if max_seqlen_k is None:
+                raise _C.InvalidArgument("max_seqlen_k is None; a packed batch needs the host's bound of its "
+                                         "sequences' keys")
+            Sk = int(max_seqlen_k)
+            tk = Tk
+        else:
+            table = _View(page_table, "page_table")
+            if len(table.shape) != 2 or table.dtype != "i32" or table.shape[0] != B:
+                raise _C.InvalidArgument(f"page_table has shape {list(table.shape)} and dtype {table.dtype}; "
+                                         f"expected int32 [batch ({B}), max_pages_per_seq]")
+            if table.stride[1] != 1 and table.shape[1] > 1:
+                raise _C.InvalidArgument(f"page_table has strides {list(table.stride)}; its rows must be "
+                                         "contiguous (stride 1 along the pages)")
+            Sk = int(max_seqlen_k) if max_seqlen_k is not None else table.shape[1] * page
+            tk = 0
+        if seqused_k is not None:
+            used = _View(seqused_k, "seqused_k")
+            if used.shape != (B,) or used.dtype != "i32":
+                raise _C.InvalidArgument(f"seqused_k has shape {list(used.shape)} and dtype {used.dtype}; "
+                                         f"expected int32 [batch ({B})]")
+        if Tq >= 0:
+            tq = Tq
+            o_shape = (Tq, Hq, Dv)
+            lse_shape = (Hq, Tq)
+        else:
+            tq = 0
+            o_shape = (B, Sq, Hq, Dv)
+            lse_shape = (B, Hq, Sq)
+
+    f[1:8] = B, Sq, Sk, Hq, Hkv, D, Dv
+    packed_q = cuq is not None
+
+    def strides(view, at, paged_kv=False):
+        s = view.stride
+        if len(s) == 4:
+            f[at:at + 4] = view.ptr, s[0], s[1], s[2]
+        else:  # packed: [rows, heads, dim]
+            f[at:at + 4] = view.ptr, 0, s[0], s[1]
+
+    strides(qv, 9)
+    strides(kv, 13)
+    strides(vv, 17)
+
+    if out is None:
+        out = _empty_like_module(qv, o_shape, dtype)
+        ov = _View(out, "out")
+    else:
+        ov = _View(out, "out")
+        _expect(ov, "out", o_shape, (dtype,), "the output: q's rows and heads, head_dim_v")
+    strides(ov, 21)
+
+    bv = None
+    if bias is not None:
+        bv = _View(bias, "bias")
+        if bv.dtype not in (dtype, "f32"):
+            raise _C.InvalidArgument(f"bias has dtype {bv.dtype}; allowed: q's ({dtype}) or float32")
+        full = (B, Hq, Sq, Sk)
+        nd = len(bv.shape)
+        if nd > 4 or any(s not in (1, want) for s, want in zip(bv.shape, full[4 - nd:])):
+            raise _C.InvalidArgument(f"bias has shape {list(bv.shape)}; it must broadcast to [batch, heads_q, "
+                                     f"seqlen_q, seqlen_k] = {list(full)}")
+        st = [0] * (4 - nd) + [0 if n == 1 and want != 1 else s
+                               for n, s, want in zip(bv.shape, bv.stride, full[4 - nd:])]
+        f[25] = BIAS_KINDS.index("input" if bv.dtype == dtype else "f32")
+        f[26:31] = bv.ptr, st[0], st[1], st[2], st[3]
+
+    lse = None
+    if return_lse:
+        lse = _empty_like_module(qv, lse_shape, "f32")
+        lv = _View(lse, "lse")
+        if packed_q:
+            f[31:34] = lv.ptr, 0, lv.stride[0]
+        else:
+            f[31:34] = lv.ptr, lv.stride[0], lv.stride[1]
+
+    sv = av = None
+    if sinks is not None:
+        sv = _View(sinks, "sinks")
+        _expect(sv, "sinks", (Hq,), ("f32",), "one float32 logit per query head")
+        if Hq > 1 and sv.stride[0] != 1:
+            raise _C.InvalidArgument(f"sinks has stride {sv.stride[0]}; it must be contiguous")
+        f[36] = sv.ptr
+    if alibi_slopes is not None:
+        av = _View(alibi_slopes, "alibi_slopes")
+        if av.dtype != "f32" or av.shape not in ((Hq,), (B, Hq)):
+            raise _C.InvalidArgument(f"alibi_slopes has shape {list(av.shape)} and dtype {av.dtype}; expected "
+                                     f"float32 [heads_q] = [{Hq}] or [batch, heads_q] = [{B}, {Hq}]")
+        if Hq > 1 and av.stride[-1] != 1:
+            raise _C.InvalidArgument(f"alibi_slopes has strides {list(av.stride)}; the heads must be contiguous")
+        f[37] = av.ptr
+        f[38] = av.stride[0] if len(av.shape) == 2 else 0
+
+    if cuq is not None:
+        f[39] = cuq.ptr
+        f[42] = tq
+    if cuk is not None:
+        f[40] = cuk.ptr
+        f[43] = tk
+    if used is not None:
+        f[41] = used.ptr
+    if table is not None:
+        f[44:48] = table.ptr, table.stride[0], kv.shape[1], kv.shape[0]
+
+    _same_device((("k", kv), ("v", vv), ("out", ov), ("bias", bv), ("sinks", sv), ("alibi_slopes", av),
+                  ("cu_seqlens_q", cuq), ("cu_seqlens_k", cuk), ("seqused_k", used), ("page_table", table)), qv)
+
+    if num_splits is None:
+        splits = -1
+    elif isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise _C.InvalidArgument(f"num_splits is {num_splits!r}; allowed: None, 0 (chosen) or 1..{_C.MAX_DECODE_SPLITS}")
+    else:
+        splits = num_splits
+    cap = 0.0 if softcap is None else float(softcap)
+    sc = None if scale is None else float(scale)
+
+    with _DeviceGuard(qv):
+        s = _stream_handle(stream, qv)
+        if workspace is not None:
+            ws_ptr, ws_bytes = _ptr(workspace), _nbytes(workspace)
+        else:
+            cached = _workspaces.get((qv.device, s))
+            ws_ptr, ws_bytes = (_ptr(cached), _nbytes(cached)) if cached is not None else (0, 0)
+        need = _C.attention(f, sc, cap, s, splits, ws_ptr, ws_bytes)
+        if need:
+            if workspace is not None:
+                raise _C.InvalidArgument(f"workspace holds {ws_bytes} bytes; this decode needs {need} (pass a "
+                                         "larger one, or None for the package's own)")
+            ws = _workspace_for(qv, s, need)
+            need = _C.attention(f, sc, cap, s, splits, _ptr(ws), _nbytes(ws))
+            if need:  # pragma: no cover - the plan does not change between the two calls
+                raise _C.Error(f"decode asked for {need} bytes of workspace twice")
+    return (out, lse) if return_lse else out
+
+
+# ---- merge -----------------------------------------------------------------------
+
+
+def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse=False, stream=None):
+    pv = _View(o_partial, "o_partial")
+    lv = _View(lse_partial, "lse_partial")
+    if len(pv.shape) != 5:
+        raise _C.InvalidArgument(f"o_partial has {len(pv.shape)} dims; expected [num_states, batch, seqlen_q, "
+                                 "heads, head_dim_v]")
+    S, B, Sq, H, Dv = pv.shape
+    if pv.dtype not in _STATE_CODE:
+        raise _C.InvalidArgument(f"o_partial has dtype {pv.dtype}; allowed: float32, float16, bfloat16")
+    _expect(lv, "lse_partial", (S, B, H, Sq), ("f32",), "num_states, batch, heads, seqlen_q")
+    if out is not None:
+        ov = _View(out, "out")
+        if out_dtype is not None and _dtype_name(out_dtype) != ov.dtype:
+            raise _C.InvalidArgument(f"out_dtype is {out_dtype} but out has dtype {ov.dtype}")
+        if ov.dtype not in _STATE_CODE:
+            raise _C.InvalidArgument(f"out has dtype {ov.dtype}; allowed: float32, float16, bfloat16")
+        _expect(ov, "out", (B, Sq, H, Dv), (ov.dtype,), "batch, seqlen_q, heads, head_dim_v")
+    else:
+        name = pv.dtype if out_dtype is None else _dtype_name(out_dtype)
+        if name not in _STATE_CODE:
+            raise _C.InvalidArgument(f"out_dtype is {out_dtype}; allowed: float32, float16, bfloat16")
+        out = _empty_like_module(pv, (B, Sq, H, Dv), name)
+        ov = _View(out, "out")
+    f = [0] * len(MERGE_FIELDS)
+    f[0:7] = _STATE_CODE[pv.dtype], _STATE_CODE[ov.dtype], S, B, Sq, H, Dv
+    ps = pv.stride
+    f[7:12] = pv.ptr, ps[0], ps[1], ps[2], ps[3]
+    ls = lv.stride
+    f[12:17] = lv.ptr, ls[0], ls[1], ls[2], ls[3]
+    os_ = ov.stride
+    f[17:21] = ov.ptr, os_[0], os_[1], os_[2]
+    lse = None
+    if return_lse:
+        lse = _empty_like_module(pv, (B, H, Sq), "f32")
+        lsv = _View(lse, "lse")
+        f[21:24] = lsv.ptr, lsv.stride[0], lsv.stride[1]
+    _same_device((("lse_partial", lv), ("out", ov)), pv)
+    with _DeviceGuard(pv):
+        _C.merge(f, _stream_handle(stream, pv))
+    return (out, lse) if return_lse else out
+
+
+def _dtype_name(dt) -> str:
+    if isinstance(dt, str):
+        return {"float16": "f16", "half": "f16", "bfloat16": "bf16", "float32": "f32", "float": "f32"}.get(dt, dt)
+    if _torch() is not None and isinstance(dt, torch.dtype):
+        return _torch_dtypes().get(dt, str(dt))
+    return {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}.get(getattr(dt, "name", str(dt)), str(dt))

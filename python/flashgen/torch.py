@@ -1,0 +1,1 @@
+"""PyTorch integration (placeholder until the custom ops land)."""

@@ -1,0 +1,408 @@
+// flashgen._flashgen: the Python package's native module (nanobind).
+//
+// A thin layer over the C++ API (include/flashgen/flashgen.hpp). The Python
+// side (python/flashgen/*.py) reads shapes, strides and pointers off the
+// tensors and passes one attention problem as a flat list of int64 in the
+// order of the Problem* constants below (kept in step with
+// python/flashgen/_layout.py, which lists the same names and positions), so a
+// call costs one argument conversion and no Python object per field.
+//
+// Errors: the library's exceptions become the Python classes registered here
+// (InvalidArgument is a ValueError, Unsupported a NotImplementedError,
+// CompileError / DriverError / Unavailable RuntimeErrors, CacheIOError an
+// OSError), carrying the library's message unchanged.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "flashgen/flashgen.hpp"
+#include "tools/flashgen_cli.hpp"
+
+namespace nb = nanobind;
+using namespace flashgen;
+
+namespace {
+
+// Positions in the flat problem list (python/flashgen/_layout.py: PROBLEM_FIELDS).
+enum ProblemField : int {
+  kDtype, kBatch, kSeqlenQ, kSeqlenK, kHeadsQ, kHeadsKv, kHeadDim, kHeadDimV, kMask,
+  kQ, kQStrideBatch, kQStrideSeq, kQStrideHead,
+  kK, kKStrideBatch, kKStrideSeq, kKStrideHead,
+  kV, kVStrideBatch, kVStrideSeq, kVStrideHead,
+  kO, kOStrideBatch, kOStrideSeq, kOStrideHead,
+  kBiasKind, kBias, kBiasStrideBatch, kBiasStrideHead, kBiasStrideQ, kBiasStrideK,
+  kLse, kLseStrideBatch, kLseStrideHead,
+  kWindowLeft, kWindowRight,
+  kSinks, kAlibi, kAlibiStrideBatch,
+  kCuSeqlensQ, kCuSeqlensK, kSequsedK, kTotalQ, kTotalK,
+  kPageTable, kPageTableStride, kPageSize, kNumPages,
+  kProblemFields
+};
+
+// Positions in the flat merge list (python/flashgen/_layout.py: MERGE_FIELDS).
+enum MergeField : int {
+  mPartialDtype, mOutDtype, mNumStates, mBatch, mSeqlenQ, mHeads, mHeadDimV,
+  mOPartial, mOPartialStrideState, mOPartialStrideBatch, mOPartialStrideSeq, mOPartialStrideHead,
+  mLsePartial, mLsePartialStrideState, mLsePartialStrideBatch, mLsePartialStrideHead, mLsePartialStrideSeq,
+  mO, mOStrideBatch, mOStrideSeq, mOStrideHead,
+  mLse, mLseStrideBatch, mLseStrideHead,
+  kMergeFields
+};
+
+template <class T>
+T* ptr(int64_t v) {
+  return reinterpret_cast<T*>(static_cast<uintptr_t>(v));
+}
+
+// An enum code from Python, refused with the argument's name when out of range
+// (the Python layer passes only valid codes; this guards the native module's
+// own callers).
+template <class E>
+E enum_code(int64_t v, int64_t count, const char* what) {
+  if (v < 0 || v >= count)
+    throw InvalidArgument(std::string(what) + " code " + std::to_string(v) + " is out of range [0, " +
+                          std::to_string(count) + ")");
+  return static_cast<E>(v);
+}
+
+AttentionProblem to_problem(const std::vector<int64_t>& f, std::optional<double> scale, double softcap) {
+  if (f.size() != kProblemFields)
+    throw InvalidArgument("problem list has " + std::to_string(f.size()) + " fields; expected " +
+                          std::to_string(int{kProblemFields}));
+  AttentionProblem p;
+  p.dtype = enum_code<DType>(f[kDtype], 2, "dtype");
+  p.batch = f[kBatch];
+  p.seqlen_q = f[kSeqlenQ];
+  p.seqlen_k = f[kSeqlenK];
+  p.heads_q = f[kHeadsQ];
+  p.heads_kv = f[kHeadsKv];
+  p.head_dim = f[kHeadDim];
+  p.head_dim_v = f[kHeadDimV];
+  p.mask = enum_code<MaskKind>(f[kMask], 5, "mask");
+  if (scale) p.softmax_scale = static_cast<float>(*scale);
+  auto tensor = [&](int at) {
+    return TensorRef{ptr<const void>(f[at]), f[at + 1], f[at + 2], f[at + 3]};
+  };
+  p.q = tensor(kQ);
+  p.k = tensor(kK);
+  p.v = tensor(kV);
+  p.o = tensor(kO);
+  p.bias.kind = enum_code<BiasKind>(f[kBiasKind], 3, "bias kind");
+  p.bias.data = ptr<const void>(f[kBias]);
+  p.bias.stride_batch = f[kBiasStrideBatch];
+  p.bias.stride_head = f[kBiasStrideHead];
+  p.bias.stride_q = f[kBiasStrideQ];
+  p.bias.stride_k = f[kBiasStrideK];
+  p.lse.data = ptr<float>(f[kLse]);
+  p.lse.stride_batch = f[kLseStrideBatch];
+  p.lse.stride_head = f[kLseStrideHead];
+  p.softcap = static_cast<float>(softcap);
+  p.window_left = f[kWindowLeft];
+  p.window_right = f[kWindowRight];
+  p.sinks = ptr<const float>(f[kSinks]);
+  p.alibi_slopes = ptr<const float>(f[kAlibi]);
+  p.alibi_stride_batch = f[kAlibiStrideBatch];
+  p.cu_seqlens_q = ptr<const int32_t>(f[kCuSeqlensQ]);
+  p.cu_seqlens_k = ptr<const int32_t>(f[kCuSeqlensK]);
+  p.seqused_k = ptr<const int32_t>(f[kSequsedK]);
+  p.total_q = f[kTotalQ];
+  p.total_k = f[kTotalK];
+  p.page_table = ptr<const int32_t>(f[kPageTable]);
+  p.page_table_stride = f[kPageTableStride];
+  p.page_size = f[kPageSize];
+  p.num_pages = f[kNumPages];
+  return p;
+}
+
+MergeProblem to_merge(const std::vector<int64_t>& f) {
+  if (f.size() != kMergeFields)
+    throw InvalidArgument("merge list has " + std::to_string(f.size()) + " fields; expected " +
+                          std::to_string(int{kMergeFields}));
+  MergeProblem m;
+  m.partial_dtype = enum_code<StateDType>(f[mPartialDtype], 3, "partial dtype");
+  m.out_dtype = enum_code<StateDType>(f[mOutDtype], 3, "out dtype");
+  m.num_states = f[mNumStates];
+  m.batch = f[mBatch];
+  m.seqlen_q = f[mSeqlenQ];
+  m.heads = f[mHeads];
+  m.head_dim_v = f[mHeadDimV];
+  m.o_partial = StatesRef{ptr<const void>(f[mOPartial]), f[mOPartialStrideState], f[mOPartialStrideBatch],
+                          f[mOPartialStrideSeq], f[mOPartialStrideHead]};
+  m.lse_partial = StatesLseRef{ptr<const float>(f[mLsePartial]), f[mLsePartialStrideState],
+                               f[mLsePartialStrideBatch], f[mLsePartialStrideHead], f[mLsePartialStrideSeq]};
+  m.o = TensorRef{ptr<const void>(f[mO]), f[mOStrideBatch], f[mOStrideSeq], f[mOStrideHead]};
+  m.lse.data = ptr<float>(f[mLse]);
+  m.lse.stride_batch = f[mLseStrideBatch];
+  m.lse.stride_head = f[mLseStrideHead];
+  return m;
+}
+
+CUstream stream_of(uintptr_t s) { return reinterpret_cast<CUstream>(s); }
+
+bool empty_problem(const AttentionProblem& p) {
+  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0);
+}
+
+// One attention call on the current device. num_splits: -1 lets the library
+// choose between the forward kernel and the split-KV decode (forward()'s
+// rule, decode_preferred); 0 runs the decode with splits chosen from the SM
+// count; 1..128 the decode with that many. A decode needs a workspace: when
+// (workspace, workspace_bytes) is smaller than the plan's, nothing is launched
+// and the bytes needed are returned, so the caller allocates through its own
+// allocator (stream-ordered, CUDA-graph safe) and calls again. Returns 0 when
+// the call was enqueued (or there was nothing to do).
+int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> scale, double softcap, uintptr_t stream,
+                      int num_splits, uintptr_t workspace, int64_t workspace_bytes) {
+  const AttentionProblem p = to_problem(fields, scale, softcap);
+  if (num_splits < -1 || num_splits > kMaxDecodeSplits)
+    throw InvalidArgument("num_splits (" + std::to_string(num_splits) + ") must be None, 0 (chosen) or in [1, " +
+                          std::to_string(kMaxDecodeSplits) + "]");
+  check_problem(p);
+  if (empty_problem(p)) return 0;
+  const DeviceInfo dev = current_device();
+  const bool as_decode = num_splits >= 0 || decode_preferred(p, dev.arch, dev.sm_count);
+  if (!as_decode) {
+    Kernel k = load_kernel(plan(p, dev.arch));
+    launch(k, p, stream_of(stream));
+    return 0;
+  }
+  const DecodePlan dp = plan_decode(p, dev.arch, dev.sm_count, num_splits < 0 ? 0 : num_splits);
+  if (dp.workspace_bytes > 0 && (workspace == 0 || workspace_bytes < dp.workspace_bytes)) return dp.workspace_bytes;
+  DecodeOptions o;
+  o.plan = &dp;
+  o.workspace = dp.workspace_bytes > 0 ? reinterpret_cast<void*>(workspace) : nullptr;
+  o.workspace_bytes = dp.workspace_bytes > 0 ? workspace_bytes : 0;
+  decode(p, stream_of(stream), o);
+  return 0;
+}
+
+std::string spec_repr(const KernelSpec& s) { return "KernelSpec('" + s.canonical() + "')"; }
+
+nb::dict compiled_dict(const CompiledKernel& c) {
+  nb::dict d;
+  d["spec"] = c.spec;
+  d["name"] = c.name;
+  d["key"] = c.key;
+  d["cubin"] = nb::bytes(c.cubin.data(), c.cubin.size());
+  d["from_cache"] = c.from_cache;
+  d["cache_path"] = c.cache_path;
+  d["compile_log"] = c.compile_log;
+  return d;
+}
+
+}  // namespace
+
+NB_MODULE(_flashgen, m) {
+  m.doc() = "libflashgen's native module (internal; use the flashgen package)";
+
+  // The library's exceptions: flashgen.Error, and under it one class per
+  // ErrorCode that also derives from the standard Python exception a caller
+  // would catch (ValueError for bad arguments, NotImplementedError for valid
+  // but unsupported requests, RuntimeError for compile / driver failures,
+  // OSError for the cache's file system).
+  auto make = [&](const char* name, PyObject* bases) {
+    PyObject* cls = PyErr_NewException((std::string("flashgen.") + name).c_str(), bases, nullptr);
+    if (!cls) throw nb::python_error();
+    m.attr(name) = nb::handle(cls);
+    return cls;
+  };
+  static PyObject* error_cls = make("Error", PyExc_RuntimeError);
+  auto pair = [](PyObject* a, PyObject* b) { return nb::make_tuple(nb::handle(a), nb::handle(b)).release().ptr(); };
+  static PyObject* invalid_cls = make("InvalidArgument", pair(error_cls, PyExc_ValueError));
+  static PyObject* unsupported_cls = make("Unsupported", pair(error_cls, PyExc_NotImplementedError));
+  static PyObject* compile_cls = make("CompileError", error_cls);
+  static PyObject* driver_cls = make("DriverError", error_cls);
+  static PyObject* unavailable_cls = make("Unavailable", error_cls);
+  static PyObject* io_cls = make("CacheIOError", pair(error_cls, PyExc_OSError));
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const Error& e) {
+      PyObject* cls = error_cls;
+      switch (e.code()) {
+        case ErrorCode::invalid_argument: cls = invalid_cls; break;
+        case ErrorCode::unsupported: cls = unsupported_cls; break;
+        case ErrorCode::compile_failed: cls = compile_cls; break;
+        case ErrorCode::driver: cls = driver_cls; break;
+        case ErrorCode::unavailable: cls = unavailable_cls; break;
+        case ErrorCode::io: cls = io_cls; break;
+        default: break;
+      }
+      PyErr_SetString(cls, e.what());
+    }
+  });
+
+  m.attr("PROBLEM_FIELDS") = int{kProblemFields};
+  m.attr("MERGE_FIELDS") = int{kMergeFields};
+  m.attr("MAX_DECODE_SPLITS") = kMaxDecodeSplits;
+  m.attr("GENERATOR_VERSION") = kGeneratorVersion;
+
+  nb::class_<KernelSpec>(m, "KernelSpec",
+                         "One kernel's specialization (include/flashgen/spec.hpp); its canonical string names it.")
+      .def_static("parse", &KernelSpec::parse, nb::arg("text"),
+                  "Parse a canonical spec string ('flashgen.fwd.v1:sm=90,...'); ValueError when it is not one.")
+      .def("canonical", &KernelSpec::canonical)
+      .def("kernel_name", &KernelSpec::kernel_name)
+      .def("smem_bytes", &KernelSpec::smem_bytes)
+      .def("threads", &KernelSpec::threads)
+      .def_prop_ro("family", [](const KernelSpec& s) { return std::string(to_string(s.family)); })
+      .def_prop_ro("arch", [](const KernelSpec& s) { return s.arch; })
+      .def_prop_ro("unit", [](const KernelSpec& s) { return std::string(to_string(s.unit)); })
+      .def_prop_ro("dtype", [](const KernelSpec& s) { return std::string(to_string(s.dtype)); })
+      .def_prop_ro("head_dim", [](const KernelSpec& s) { return s.head_dim; })
+      .def_prop_ro("head_dim_v", [](const KernelSpec& s) { return s.head_dim_v; })
+      .def_prop_ro("block_m", [](const KernelSpec& s) { return s.tile.block_m; })
+      .def_prop_ro("block_n", [](const KernelSpec& s) { return s.tile.block_n; })
+      .def_prop_ro("warps", [](const KernelSpec& s) { return s.tile.warps; })
+      .def_prop_ro("stages", [](const KernelSpec& s) { return s.tile.stages; })
+      .def_prop_ro("mask", [](const KernelSpec& s) { return std::string(to_string(s.mask)); })
+      .def_prop_ro("bias", [](const KernelSpec& s) { return std::string(to_string(s.bias)); })
+      .def_prop_ro("has_lse", [](const KernelSpec& s) { return s.has_lse; })
+      .def_prop_ro("softcap", [](const KernelSpec& s) { return s.softcap; })
+      .def_prop_ro("sinks", [](const KernelSpec& s) { return s.sinks; })
+      .def_prop_ro("alibi", [](const KernelSpec& s) { return s.alibi; })
+      .def_prop_ro("varlen", [](const KernelSpec& s) { return s.varlen; })
+      .def_prop_ro("paged", [](const KernelSpec& s) { return s.paged; })
+      .def_prop_ro("pack", [](const KernelSpec& s) { return s.pack; })
+      .def("__str__", &KernelSpec::canonical)
+      .def("__repr__", &spec_repr)
+      .def("__eq__", [](const KernelSpec& a, const KernelSpec& b) { return a == b; })
+      .def("__hash__", [](const KernelSpec& s) { return nb::hash(nb::str(s.canonical().c_str())); });
+
+  m.def("gpu_available", &gpu_available, "True when libcuda loads and a device is present; never raises.");
+  m.def(
+      "current_device",
+      []() {
+        const DeviceInfo d = current_device();
+        nb::dict r;
+        r["ordinal"] = d.ordinal;
+        r["arch"] = d.arch;
+        r["name"] = d.name;
+        r["sm_count"] = d.sm_count;
+        r["smem_per_block_optin"] = d.smem_per_block_optin;
+        return r;
+      },
+      "The CUDA device current in this thread (its context, else device 0's primary context).");
+
+  // An array of another framework through DLPack (its __dlpack__): pointer,
+  // shape, strides in elements, dtype name, DLPack device type and id. Nothing
+  // is copied; the caller keeps the array alive for the call.
+  m.def(
+      "dlpack_view",
+      [](nb::ndarray<> a) {
+        std::vector<int64_t> shape, stride;
+        for (size_t i = 0; i < a.ndim(); ++i) {
+          shape.push_back(static_cast<int64_t>(a.shape(i)));
+          stride.push_back(static_cast<int64_t>(a.stride(i)));
+        }
+        const nb::dlpack::dtype t = a.dtype();
+        std::string name = "code" + std::to_string(t.code) + "/" + std::to_string(t.bits) + "x" + std::to_string(t.lanes);
+        if (t.lanes == 1) {
+          if (t.code == uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16) name = "f16";
+          if (t.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) name = "bf16";
+          if (t.code == uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 32) name = "f32";
+          if (t.code == uint8_t(nb::dlpack::dtype_code::Int) && t.bits == 32) name = "i32";
+          if (t.code == uint8_t(nb::dlpack::dtype_code::UInt) && t.bits == 8) name = "u8";
+        }
+        const auto data = static_cast<int64_t>(reinterpret_cast<uintptr_t>(a.data()));
+        return nb::make_tuple(data, shape, stride, name, a.device_type(), a.device_id());
+      },
+      nb::arg("array"));
+
+  m.def("attention", &run_attention, nb::arg("fields"), nb::arg("scale").none(), nb::arg("softcap"),
+        nb::arg("stream"), nb::arg("num_splits"), nb::arg("workspace"), nb::arg("workspace_bytes"));
+
+  m.def(
+      "check_problem",
+      [](const std::vector<int64_t>& fields, std::optional<double> scale, double softcap) {
+        check_problem(to_problem(fields, scale, softcap));
+      },
+      nb::arg("fields"), nb::arg("scale").none(), nb::arg("softcap"));
+
+  m.def(
+      "plan_problem",
+      [](const std::vector<int64_t>& fields, std::optional<double> scale, double softcap, int arch) {
+        return plan(to_problem(fields, scale, softcap), arch);
+      },
+      nb::arg("fields"), nb::arg("scale").none(), nb::arg("softcap"), nb::arg("arch"));
+
+  m.def(
+      "merge",
+      [](const std::vector<int64_t>& fields, uintptr_t stream) {
+        const MergeProblem mp = to_merge(fields);
+        merge_states(mp, stream_of(stream));
+      },
+      nb::arg("fields"), nb::arg("stream"));
+  m.def(
+      "check_merge",
+      [](const std::vector<int64_t>& fields) { check_merge_problem(to_merge(fields)); }, nb::arg("fields"));
+
+  // ---- ahead of time: problems written as the CLI writes them ------------------
+  m.def(
+      "plan_text",
+      [](const std::string& text, int arch) {
+        const cli::ProblemDesc d = cli::parse_problem_text(text);
+        return plan(cli::to_problem(d), arch);
+      },
+      nb::arg("problem"), nb::arg("arch"));
+  m.def(
+      "plan_decode_text",
+      [](const std::string& text, int arch, int sm_count, int num_splits) {
+        const cli::ProblemDesc d = cli::parse_problem_text(text);
+        const DecodePlan dp = plan_decode(cli::to_problem(d), arch, sm_count, num_splits);
+        nb::dict r;
+        r["split"] = dp.split;
+        r["combine"] = dp.combine;
+        r["num_splits"] = dp.num_splits;
+        r["workspace_bytes"] = dp.workspace_bytes;
+        return r;
+      },
+      nb::arg("problem"), nb::arg("arch"), nb::arg("sm_count"), nb::arg("num_splits"));
+  m.def(
+      "describe_text", [](const std::string& text) { return cli::parse_problem_text(text).str(); },
+      nb::arg("problem"));
+  m.def("generate", &generate, nb::arg("spec"));
+  m.def(
+      "compile",
+      [](const KernelSpec& s) {
+        CompiledKernel c;
+        {
+          nb::gil_scoped_release release;
+          c = compile(s);
+        }
+        return compiled_dict(c);
+      },
+      nb::arg("spec"));
+  m.def(
+      "warmup",
+      [](const std::vector<KernelSpec>& specs, int threads) {
+        std::vector<WarmupResult> results;
+        {
+          nb::gil_scoped_release release;
+          results = warmup(specs, threads);
+        }
+        nb::list out;
+        for (const WarmupResult& r : results) {
+          nb::dict d;
+          d["spec"] = r.spec;
+          d["ok"] = r.ok;
+          d["from_cache"] = r.from_cache;
+          d["cache_path"] = r.cache_path;
+          d["compile_log"] = r.compile_log;
+          d["seconds"] = r.seconds;
+          d["error"] = r.error;
+          out.append(d);
+        }
+        return out;
+      },
+      nb::arg("specs"), nb::arg("threads"));
+}
