@@ -12,6 +12,7 @@ the array type comes from, e.g. cupy.empty) unless given.
 
 from __future__ import annotations
 
+import operator
 import sys
 from typing import Any, Optional
 
@@ -22,6 +23,8 @@ if len(PROBLEM_FIELDS) != _C.PROBLEM_FIELDS or len(MERGE_FIELDS) != _C.MERGE_FIE
     raise ImportError("flashgen: the Python layer and the native module disagree on the problem layout "
                       f"({len(PROBLEM_FIELDS)}/{_C.PROBLEM_FIELDS}, {len(MERGE_FIELDS)}/{_C.MERGE_FIELDS})")
 
+_P = {name: i for i, name in enumerate(PROBLEM_FIELDS)}  # position of each field in the flat list
+_M = {name: i for i, name in enumerate(MERGE_FIELDS)}
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
 _STATE_CODE = {name: i for i, name in enumerate(STATE_DTYPES)}
 _MASK_CODE = {name: i for i, name in enumerate(MASKS)}
@@ -83,8 +86,12 @@ class _View:
         self.ptr, self.shape, self.stride, self.dtype, self.device = ptr, tuple(shape), tuple(stride), dtype, device_id
 
 
-def _view(obj, name: str) -> Optional[_View]:
-    return None if obj is None else _View(obj, name)
+def _host_int(x, name: str) -> int:
+    """A host integer (a tensor would need a device synchronization: refused)."""
+    if isinstance(x, bool) or not hasattr(x, "__index__") or _is_torch(x) or hasattr(x, "__dlpack__"):
+        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected a host int (the bound is "
+                                 "read on the host; a device value would need a synchronization)")
+    return operator.index(x)
 
 
 def _expect(v: _View, name: str, shape: tuple, dtypes: tuple, what: str) -> None:
@@ -255,8 +262,8 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
         raise _C.InvalidArgument(f"q, k and v have dtypes {qv.dtype}, {kv.dtype}, {vv.dtype}; they must be one "
                                  "(float16 or bfloat16)")
     f = [0] * len(PROBLEM_FIELDS)
-    f[0] = _DTYPE_CODE[dtype]
-    f[8], f[34], f[35] = mask_code(causal, window)
+    f[_P["dtype"]] = _DTYPE_CODE[dtype]
+    f[_P["mask"]], f[_P["window_left"]], f[_P["window_right"]] = mask_code(causal, window)
     cuq = cuk = used = table = None
 
     if layout == "dense":
@@ -311,7 +318,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if max_seqlen_q is None:
                 raise _C.InvalidArgument("max_seqlen_q is None; a packed batch needs the host's bound of its "
                                          "sequences' query rows (the grid is sized by it)")
-            Sq = int(max_seqlen_q)
+            Sq = _host_int(max_seqlen_q, "max_seqlen_q")
         elif Tq >= 0:
             raise _C.InvalidArgument("q is packed [total_q, heads_q, head_dim] but cu_seqlens_q is None")
         if layout == "varlen":
@@ -322,7 +329,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if max_seqlen_k is None:
                 raise _C.InvalidArgument("max_seqlen_k is None; a packed batch needs the host's bound of its "
                                          "sequences' keys")
-            Sk = int(max_seqlen_k)
+            Sk = _host_int(max_seqlen_k, "max_seqlen_k")
             tk = Tk
         else:
             table = _View(page_table, "page_table")
@@ -332,7 +339,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if table.stride[1] != 1 and table.shape[1] > 1:
                 raise _C.InvalidArgument(f"page_table has strides {list(table.stride)}; its rows must be "
                                          "contiguous (stride 1 along the pages)")
-            Sk = int(max_seqlen_k) if max_seqlen_k is not None else table.shape[1] * page
+            Sk = _host_int(max_seqlen_k, "max_seqlen_k") if max_seqlen_k is not None else table.shape[1] * page
             tk = 0
         if seqused_k is not None:
             used = _View(seqused_k, "seqused_k")
@@ -348,19 +355,19 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             o_shape = (B, Sq, Hq, Dv)
             lse_shape = (B, Hq, Sq)
 
-    f[1:8] = B, Sq, Sk, Hq, Hkv, D, Dv
+    f[_P["batch"]:_P["head_dim_v"] + 1] = B, Sq, Sk, Hq, Hkv, D, Dv
     packed_q = cuq is not None
 
-    def strides(view, at, paged_kv=False):
+    def strides(view, at):
         s = view.stride
         if len(s) == 4:
             f[at:at + 4] = view.ptr, s[0], s[1], s[2]
         else:  # packed: [rows, heads, dim]
             f[at:at + 4] = view.ptr, 0, s[0], s[1]
 
-    strides(qv, 9)
-    strides(kv, 13)
-    strides(vv, 17)
+    strides(qv, _P["q"])
+    strides(kv, _P["k"])
+    strides(vv, _P["v"])
 
     if out is None:
         out = _empty_like_module(qv, o_shape, dtype)
@@ -368,7 +375,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     else:
         ov = _View(out, "out")
         _expect(ov, "out", o_shape, (dtype,), "the output: q's rows and heads, head_dim_v")
-    strides(ov, 21)
+    strides(ov, _P["o"])
 
     bv = None
     if bias is not None:
@@ -382,17 +389,17 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
                                      f"seqlen_q, seqlen_k] = {list(full)}")
         st = [0] * (4 - nd) + [0 if n == 1 and want != 1 else s
                                for n, s, want in zip(bv.shape, bv.stride, full[4 - nd:])]
-        f[25] = BIAS_KINDS.index("input" if bv.dtype == dtype else "f32")
-        f[26:31] = bv.ptr, st[0], st[1], st[2], st[3]
+        f[_P["bias_kind"]] = BIAS_KINDS.index("input" if bv.dtype == dtype else "f32")
+        f[_P["bias"]:_P["bias_stride_k"] + 1] = bv.ptr, st[0], st[1], st[2], st[3]
 
     lse = None
     if return_lse:
         lse = _empty_like_module(qv, lse_shape, "f32")
         lv = _View(lse, "lse")
         if packed_q:
-            f[31:34] = lv.ptr, 0, lv.stride[0]
+            f[_P["lse"]:_P["lse_stride_head"] + 1] = lv.ptr, 0, lv.stride[0]
         else:
-            f[31:34] = lv.ptr, lv.stride[0], lv.stride[1]
+            f[_P["lse"]:_P["lse_stride_head"] + 1] = lv.ptr, lv.stride[0], lv.stride[1]
 
     sv = av = None
     if sinks is not None:
@@ -400,7 +407,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
         _expect(sv, "sinks", (Hq,), ("f32",), "one float32 logit per query head")
         if Hq > 1 and sv.stride[0] != 1:
             raise _C.InvalidArgument(f"sinks has stride {sv.stride[0]}; it must be contiguous")
-        f[36] = sv.ptr
+        f[_P["sinks"]] = sv.ptr
     if alibi_slopes is not None:
         av = _View(alibi_slopes, "alibi_slopes")
         if av.dtype != "f32" or av.shape not in ((Hq,), (B, Hq)):
@@ -408,19 +415,19 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
                                      f"float32 [heads_q] = [{Hq}] or [batch, heads_q] = [{B}, {Hq}]")
         if Hq > 1 and av.stride[-1] != 1:
             raise _C.InvalidArgument(f"alibi_slopes has strides {list(av.stride)}; the heads must be contiguous")
-        f[37] = av.ptr
-        f[38] = av.stride[0] if len(av.shape) == 2 else 0
+        f[_P["alibi_slopes"]] = av.ptr
+        f[_P["alibi_stride_batch"]] = av.stride[0] if len(av.shape) == 2 else 0
 
     if cuq is not None:
-        f[39] = cuq.ptr
-        f[42] = tq
+        f[_P["cu_seqlens_q"]] = cuq.ptr
+        f[_P["total_q"]] = tq
     if cuk is not None:
-        f[40] = cuk.ptr
-        f[43] = tk
+        f[_P["cu_seqlens_k"]] = cuk.ptr
+        f[_P["total_k"]] = tk
     if used is not None:
-        f[41] = used.ptr
+        f[_P["seqused_k"]] = used.ptr
     if table is not None:
-        f[44:48] = table.ptr, table.stride[0], kv.shape[1], kv.shape[0]
+        f[_P["page_table"]:_P["num_pages"] + 1] = table.ptr, table.stride[0], kv.shape[1], kv.shape[0]
 
     _same_device((("k", kv), ("v", vv), ("out", ov), ("bias", bv), ("sinks", sv), ("alibi_slopes", av),
                   ("cu_seqlens_q", cuq), ("cu_seqlens_k", cuk), ("seqused_k", used), ("page_table", table)), qv)
@@ -480,18 +487,18 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
         out = _empty_like_module(pv, (B, Sq, H, Dv), name)
         ov = _View(out, "out")
     f = [0] * len(MERGE_FIELDS)
-    f[0:7] = _STATE_CODE[pv.dtype], _STATE_CODE[ov.dtype], S, B, Sq, H, Dv
+    f[_M["partial_dtype"]:_M["head_dim_v"] + 1] = _STATE_CODE[pv.dtype], _STATE_CODE[ov.dtype], S, B, Sq, H, Dv
     ps = pv.stride
-    f[7:12] = pv.ptr, ps[0], ps[1], ps[2], ps[3]
+    f[_M["o_partial"]:_M["o_partial_stride_head"] + 1] = pv.ptr, ps[0], ps[1], ps[2], ps[3]
     ls = lv.stride
-    f[12:17] = lv.ptr, ls[0], ls[1], ls[2], ls[3]
+    f[_M["lse_partial"]:_M["lse_partial_stride_seq"] + 1] = lv.ptr, ls[0], ls[1], ls[2], ls[3]
     os_ = ov.stride
-    f[17:21] = ov.ptr, os_[0], os_[1], os_[2]
+    f[_M["o"]:_M["o_stride_head"] + 1] = ov.ptr, os_[0], os_[1], os_[2]
     lse = None
     if return_lse:
         lse = _empty_like_module(pv, (B, H, Sq), "f32")
         lsv = _View(lse, "lse")
-        f[21:24] = lsv.ptr, lsv.stride[0], lsv.stride[1]
+        f[_M["lse"]:_M["lse_stride_head"] + 1] = lsv.ptr, lsv.stride[0], lsv.stride[1]
     _same_device((("lse_partial", lv), ("out", ov)), pv)
     with _DeviceGuard(pv):
         _C.merge(f, _stream_handle(stream, pv))

@@ -166,6 +166,7 @@ int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> 
   if (num_splits < -1 || num_splits > kMaxDecodeSplits)
     throw InvalidArgument("num_splits (" + std::to_string(num_splits) + ") must be None, 0 (chosen) or in [1, " +
                           std::to_string(kMaxDecodeSplits) + "]");
+  nb::gil_scoped_release release;  // a first call compiles (NVRTC, seconds); other threads go on
   check_problem(p);
   if (empty_problem(p)) return 0;
   const DeviceInfo dev = current_device();
@@ -339,6 +340,7 @@ NB_MODULE(_flashgen, m) {
       "merge",
       [](const std::vector<int64_t>& fields, uintptr_t stream) {
         const MergeProblem mp = to_merge(fields);
+        nb::gil_scoped_release release;
         merge_states(mp, stream_of(stream));
       },
       nb::arg("fields"), nb::arg("stream"));
