@@ -1,17 +1,25 @@
 #!/usr/bin/env python3
 """libflashgen forward benchmark against PyTorch SDPA, on the same inputs.
 
-Calls libflashgen through its C ABI (ctypes, flashgen_forward) on PyTorch
-tensors, and PyTorch's scaled_dot_product_attention with the flash, cuDNN and
-memory-efficient backends on views of the very same memory. Every time is the
+Calls libflashgen through its Python package (flashgen.attention, `pip install .`;
+bench/run.sh installs it) on PyTorch tensors, and PyTorch's
+scaled_dot_product_attention with the flash, cuDNN and memory-efficient
+backends on views of the very same memory. Every time is the
 median of --runs launches, each bracketed by CUDA events, after --warmup
 launches and at least 200 ms of back-to-back calls (the SM clock idles at
 345 MHz between shapes and takes that long to rise); the inputs rotate over --sets independent input sets so that no run
 finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
-usage: bench.py --lib build/libflashgen.so [--ceiling-f16 T] [--ceiling-bf16 T]
-                [--runs 30] [--warmup 5] [--sets 3] [--shapes all|quick]
-                [--baseline OTHER/libflashgen.so] [--unit m16n8k16|m16n8k8|m8n8k4]
+usage: bench.py [--ceiling-f16 T] [--ceiling-bf16 T] [--runs 30] [--warmup 5] [--sets 3]
+                [--shapes all|quick] [--baseline OTHER/libflashgen.so] [--unit m16n8k16|m16n8k8|m8n8k4]
+                [--tiles BMxBNxWxS,...] [--lib LIBFLASHGEN.so]
+
+Ours is flashgen.attention(q, k, v, causal="top_left" or None, out=o): the
+package's eager call, its host work (reading the tensors, planning, the memory
+hit on the kernel) hidden behind the spin kernel like every peer's. --lib
+names the C ABI library for --tiles (flashgen_launch_spec through ctypes,
+bench/capi.py); its default is the package's own libflashgen, whose kernels
+and caches the package then shares.
 
 FlashAttention-4 (flash_attn.cute.flash_attn_func, CuTe DSL) is timed beside
 SDPA when it imports (bench/run.sh sets it up from ../shared/anchors/fa4-carry.sh's
@@ -26,9 +34,14 @@ builtin profile with this device's arch and resources and no wgmma rows (the
 GPU tier's units do the same), for ours and the baseline alike.
 
 --baseline times a second build of libflashgen (e.g. the commit before a
-kernel change) on the same inputs, its calls taking turns with ours call by
-call (a clock change then hits both alike): the table gains its TFLOP/s
+kernel change) on the same inputs, through its C ABI (flashgen_forward,
+ctypes, a problem struct per input set), its calls taking turns with ours call
+by call (a clock change then hits both alike): the table gains its TFLOP/s
 ("base") and ours/base.
+
+The helpers below (input_sets, median_ms_pair, fa4_function, sm_clock_mhz, ...)
+are shared by the other bench scripts; the package is imported only by main(),
+so they import this module without it.
 """
 import argparse
 import ctypes
@@ -44,6 +57,9 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from capi import Problem, check, default_library, load_lib, package_library  # noqa: E402,F401
+
 # (B, Hq, Hkv, S, D) — the issue's list.
 SHAPES = [
     (4, 32, 32, 4096, 64),
@@ -57,51 +73,14 @@ SHAPES = [
 ]
 
 
-class Tensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64),
-                ("stride_seq", ctypes.c_int64), ("stride_head", ctypes.c_int64)]
-
-
-class Bias(ctypes.Structure):
-    _fields_ = [("kind", ctypes.c_int), ("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64),
-                ("stride_head", ctypes.c_int64), ("stride_q", ctypes.c_int64), ("stride_k", ctypes.c_int64)]
-
-
-class Lse(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("stride_batch", ctypes.c_int64), ("stride_head", ctypes.c_int64)]
-
-
-class Problem(ctypes.Structure):
-    """Mirror of flashgen_problem (include/flashgen/flashgen.h)."""
-    _fields_ = [("dtype", ctypes.c_int), ("batch", ctypes.c_int64), ("seqlen_q", ctypes.c_int64),
-                ("seqlen_k", ctypes.c_int64), ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
-                ("head_dim", ctypes.c_int64), ("head_dim_v", ctypes.c_int64), ("mask", ctypes.c_int),
-                ("has_scale", ctypes.c_int), ("scale", ctypes.c_float), ("q", Tensor), ("k", Tensor),
-                ("v", Tensor), ("o", Tensor), ("bias", Bias), ("lse", Lse), ("softcap", ctypes.c_float),
-                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64), ("sinks", ctypes.c_void_p),
-                ("alibi_slopes", ctypes.c_void_p), ("alibi_stride_batch", ctypes.c_int64),
-                # packed (varlen) batch: int32 [batch + 1] device offsets, int32 [batch] or NULL, packed rows
-                ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p), ("seqused_k", ctypes.c_void_p),
-                ("total_q", ctypes.c_int64), ("total_k", ctypes.c_int64),
-                # paged KV cache: int32 [batch, page_table_stride] device table (NULL: not paged), keys per
-                # page (a power of two in [1, 256]), pages of K/V ([num_pages, page_size, heads_kv, d])
-                ("page_table", ctypes.c_void_p), ("page_table_stride", ctypes.c_int64),
-                ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64)]
-
-
-def load_lib(path):
-    lib = ctypes.CDLL(path)
-    lib.flashgen_problem_init_bshd.argtypes = [ctypes.POINTER(Problem), ctypes.c_int] + [ctypes.c_int64] * 7 + [
-        ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-    lib.flashgen_forward.argtypes = [ctypes.POINTER(Problem), ctypes.c_void_p]
-    lib.flashgen_plan.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t]
-    lib.flashgen_last_error.restype = ctypes.c_char_p
-    return lib
-
-
-def check(lib, status, what):
-    if status != 0:
-        raise RuntimeError(f"{what}: status {status}: {lib.flashgen_last_error().decode()}")
+def load_flashgen():
+    """The flashgen package (imported here, after --unit has set FLASHGEN_PROFILE)."""
+    try:
+        import flashgen
+    except ImportError as e:
+        raise SystemExit(f"bench.py: the flashgen package does not import ({e}); install it first: "
+                         "`pip install .` (bench/run.sh does, offline, through test/python/install_offline.sh)")
+    return flashgen
 
 
 def spin_up(fn, sets, warmup, min_ms=200.0):
@@ -227,7 +206,9 @@ def median_ms_pair(fns, sets, warmup, runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--lib", required=True)
+    ap.add_argument("--lib", default="",
+                    help="libflashgen for --tiles (C ABI, ctypes; default: the flashgen package's own); ours is "
+                         "always the package")
     ap.add_argument("--ceiling-f16", type=float, default=0.0, help="measured mma.sync f16 TFLOP/s")
     ap.add_argument("--ceiling-bf16", type=float, default=0.0, help="measured mma.sync bf16 TFLOP/s")
     ap.add_argument("--runs", type=int, default=30)
@@ -237,10 +218,10 @@ def main():
                     help="all, quick (D128 and D64), or comma-separated indices into the shape list (0-7)")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--masks", default="none,causal")
-    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside --lib")
+    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside ours (its C ABI, ctypes)")
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
-                         "(flashgen_launch_spec); printed per shape, not in the table")
+                         "(flashgen_launch_spec of --lib); printed per shape, not in the table")
     ap.add_argument("--unit", default="", choices=["", *UNIT_PROFILES],
                     help="run this matrix unit's kernel (mma.sync) instead of the one the device's profile picks")
     args = ap.parse_args()
@@ -251,11 +232,18 @@ def main():
         print(f"unit {args.unit}: FLASHGEN_PROFILE={os.environ['FLASHGEN_PROFILE']}")
     fa4 = fa4_function()
 
-    lib = load_lib(args.lib)
+    fg = load_flashgen()
+    repo = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    if args.lib and not lib_tiles:
+        print("note: --lib is read by --tiles only; ours is the flashgen package", file=sys.stderr)
+    lib = load_lib(args.lib or default_library(repo)) if lib_tiles else None
     base = load_lib(args.baseline) if args.baseline else None
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
           f"{args.sets} rotated input sets")
+    print(f"ours: flashgen {fg.__version__} (flashgen.attention; {package_library() or 'its libflashgen not found'})"
+          + (f"; tiles: {args.lib or default_library(repo)}" if lib else "")
+          + (f"; baseline: {args.baseline}" if base else ""))
     if args.shapes == "all":
         shapes = SHAPES
     elif args.shapes == "quick":
@@ -276,19 +264,24 @@ def main():
             sets = input_sets(args.sets, B, S, S, Hq, Hkv, D, dtype)
             for causal in masks:
                 flops = 4.0 * B * Hq * S * S * D * (0.5 if causal else 1.0)
+                dname = "f16" if dtype == torch.float16 else "bf16"
+                causal_arg = "top_left" if causal else None  # SDPA's is_causal=True (S_q = S_k: either alignment)
+                spec = str(fg.plan(dtype=dname, batch=B, seqlen=S, heads_q=Hq, heads_kv=Hkv, head_dim=D,
+                                   mask="causaltl" if causal else "none"))
+                # C ABI problems (one per input set) for the baseline and the tiles.
                 problems = []
-                for (q, k, v, o) in sets:
+                cl = lib if lib is not None else base
+                for (q, k, v, o) in (sets if cl is not None else []):
                     p = Problem()
-                    check(lib, lib.flashgen_problem_init_bshd(
+                    check(cl, cl.flashgen_problem_init_bshd(
                         ctypes.byref(p), 0 if dtype == torch.float16 else 1, B, S, S, Hq, Hkv, D, D,
                         1 if causal else 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
                     problems.append(p)
-                spec = ctypes.create_string_buffer(512)
-                check(lib, lib.flashgen_plan(ctypes.byref(problems[0]), 0, spec, 512), "plan")
                 stream = torch.cuda.current_stream().cuda_stream
 
                 def ours(i):
-                    check(lib, lib.flashgen_forward(ctypes.byref(problems[i]), stream), "forward")
+                    q, k, v, o = sets[i]
+                    fg.attention(q, k, v, causal=causal_arg, out=o)
 
                 def baseline(i):
                     check(base, base.flashgen_forward(ctypes.byref(problems[i]), stream), "baseline forward")
@@ -348,7 +341,7 @@ def main():
                 ceiling = args.ceiling_f16 if dtype == torch.float16 else args.ceiling_bf16
                 res["clock"] = clock
                 rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
-                             "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec.value.decode()))
+                             "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec))
                 r = rows[-1]
                 vs_base = f", base {res['base']:.1f} (ours/base {ours_tf / res['base']:.3f})" if "base" in res else ""
                 print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
@@ -356,9 +349,9 @@ def main():
                       flush=True)
                 for tile in lib_tiles:
                     bm, bn, w, st = tile.split("x")
-                    fields = dict(kv.split("=") for kv in spec.value.decode().split(":", 1)[1].split(","))
+                    fields = dict(kv.split("=") for kv in spec.split(":", 1)[1].split(","))
                     fields.update(bm=bm, bn=bn, w=w, s=st)
-                    alt = spec.value.decode().split(":", 1)[0] + ":" + ",".join(f"{k}={v}" for k, v in fields.items())
+                    alt = spec.split(":", 1)[0] + ":" + ",".join(f"{k}={v}" for k, v in fields.items())
                     alt_b = alt.encode()
 
                     def ours_alt(i):

@@ -24,7 +24,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench import Problem, check, input_sets, load_lib, median_ms_pair  # noqa: E402
+from bench import input_sets, median_ms_pair  # noqa: E402
+from capi import Problem, check, load_lib  # noqa: E402
 
 try:
     from flash_attn.cute import flash_attn_func as fa4_func

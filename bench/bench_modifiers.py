@@ -24,7 +24,8 @@ import sys
 
 import torch
 
-from bench import Problem, check, fa4_function, input_sets, load_lib, median_ms_pair
+from bench import fa4_function, input_sets, median_ms_pair
+from capi import Problem, check, load_lib
 
 WINDOW_SHAPES = [  # (B, Hq, Hkv, S, D, window_left)
     (1, 32, 8, 32768, 128, 4096),

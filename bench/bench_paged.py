@@ -120,7 +120,8 @@ def main():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench import Problem, check, fa4_function, input_sets, load_lib, median_ms_pair, sm_clock_mhz
+    from bench import fa4_function, input_sets, median_ms_pair, sm_clock_mhz
+    from capi import Problem, check, load_lib
     from bench_varlen import fa4_varlen_function, first_line, md_table
 
     torch.manual_seed(args.seed)
@@ -185,7 +186,7 @@ def main():
         s = spec.value.decode()
         if p.page_table and "paged=1" not in s:
             print(f"  warning: the planned spec has no paged=1 ({s}): does this build's flashgen_problem end with "
-                  f"page_table .. num_pages (bench.py's Problem does)?", file=sys.stderr)
+                  f"page_table .. num_pages (bench/capi.py's Problem does)?", file=sys.stderr)
         return s
 
     def runner(problems, use_decode):

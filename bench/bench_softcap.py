@@ -16,7 +16,8 @@ import sys
 
 import torch
 
-from bench import Problem, check, fa4_function, input_sets, load_lib, median_ms_pair
+from bench import fa4_function, input_sets, median_ms_pair
+from capi import Problem, check, load_lib
 
 SHAPES = [  # (B, Hq, Hkv, S, D, causal)
     (4, 32, 32, 4096, 128, False),

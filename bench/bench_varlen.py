@@ -103,7 +103,8 @@ def main():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench import check, fa4_function, input_sets, load_lib, median_ms_pair, sm_clock_mhz
+    from bench import fa4_function, input_sets, median_ms_pair, sm_clock_mhz
+    from capi import check, load_lib
     from bench_modifiers import make_problems, runner
     # The refused enable_gqa probes and the backend-restricted calls would print torch's own
     # diagnostics; each refusal is reported once below as a note instead.
@@ -147,7 +148,7 @@ def main():
         s = spec.value.decode()
         if "varlen=1" not in s and problem.cu_seqlens_q:
             print(f"  warning: the planned spec has no varlen=1 ({s}): does this build's flashgen_problem end with "
-                  f"cu_seqlens_q .. total_k (bench.py's Problem does)?", file=sys.stderr)
+                  f"cu_seqlens_q .. total_k (bench/capi.py's Problem does)?", file=sys.stderr)
         return s
 
     def reference(q, k, v, cu):

@@ -3,10 +3,17 @@
 # the README's two commands (all tests, then the main example), writing full
 # logs under $OUT. The machine is offline: carry .deps (Debian packages unpacked
 # with dpkg -x, see README "Offline machines"); dev.sh picks it up.
-#   usage: test/run_device.sh [test|example|all|tune|gpu] [doctest args...]
+#   usage: test/run_device.sh [test|example|all|tune|gpu|python] [doctest or pytest args...]
 # gpu (not part of all): builds only the library and the GPU tier and runs the
 # GPU tier with the doctest arguments given (e.g. -tc='numerics*'); log:
 # $OUT/gpu.log.
+# python (not part of all): installs the Python package into a virtual
+# environment that sees the machine's PyTorch (test/python/install_offline.sh:
+# carry .whl/py and .whl/test besides .deps; log $OUT/python-install.log), then
+# runs `pytest test/python -rs` with the arguments given (log $OUT/pytest.log,
+# JUnit XML $OUT/pytest.xml), unbuffered, killed after $PYTEST_TIMEOUT seconds
+# (default 420; the device's commands end at 600). FLASHGEN_VENV: the venv
+# (default /tmp/flashgen-venv, kept while the machine is held).
 # tune (not part of all): flashgen tune for the example's two shapes writes
 # $OUT/tune.yml, then the example runs with FLASHGEN_TUNE_FILE set to it and
 # flashgen explain shows where each tile came from (log: $OUT/tune.log).
@@ -36,6 +43,24 @@ if [[ "$what" == gpu ]]; then
       PATH="$PWD/.deps/usr/bin:$PATH" cmake --build build -j "$(nproc)" --target flashgen_tests_gpu &&
       build/test/flashgen_tests_gpu "$@"
   } 2>&1 | tee "$OUT/gpu.log" | grep -E "^== |^\[doctest\]|FAIL|error:|ERROR"; rc=$((rc | ${PIPESTATUS[0]}))
+fi
+if [[ "$what" == python ]]; then
+  shift
+  venv="${FLASHGEN_VENV:-/tmp/flashgen-venv}"
+  if test/python/install_offline.sh "$venv" >"$OUT/python-install.log" 2>&1; then
+    tail -1 "$OUT/python-install.log"
+    "$venv/bin/python" -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
+      "cuda", torch.version.cuda, "gpu", torch.cuda.is_available())' 2>&1 | tee -a "$OUT/machine.txt"
+    PYTHONUNBUFFERED=1 timeout -k 10 "${PYTEST_TIMEOUT:-420}" "$venv/bin/python" -u -m pytest test/python -rs \
+      -p no:cacheprovider --junitxml "$OUT/pytest.xml" "$@" 2>&1 | tee "$OUT/pytest.log"
+    prc=${PIPESTATUS[0]}
+    [[ "$prc" == 124 || "$prc" == 137 ]] && echo "run_device.sh: pytest killed after ${PYTEST_TIMEOUT:-420} s"
+    rc=$((rc | prc))
+  else
+    echo "run_device.sh: the package did not install; the end of $OUT/python-install.log:"
+    tail -40 "$OUT/python-install.log"
+    rc=1
+  fi
 fi
 if [[ "$what" == tune ]]; then
   {

@@ -172,7 +172,7 @@ int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> 
   const DeviceInfo dev = current_device();
   const bool as_decode = num_splits >= 0 || decode_preferred(p, dev.arch, dev.sm_count);
   if (!as_decode) {
-    Kernel k = load_kernel(plan(p, dev.arch));
+    Kernel k = load_kernel(plan(p));  // (the current device, as forward(): its cached name for tune entries)
     launch(k, p, stream_of(stream));
     return 0;
   }
@@ -276,7 +276,11 @@ NB_MODULE(_flashgen, m) {
       .def_prop_ro("pack", [](const KernelSpec& s) { return s.pack; })
       .def("__str__", &KernelSpec::canonical)
       .def("__repr__", &spec_repr)
-      .def("__eq__", [](const KernelSpec& a, const KernelSpec& b) { return a == b; })
+      .def("__eq__",
+           [](const KernelSpec& a, nb::handle b) -> nb::object {
+             if (!nb::isinstance<KernelSpec>(b)) return nb::borrow(Py_NotImplemented);  // spec == "text": False
+             return nb::bool_(a == nb::cast<const KernelSpec&>(b));
+           })
       .def("__hash__", [](const KernelSpec& s) { return nb::hash(nb::str(s.canonical().c_str())); });
 
   m.def("gpu_available", &gpu_available, "True when libcuda loads and a device is present; never raises.");
