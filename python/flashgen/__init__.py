@@ -57,13 +57,11 @@ def current_device() -> dict:
     return _flashgen.current_device()
 
 
-# Set by flashgen.torch when PyTorch is present: is torch.compile / export tracing
-# this call? Then the calls go through the registered custom ops.
-def _tracing() -> bool:
-    return False
-
-
-_ops = None  # flashgen.torch's op table once registered
+# flashgen.torch's op table once its custom ops are registered (PyTorch present).
+# A call goes through torch.ops.flashgen.* when _ops.wants(its tensors): under
+# torch.compile / export tracing, for tensor subclasses (fake, functional), and
+# when autograd records it; else straight to the eager path (_core).
+_ops = None
 
 
 def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, window=None, softcap=None,
@@ -97,10 +95,10 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
     stream: a CUDA stream (int handle, torch.cuda.Stream, cupy Stream) instead of
       the current one.
     """
-    if _ops is not None and _tracing():
+    if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                               window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
-                              num_splits=num_splits)
+                              num_splits=num_splits, workspace=workspace, stream=stream)
     return _core.attention(q, k, v, layout="dense", causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                            window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
                            num_splits=num_splits, workspace=workspace, stream=stream)
@@ -122,11 +120,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     arguments as attention(); bias is [batch, heads_q, max_seqlen_q, max_seqlen_k]
     in each sequence's own positions.
     """
-    if _ops is not None and _tracing():
+    if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                      seqused_k=seqused_k, causal=causal, scale=scale, bias=bias,
                                      return_lse=return_lse, window=window, softcap=softcap, sinks=sinks,
-                                     alibi_slopes=alibi_slopes, out=out, num_splits=num_splits)
+                                     alibi_slopes=alibi_slopes, out=out, num_splits=num_splits,
+                                     workspace=workspace, stream=stream)
     return _core.attention(q, k, v, layout="varlen", cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, seqused_k=seqused_k,
                            causal=causal, scale=scale, bias=bias, return_lse=return_lse, window=window,
@@ -153,12 +152,13 @@ def attention_paged(q, k_cache, v_cache, page_table, *, seqused_k=None, max_seql
     [batch, heads_q, seqlen_q] (packed: [heads_q, total_q]). Other arguments as
     attention().
     """
-    if _ops is not None and _tracing():
+    if _ops is not None and _ops.wants(q, k_cache, v_cache, bias, sinks, alibi_slopes):
         return _ops.attention_paged(q, k_cache, v_cache, page_table, seqused_k=seqused_k,
                                     max_seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q,
                                     max_seqlen_q=max_seqlen_q, causal=causal, scale=scale, bias=bias,
                                     return_lse=return_lse, window=window, softcap=softcap, sinks=sinks,
-                                    alibi_slopes=alibi_slopes, out=out, num_splits=num_splits)
+                                    alibi_slopes=alibi_slopes, out=out, num_splits=num_splits,
+                                    workspace=workspace, stream=stream)
     return _core.attention(q, k_cache, v_cache, layout="paged", page_table=page_table, seqused_k=seqused_k,
                            max_seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q,
                            causal=causal, scale=scale, bias=bias, return_lse=return_lse, window=window,
@@ -200,8 +200,9 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
     [batch, seqlen_q, heads, head_dim_v] of out_dtype (None: o_partial's, or out's)
     and, with return_lse, LSE [batch, heads, seqlen_q] float32.
     """
-    if _ops is not None and _tracing():
-        return _ops.merge_states(o_partial, lse_partial, out=out, out_dtype=out_dtype, return_lse=return_lse)
+    if _ops is not None and _ops.wants(o_partial, lse_partial):
+        return _ops.merge_states(o_partial, lse_partial, out=out, out_dtype=out_dtype, return_lse=return_lse,
+                                 stream=stream)
     return _core.merge_states(o_partial, lse_partial, out=out, out_dtype=out_dtype, return_lse=return_lse,
                               stream=stream)
 
@@ -211,4 +212,8 @@ try:  # PyTorch is optional; with it, the custom ops are registered at import
 except ImportError:
     _torch_mod = None
 if _torch_mod is not None:
-    from . import torch as _torch_integration  # noqa: F401,E402
+    try:
+        from . import torch as _torch_integration  # noqa: F401,E402
+    except ImportError as _e:  # a PyTorch too old for torch.library.custom_op: eager calls only
+        import warnings as _warnings
+        _warnings.warn(f"flashgen: PyTorch integration off: {_e}", RuntimeWarning, stacklevel=2)

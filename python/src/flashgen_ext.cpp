@@ -280,7 +280,14 @@ NB_MODULE(_flashgen, m) {
            [](const KernelSpec& a, nb::handle b) -> nb::object {
              if (!nb::isinstance<KernelSpec>(b)) return nb::borrow(Py_NotImplemented);  // spec == "text": False
              return nb::bool_(a == nb::cast<const KernelSpec&>(b));
-           })
+           },
+           nb::arg("other").none())
+      .def("__ne__",
+           [](const KernelSpec& a, nb::handle b) -> nb::object {
+             if (!nb::isinstance<KernelSpec>(b)) return nb::borrow(Py_NotImplemented);
+             return nb::bool_(!(a == nb::cast<const KernelSpec&>(b)));
+           },
+           nb::arg("other").none())
       .def("__hash__", [](const KernelSpec& s) { return nb::hash(nb::str(s.canonical().c_str())); });
 
   m.def("gpu_available", &gpu_available, "True when libcuda loads and a device is present; never raises.");
