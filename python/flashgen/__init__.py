@@ -179,6 +179,9 @@ def decode(q, k, v, *, num_splits=0, workspace=None, page_table=None, cu_seqlens
     one raises ValueError naming the bytes needed. Other keywords as attention().
     """
     if page_table is not None:
+        if cu_seqlens_k is not None:
+            raise InvalidArgument("cu_seqlens_k is given with page_table; a paged cache's keys are counted by "
+                                  "seqused_k (cu_seqlens_k must be None)")
         return attention_paged(q, k, v, page_table, seqused_k=seqused_k, max_seqlen_k=max_seqlen_k,
                                cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, num_splits=num_splits,
                                workspace=workspace, **kwargs)

@@ -187,14 +187,24 @@ class _DeviceGuard:
 _workspaces: dict = {}
 
 
+def _capturing(ref: _View) -> bool:
+    return ref.is_torch and torch.cuda.is_current_stream_capturing()
+
+
 def _workspace_for(ref: _View, stream: int, nbytes: int):
+    """A workspace of at least nbytes for a decode on `stream`: the cached one when it is large
+    enough (never during capture), else a new one, kept unless the stream is being captured."""
     key = (ref.device, stream)
-    ws = _workspaces.get(key)
+    capturing = _capturing(ref)
+    ws = None if capturing else _workspaces.get(key)
     if ws is not None and _nbytes(ws) >= nbytes:
         return ws
     if ref.is_torch:
-        capturing = torch.cuda.is_current_stream_capturing()
+        # From the graph's private pool while capturing (it lives as long as the graph);
+        # else from the caching allocator, stream-ordered on `stream`.
         ws = torch.empty(nbytes, dtype=torch.uint8, device=ref.obj.device)
+        if stream != _stream_handle(None, ref):
+            ws.record_stream(torch.cuda.ExternalStream(stream, device=ref.obj.device))
         if not capturing:
             _workspaces[key] = ws
         return ws
@@ -217,6 +227,8 @@ def _ptr(a) -> int:
 
 def mask_code(causal, window) -> tuple:
     """(mask code, window_left, window_right) of the causal= and window= arguments."""
+    if causal is False:  # SDPA's and FlashAttention's spelling of "no causal mask"
+        causal = None
     if causal is not None and not isinstance(causal, str):
         raise _C.InvalidArgument(
             f"causal is {causal!r}; allowed: None, 'top_left' (j <= i, SDPA's is_causal=True) or 'bottom_right' "
@@ -323,6 +335,9 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
         elif Tq >= 0:
             raise _C.InvalidArgument("q is packed [total_q, heads_q, head_dim] but cu_seqlens_q is None")
         if layout == "varlen":
+            if cu_seqlens_k is None:
+                raise _C.InvalidArgument("cu_seqlens_k is None; a packed batch needs the int32 [batch + 1] offsets "
+                                         "of its sequences' keys")
             cuk = _View(cu_seqlens_k, "cu_seqlens_k")
             if cuk.shape != (B + 1,) or cuk.dtype != "i32":
                 raise _C.InvalidArgument(f"cu_seqlens_k has shape {list(cuk.shape)} and dtype {cuk.dtype}; "
@@ -450,8 +465,13 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
         if workspace is not None:
             ws_ptr, ws_bytes = _ptr(workspace), _nbytes(workspace)
         else:
+            # A cached workspace serves eager calls only: one captured into a CUDA graph must
+            # outlive every replay, which a later, larger replacement would not let it.
             cached = _workspaces.get((qv.device, s))
-            ws_ptr, ws_bytes = (_ptr(cached), _nbytes(cached)) if cached is not None else (0, 0)
+            if cached is not None and not _capturing(qv):
+                ws_ptr, ws_bytes = _ptr(cached), _nbytes(cached)
+            else:
+                ws_ptr, ws_bytes = 0, 0
         need = _C.attention(f, sc, cap, s, splits, ws_ptr, ws_bytes)
         if need:
             if workspace is not None:

@@ -310,7 +310,7 @@ NB_MODULE(_flashgen, m) {
   // is copied; the caller keeps the array alive for the call.
   m.def(
       "dlpack_view",
-      [](nb::ndarray<> a) {
+      [](nb::ndarray<nb::ro> a) {  // (read-only exports too: nothing is written through this view)
         std::vector<int64_t> shape, stride;
         for (size_t i = 0; i < a.ndim(); ++i) {
           shape.push_back(static_cast<int64_t>(a.shape(i)));
