@@ -7,6 +7,7 @@ as keyword arguments with the same keys (flashgen.plan(dtype="bf16", ...)).
 
 from __future__ import annotations
 
+import operator
 import os
 import subprocess
 from typing import Iterable, Optional, Sequence, Union
@@ -14,6 +15,14 @@ from typing import Iterable, Optional, Sequence, Union
 from . import _flashgen as _C
 
 KernelSpec = _C.KernelSpec
+
+
+def _spec_from_canonical(text: str) -> KernelSpec:
+    return KernelSpec.parse(text)
+
+
+# A spec pickles and copies as its canonical string.
+KernelSpec.__reduce__ = lambda self: (_spec_from_canonical, (self.canonical(),))
 
 
 def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
@@ -31,21 +40,47 @@ def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
         if isinstance(value, bool):
             value = "1" if value else "0"
         elif isinstance(value, (list, tuple)):
-            value = ":".join(str(int(x)) for x in value)
+            try:
+                value = ":".join(str(operator.index(x)) for x in value)
+            except TypeError:
+                raise _C.InvalidArgument(f"problem key '{key}' is {value!r}; a list of lengths holds ints") from None
+        else:
+            value = str(value)
+            if any(c in value for c in ",=\0"):
+                raise _C.InvalidArgument(f"problem key '{key}' has value {value!r}; a value holds no ',', '=' or "
+                                         "NUL (write each key as its own keyword)")
         parts.append(f"{key}={value}")
     if not parts:
         raise _C.InvalidArgument("no problem given; e.g. plan('dtype=bf16,seqlen=4096,heads=32,head_dim=128', "
                                  "arch=90)")
-    return ",".join(parts)
+    text = ",".join(parts)
+    if "\0" in text:
+        raise _C.InvalidArgument("the problem text holds a NUL character")
+    return text
+
+
+def _int_arg(x, name: str, lo: int, hi: int, what: str) -> int:
+    """A host int argument in [lo, hi], refused by name otherwise (no bool, no float)."""
+    if isinstance(x, bool) or not hasattr(x, "__index__"):
+        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected an int ({what})")
+    v = operator.index(x)
+    if not lo <= v <= hi:
+        raise _C.InvalidArgument(f"{name} is {v}; allowed: {lo}..{hi} ({what})")
+    return v
+
+
+def _device_or_hint(what: str) -> dict:
+    """The current GPU; without one, Unavailable saying which argument replaces it."""
+    try:
+        return _C.current_device()
+    except _C.Unavailable as e:
+        raise _C.Unavailable(f"{e}; without a GPU pass {what}") from None
 
 
 def _arch(arch: Optional[int]) -> int:
     if arch is not None:
-        if isinstance(arch, bool) or not isinstance(arch, int):
-            raise _C.InvalidArgument(f"arch is {arch!r}; expected a compute capability as 10 * major + minor, "
-                                     "e.g. 90")
-        return arch
-    return _C.current_device()["arch"]
+        return _int_arg(arch, "arch", 10, 999, "a compute capability as 10 * major + minor, e.g. 90")
+    return _device_or_hint("arch= (e.g. arch=90)")["arch"]
 
 
 def plan(problem: Union[str, dict, None] = None, *, arch: Optional[int] = None, **keys) -> KernelSpec:
@@ -65,9 +100,13 @@ def plan_decode(problem: Union[str, dict, None] = None, *, arch: Optional[int] =
     """What a split-KV decode of the problem launches (include/flashgen/decode.hpp,
     plan_decode): {'split': KernelSpec, 'combine': KernelSpec, 'num_splits',
     'workspace_bytes'}. `sm_count` None: the current GPU's."""
+    text = problem_text(problem, **keys)
+    a = _arch(arch)
     if sm_count is None:
-        sm_count = _C.current_device()["sm_count"]
-    return _C.plan_decode_text(problem_text(problem, **keys), _arch(arch), sm_count, num_splits)
+        sm_count = _device_or_hint("sm_count= (e.g. sm_count=132)")["sm_count"]
+    sm_count = _int_arg(sm_count, "sm_count", 1, 1 << 20, "the GPU's SM count")
+    num_splits = _int_arg(num_splits, "num_splits", 0, _C.MAX_DECODE_SPLITS, "0 chooses")
+    return _C.plan_decode_text(text, a, sm_count, num_splits)
 
 
 def _spec(spec: Union[KernelSpec, str]) -> KernelSpec:
@@ -106,7 +145,8 @@ def compile(spec: Union[KernelSpec, str]) -> CompiledKernel:  # noqa: A001 - the
 
 
 class PregenResult:
-    """One spec of pregen(): spec, ok, from_cache, cache_path, compile_log, seconds, error."""
+    """One spec of pregen(): spec (None for an item that could not be planned), ok, from_cache,
+    cache_path, compile_log, seconds, error."""
 
     __slots__ = ("spec", "ok", "from_cache", "cache_path", "compile_log", "seconds", "error")
 
@@ -116,7 +156,8 @@ class PregenResult:
 
     def __repr__(self):
         state = ("cached" if self.from_cache else "compiled") if self.ok else f"failed: {self.error}"
-        return f"PregenResult({self.spec.canonical()!r}, {state}, {self.seconds:.2f} s)"
+        what = self.spec.canonical() if self.spec is not None else None
+        return f"PregenResult({what!r}, {state}, {self.seconds:.2f} s)"
 
 
 def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Sequence[int]] = None,
@@ -125,25 +166,56 @@ def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Seq
     pool, NVRTC, no GPU needed), so the first call of a fleet's GPUs loads a cubin.
 
     items: KernelSpecs, canonical spec strings, or problems (the CLI's problem
-    text or a dict of its keys), each planned for every arch of `archs`; with
-    decode=True also the problem's split-KV kernels (plan_decode with `sm_count`).
-    Returns one PregenResult per spec; a failed spec does not stop the others."""
-    specs = []
-    for item in items:
+    text or a dict of its keys), each planned for every arch of `archs` (None:
+    the current GPU's); with decode=True also the problem's split-KV kernels
+    (plan_decode with `sm_count`). A single item may be passed as is.
+    Returns one PregenResult per spec, then one failed PregenResult (spec None,
+    error naming the item and arch) per item that could not be parsed or
+    planned: a failure does not stop the others."""
+    if isinstance(items, (str, dict, KernelSpec)):
+        items = [items]
+    if items is None or not hasattr(items, "__iter__"):
+        raise _C.InvalidArgument(f"items is {type(items).__qualname__}; expected KernelSpecs, spec strings or "
+                                 "problems (a list, or one of them)")
+    if archs is not None and not hasattr(archs, "__iter__"):
+        archs = [archs]
+    arch_list = None if archs is None else [_int_arg(a, "archs[]", 10, 999, "compute capabilities, e.g. 90")
+                                            for a in archs]
+    threads = _int_arg(threads, "threads", 0, 4096, "0: one per core")
+    sm_count = _int_arg(sm_count, "sm_count", 1, 1 << 20, "the GPU's SM count")
+    if not isinstance(decode, bool):
+        raise _C.InvalidArgument(f"decode is {decode!r}; expected True or False")
+    specs: list = []
+    failed: list = []
+
+    def fail(what: str, e: Exception) -> None:
+        failed.append(PregenResult({"spec": None, "ok": False, "from_cache": False, "cache_path": "",
+                                    "compile_log": "", "seconds": 0.0, "error": f"{what}: {e}"}))
+
+    for n, item in enumerate(items):
         if isinstance(item, KernelSpec):
             specs.append(item)
-        elif isinstance(item, str) and item.startswith("flashgen."):
-            specs.append(KernelSpec.parse(item))
-        else:
+            continue
+        if isinstance(item, str) and item.startswith("flashgen."):
+            try:
+                specs.append(KernelSpec.parse(item))
+            except _C.Error as e:
+                fail(f"items[{n}]", e)
+            continue
+        try:
             text = problem_text(item)
-            for a in (archs if archs is not None else [_arch(None)]):
+        except _C.Error as e:
+            fail(f"items[{n}]", e)
+            continue
+        for a in (arch_list if arch_list is not None else [_arch(None)]):
+            try:
                 specs.append(_C.plan_text(text, a))
                 if decode:
                     d = _C.plan_decode_text(text, a, sm_count, 0)
                     specs += [d["split"], d["combine"]]
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
-        raise _C.InvalidArgument(f"threads is {threads!r}; allowed: 0 (one per core) or a positive int")
-    return [PregenResult(d) for d in _C.warmup(specs, threads)]
+            except _C.Error as e:
+                fail(f"items[{n}] on sm_{a}", e)
+    return [PregenResult(d) for d in _C.warmup(specs, threads)] + failed
 
 
 def cli_path() -> str:
@@ -162,10 +234,10 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
     if tile is not None:
         cmd += ["--tile", str(tile)]
     if sms is not None:
-        cmd += ["--sms", str(int(sms))]
+        cmd += ["--sms", str(_int_arg(sms, "sms", 1, 4096, "the SM count for the wave model"))]
     if not compile:
         cmd.append("--no-compile")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, errors="backslashreplace")
     if r.returncode == 0:
         return r.stdout
     err = r.stderr.strip()

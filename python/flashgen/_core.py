@@ -105,6 +105,42 @@ def _expect(v: _View, name: str, shape: tuple, dtypes: tuple, what: str) -> None
         raise _C.InvalidArgument(f"{name} has dtype {v.dtype}; allowed: {', '.join(dtypes)}")
 
 
+def _last_contiguous(v: _View, name: str) -> None:
+    """The library's views have no stride for the last dim: it must be 1 (or of extent 1)."""
+    if v.shape and v.shape[-1] > 1 and v.stride[-1] != 1:
+        raise _C.InvalidArgument(f"{name} has strides {list(v.stride)}; its last dim must be contiguous (stride "
+                                 "1): pass .contiguous() or a view whose last dim has stride 1")
+
+
+def _vector(v: _View, name: str, shape: tuple, what: str) -> None:
+    """An int32 / float32 array the kernels read as consecutive elements."""
+    if v.shape != shape or v.dtype != ("i32" if what == "int32" else "f32"):
+        raise _C.InvalidArgument(f"{name} has shape {list(v.shape)} and dtype {v.dtype}; expected {what} "
+                                 f"{list(shape)}")
+    if shape[0] > 1 and v.stride[0] != 1:
+        raise _C.InvalidArgument(f"{name} has stride {v.stride[0]}; it must be contiguous (stride 1)")
+
+
+def _real(x, name: str, allow_none: bool = True):
+    """A host float argument (scale, softcap), refused by name when it is not one."""
+    if x is None and allow_none:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float)) and not hasattr(x, "__float__"):
+        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected a float")
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise _C.InvalidArgument(f"{name} is {x!r}, not a float ({e})") from None
+
+
+def _native_ints(values, names, what: str) -> None:
+    """Every value fits the native module's int64 (else InvalidArgument naming the field, not nanobind's
+    TypeError)."""
+    for value, name in zip(values, names):
+        if not -(1 << 63) <= value < (1 << 63):
+            raise _C.InvalidArgument(f"{what}: {name} is {value}, outside the int64 range")
+
+
 def _same_device(views, ref: _View) -> None:
     for name, v in views:
         if v is not None and v.device != ref.device:
@@ -131,7 +167,9 @@ def _empty_like_module(ref: _View, shape: tuple, dtype: str):
 def _stream_handle(stream, ref: _View) -> int:
     """The CUDA stream of the call: `stream` if given, else the current stream of ref's library."""
     if stream is not None:
-        if isinstance(stream, int):
+        if isinstance(stream, int) and not isinstance(stream, bool):
+            if not 0 <= stream < (1 << 64):
+                raise _C.InvalidArgument(f"stream is {stream}; a CUstream handle is an unsigned 64-bit value")
             return stream
         for attr in ("cuda_stream", "ptr", "handle"):
             h = getattr(stream, attr, None)
@@ -268,6 +306,9 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     qv = _View(q, "q")
     kv = _View(k, "k")
     vv = _View(v, "v")
+    _last_contiguous(qv, "q")
+    _last_contiguous(kv, "k")
+    _last_contiguous(vv, "v")
     dtype = qv.dtype
     if dtype not in _DTYPE_CODE:
         raise _C.InvalidArgument(f"q has dtype {dtype}; allowed: float16, bfloat16")
@@ -328,6 +369,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
                 raise _C.InvalidArgument(f"cu_seqlens_q has shape {list(cuq.shape)} and dtype {cuq.dtype}; "
                                          "expected int32 [batch + 1]")
             B = cuq.shape[0] - 1
+            _vector(cuq, "cu_seqlens_q", (B + 1,), "int32")
             if max_seqlen_q is None:
                 raise _C.InvalidArgument("max_seqlen_q is None; a packed batch needs the host's bound of its "
                                          "sequences' query rows (the grid is sized by it)")
@@ -342,6 +384,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if cuk.shape != (B + 1,) or cuk.dtype != "i32":
                 raise _C.InvalidArgument(f"cu_seqlens_k has shape {list(cuk.shape)} and dtype {cuk.dtype}; "
                                          f"expected int32 [{B + 1}] (batch + 1, as cu_seqlens_q)")
+            _vector(cuk, "cu_seqlens_k", (B + 1,), "int32")
             if max_seqlen_k is None:
                 raise _C.InvalidArgument("max_seqlen_k is None; a packed batch needs the host's bound of its "
                                          "sequences' keys")
@@ -362,6 +405,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if used.shape != (B,) or used.dtype != "i32":
                 raise _C.InvalidArgument(f"seqused_k has shape {list(used.shape)} and dtype {used.dtype}; "
                                          f"expected int32 [batch ({B})]")
+            _vector(used, "seqused_k", (B,), "int32")
         if Tq >= 0:
             tq = Tq
             o_shape = (Tq, Hq, Dv)
@@ -395,6 +439,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     else:
         ov = _View(out, "out")
         _expect(ov, "out", o_shape, (dtype,), "the output: q's rows and heads, head_dim_v")
+        _last_contiguous(ov, "out")
         strides(ov, _P["o"])
 
     bv = None
@@ -457,8 +502,12 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
         raise _C.InvalidArgument(f"num_splits is {num_splits!r}; allowed: None, 0 (chosen) or 1..{_C.MAX_DECODE_SPLITS}")
     else:
         splits = num_splits
-    cap = 0.0 if softcap is None else float(softcap)
-    sc = None if scale is None else float(scale)
+        if not 0 <= splits <= _C.MAX_DECODE_SPLITS:
+            raise _C.InvalidArgument(f"num_splits ({splits}) must be None, 0 (chosen) or in [1, "
+                                     f"{_C.MAX_DECODE_SPLITS}]")
+    cap = _real(softcap, "softcap") or 0.0
+    sc = _real(scale, "scale")
+    _native_ints(f, PROBLEM_FIELDS, "the problem")
 
     with _DeviceGuard(qv):
         s = _stream_handle(stream, qv)
@@ -489,6 +538,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
 
 def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse=False, stream=None):
     pv = _View(o_partial, "o_partial")
+    _last_contiguous(pv, "o_partial")
     lv = _View(lse_partial, "lse_partial")
     if len(pv.shape) != 5:
         raise _C.InvalidArgument(f"o_partial has {len(pv.shape)} dims; expected [num_states, batch, seqlen_q, "
@@ -499,6 +549,7 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
     _expect(lv, "lse_partial", (S, B, H, Sq), ("f32",), "num_states, batch, heads, seqlen_q")
     if out is not None:
         ov = _View(out, "out")
+        _last_contiguous(ov, "out")
         if out_dtype is not None and _dtype_name(out_dtype) != ov.dtype:
             raise _C.InvalidArgument(f"out_dtype is {out_dtype} but out has dtype {ov.dtype}")
         if ov.dtype not in _STATE_CODE:
@@ -524,6 +575,7 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
         lsv = _View(lse, "lse")
         f[_M["lse"]:_M["lse_stride_head"] + 1] = lsv.ptr, lsv.stride[0], lsv.stride[1]
     _same_device((("lse_partial", lv), ("out", ov)), pv)
+    _native_ints(f, MERGE_FIELDS, "the merge")
     with _DeviceGuard(pv):
         _C.merge(f, _stream_handle(stream, pv))
     return (out, lse) if return_lse else out

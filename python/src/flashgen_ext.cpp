@@ -238,7 +238,13 @@ NB_MODULE(_flashgen, m) {
         case ErrorCode::io: cls = io_cls; break;
         default: break;
       }
-      PyErr_SetString(cls, e.what());
+      // A message may quote bytes that are not UTF-8 (a corrupt profile's text, via yaml-cpp):
+      // they arrive as \xNN escapes instead of turning the error into a UnicodeDecodeError.
+      const std::string_view what = e.what();
+      PyObject* msg = PyUnicode_DecodeUTF8(what.data(), static_cast<Py_ssize_t>(what.size()), "backslashreplace");
+      if (msg == nullptr) return;  // (the decode's own error is set)
+      PyErr_SetObject(cls, msg);
+      Py_DECREF(msg);
     }
   });
 

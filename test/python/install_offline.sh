@@ -6,7 +6,7 @@
 # dev.sh builds). Used by bench/run.sh and by test/run_device.sh python.
 #   usage: test/python/install_offline.sh [VENV]     (default: $FLASHGEN_VENV, else /tmp/flashgen-venv)
 # Then run VENV/bin/python. Idempotent: an existing VENV is reused, the build
-# tree (pyproject.toml's build-dir, build-wheel/; FLASHGEN_BUILD_DIR=DIR for
+# tree (the build folder build-wheel/ of the repository; FLASHGEN_BUILD_DIR=DIR for
 # another) rebuilds incrementally. PYTHON: the interpreter whose site-packages
 # the venv sees (default python3).
 #
@@ -98,8 +98,7 @@ if [[ -d .deps/usr ]]; then
   export CMAKE_PREFIX_PATH="$REPO/.deps/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export CXXFLAGS="${CXXFLAGS:-} -isystem $REPO/.deps/usr/include"
 fi
-build_dir=()
-[[ -n "${FLASHGEN_BUILD_DIR:-}" ]] && build_dir=(--config-settings=build-dir="$FLASHGEN_BUILD_DIR")
+build_dir=(--config-settings=build-dir="${FLASHGEN_BUILD_DIR:-$REPO/build-wheel}")
 pip_install --no-build-isolation --no-deps --force-reinstall -v "${build_dir[@]}" . ||
   die "pip install . failed (the CMake output is above)"
 

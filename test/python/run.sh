@@ -7,7 +7,7 @@
 #    (FLASHGEN_PY_VENV=DIR for another; ctest passes <build dir>/pyenv);
 # 2. `pip install`s the repository into it (a PEP 517 build: scikit-build-core
 #    builds libflashgen, its CLI and the native module, incrementally in
-#    pyproject.toml's build-dir, build-wheel/; FLASHGEN_PY_BUILD_DIR=DIR for
+#    the build folder build-wheel/ of the repository; FLASHGEN_PY_BUILD_DIR=DIR for
 #    another), unless the venv holds a build of the same sources already. The
 #    build needs what dev.sh's does: the Debian dev packages, or their unpacked
 #    copies in .deps/usr (then used as dev.sh uses them), and the CUDA toolkit's
@@ -109,8 +109,7 @@ if [[ "${FLASHGEN_PY_REINSTALL:-0}" != 1 && -f "$stamp" && "$(cat "$stamp")" == 
   note "the package in $PYENV is built from these sources already (FLASHGEN_PY_REINSTALL=1 reinstalls)"
 else
   rm -f "$stamp"
-  build_dir=()
-  [[ -n "${FLASHGEN_PY_BUILD_DIR:-}" ]] && build_dir=(--config-settings="build-dir=$FLASHGEN_PY_BUILD_DIR")
+  build_dir=(--config-settings="build-dir=${FLASHGEN_PY_BUILD_DIR:-$REPO/build-wheel}")
   note "pip install $REPO (builds libflashgen: minutes the first time, then incremental)"
   pip_install --progress-bar off ${build_dir[@]+"${build_dir[@]}"} "$REPO" ||
     die "pip install $REPO failed (the build's output is above)"

@@ -194,7 +194,7 @@ def test_plan_decode():
         # partials: num_splits x batch x heads_q x seqlen_q x (head_dim_v + 1) fp32, rounded up to 256 bytes
         raw = n * 1 * 32 * 1 * (128 + 1) * 4
         assert d["workspace_bytes"] == (raw + 255) // 256 * 256
-    with pytest.raises(ValueError, match=r"num_splits \(999\)"):
+    with pytest.raises(ValueError, match=r"num_splits is 999; allowed: 0..128"):
         flashgen.plan_decode(problem, arch=90, sm_count=132, num_splits=999)
     if not flashgen.gpu_available():
         with pytest.raises(flashgen.Unavailable):
@@ -394,8 +394,27 @@ def test_pregen_arguments():
     with pytest.raises(ValueError, match="threads is -1"):
         flashgen.pregen([], threads=-1)
     assert flashgen.pregen([], threads=0) == []
-    with pytest.raises(flashgen.InvalidArgument, match="head_dim"):  # a problem that cannot be planned
-        flashgen.pregen(["dtype=f16,seqlen=64,heads=1,head_dim=100"], archs=[80])
+    # Items that cannot be parsed or planned fail on their own, named, after the specs that compiled.
+    good = "dtype=f16,seqlen=64,heads=1,head_dim=64"
+    results = flashgen.pregen([good, "dtype=f16,seqlen=64,heads=1,head_dim=100", "flashgen.fwd.v1:garbage",
+                               "dtype=bf16,seqlen=64,heads=1,head_dim=64"], archs=[80, 75], threads=1)
+    assert [r.ok for r in results] == [True, True, True, False, False, False, False]
+    assert [r.spec.arch for r in results[:3]] == [80, 75, 80]
+    errors = [r.error for r in results[3:]]
+    assert errors[0].startswith("items[1] on sm_80: ") and "head_dim (100)" in errors[0]
+    assert errors[1].startswith("items[1] on sm_75: ")
+    assert errors[2].startswith("items[2]: ") and "garbage" in errors[2]
+    assert errors[3].startswith("items[3] on sm_75: ") and "bf16" in errors[3]  # Turing has no bf16
+    assert all(r.spec is None for r in results[3:]) and "None" in repr(results[3])
+    # One item as is; archs as one int.
+    assert [r.ok for r in flashgen.pregen(good, archs=80)] == [True]
+    for bad, match in (({"archs": [True]}, r"archs\[\] is bool True"), ({"archs": ["80"]}, r"archs\[\] is str"),
+                       ({"threads": 2**31}, r"threads is 2147483648; allowed: 0..4096"),
+                       ({"decode": "no"}, r"decode is 'no'; expected True or False")):
+        with pytest.raises(flashgen.InvalidArgument, match=match):
+            flashgen.pregen([good], **({"archs": [80]} | bad))
+    with pytest.raises(flashgen.InvalidArgument, match="items is NoneType"):
+        flashgen.pregen(None)
 
 
 # ---- exceptions -------------------------------------------------------------------
@@ -1141,3 +1160,76 @@ def test_cli_path():
     p = flashgen.cli_path()
     assert os.path.basename(p) == "flashgen" and os.access(p, os.X_OK)
     assert Path(p).parent.parent == Path(flashgen.__file__).parent
+
+
+# ---- the fresh-user review's inputs (2026-12-02) ------------------------------------
+
+
+def test_last_dim_must_be_contiguous(guarded_native):
+    """The library's views carry no last-dim stride: a strided last dim (x[..., ::2]) is refused by
+    name instead of being read as if contiguous."""
+    q, k, v = dense()
+    odd = fc.array((2, 64, 8, 64), strides=(16384, 256, 128, 2))
+    _expect_refused(r"q has strides \[16384, 256, 128, 2\]; its last dim must be contiguous", flashgen.attention,
+                    odd, k, v)
+    _expect_refused(r"k has strides .*its last dim must be contiguous", flashgen.attention, q,
+                    fc.array(k.shape, strides=(32768, 256, 128, 2)), v)
+    _expect_refused(r"v has strides .*last dim", flashgen.attention, q, k, fc.array(v.shape, strides=(0, 0, 0, 0)))
+    _expect_refused(r"out has strides .*last dim", flashgen.attention, q, k, v,
+                    out=fc.array((2, 64, 8, 64), strides=(16384, 256, 128, 2)))
+    parts = fc.array((3, 2, 64, 8, 64), "float32", strides=(65536, 32768, 512, 64, 2))
+    _expect_refused(r"o_partial has strides .*last dim", flashgen.merge_states, parts,
+                    fc.array((3, 2, 8, 64), "float32"))
+    # Offsets read as consecutive int32 must be contiguous.
+    qp, kp, vp = fc.array((10, 8, 64)), fc.array((12, 2, 64)), fc.array((12, 2, 64))
+    gapped = fc.array((3,), "int32", strides=(2,))
+    _expect_refused(r"cu_seqlens_q has stride 2; it must be contiguous", flashgen.attention_varlen, qp, kp, vp,
+                    gapped, fc.array((3,), "int32"), 8, 8)
+    _expect_refused(r"seqused_k has stride 2", flashgen.attention_varlen, qp, kp, vp, fc.array((3,), "int32"),
+                    fc.array((3,), "int32"), 8, 8, seqused_k=fc.array((2,), "int32", strides=(2,)))
+
+
+def test_host_arguments_are_named(guarded_native):
+    """Values nanobind would reject with an anonymous TypeError, and floats that do not convert."""
+    q, k, v = dense()
+    _expect_refused(r"the problem: window_left is 1180591620717411303424, outside the int64 range",
+                    flashgen.attention, q, k, v, window=(2**70, 0))
+    _expect_refused(r"num_splits \(1099511627776\) must be None, 0 \(chosen\) or in \[1, 128\]",
+                    flashgen.attention, q, k, v, num_splits=2**40)
+    _expect_refused(r"stream is -1; a CUstream handle is an unsigned 64-bit value", flashgen.attention, q, k, v,
+                    stream=-1)
+    _expect_refused(r"scale is str 'abc'; expected a float", flashgen.attention, q, k, v, scale="abc")
+    _expect_refused(r"softcap is list \[1.0\]; expected a float", flashgen.attention, q, k, v, softcap=[1.0])
+    _expect_refused(r"scale is bool True", flashgen.attention, q, k, v, scale=True)
+
+
+def test_problem_keywords_are_values_only():
+    """A keyword's value cannot smuggle more keys into the problem text."""
+    with pytest.raises(flashgen.InvalidArgument, match=r"problem key 'seqlen' has value '4096,mask=causalbr'; a "
+                                                       r"value holds no ','"):
+        flashgen.plan(dtype="bf16", seqlen="4096,mask=causalbr", heads=32, head_dim=128, arch=90)
+    with pytest.raises(flashgen.InvalidArgument, match=r"problem key 'seqlens_q' is \['a', 2\]; a list of lengths "
+                                                       r"holds ints"):
+        flashgen.plan(dtype="f16", seqlens_q=["a", 2], seqlens_k=[1, 2], heads=2, head_dim=64, arch=80)
+    with pytest.raises(flashgen.InvalidArgument, match="NUL"):
+        flashgen.plan("dtype=f16,seqlen=64,heads=2,head_dim=64\0", arch=80)
+    for arch, match in ((2**31, r"arch is 2147483648; allowed: 10..999"), (True, "arch is bool True"),
+                        ("90", "arch is str '90'")):
+        with pytest.raises(flashgen.InvalidArgument, match=match):
+            flashgen.plan(SMALL, arch=arch)
+    for kw, match in (({"sm_count": "132"}, "sm_count is str"), ({"sm_count": 132, "num_splits": True},
+                                                                  "num_splits is bool True")):
+        with pytest.raises(flashgen.InvalidArgument, match=match):
+            flashgen.plan_decode(SMALL, arch=90, **kw)
+    with pytest.raises(flashgen.InvalidArgument, match=r"sms is float 1.9; expected an int"):
+        flashgen.explain(SMALL, arch=90, sms=1.9, compile=False)
+
+
+def test_kernel_spec_pickles_as_its_string():
+    import copy
+    import pickle
+
+    a = flashgen.plan(SMALL, arch=90)
+    b = pickle.loads(pickle.dumps(a))
+    assert b == a and b is not a and b.canonical() == a.canonical()
+    assert copy.deepcopy(a) == a and copy.copy(a) == a
