@@ -60,9 +60,10 @@ def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
 
 
 def _int_arg(x, name: str, lo: int, hi: int, what: str) -> int:
-    """A host int argument in [lo, hi], refused by name otherwise (no bool, no float)."""
-    if isinstance(x, bool) or not hasattr(x, "__index__"):
-        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected an int ({what})")
+    """A host int argument in [lo, hi], refused by name otherwise: no bool, no float, and no
+    array (a device scalar would cost a synchronization to read)."""
+    if isinstance(x, bool) or not hasattr(x, "__index__") or hasattr(x, "__dlpack__"):
+        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected a host int ({what})")
     v = operator.index(x)
     if not lo <= v <= hi:
         raise _C.InvalidArgument(f"{name} is {v}; allowed: {lo}..{hi} ({what})")

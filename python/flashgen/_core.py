@@ -12,17 +12,18 @@ the array type comes from, e.g. cupy.empty) unless given.
 
 from __future__ import annotations
 
-import operator
 import sys
 from typing import Any, Optional
 
 from . import _flashgen as _C
+from ._aot import _int_arg
 from ._layout import BIAS_KINDS, DTYPES, MASKS, MERGE_FIELDS, PROBLEM_FIELDS, STATE_DTYPES
 
 if len(PROBLEM_FIELDS) != _C.PROBLEM_FIELDS or len(MERGE_FIELDS) != _C.MERGE_FIELDS:  # pragma: no cover
     raise ImportError("flashgen: the Python layer and the native module disagree on the problem layout "
                       f"({len(PROBLEM_FIELDS)}/{_C.PROBLEM_FIELDS}, {len(MERGE_FIELDS)}/{_C.MERGE_FIELDS})")
 
+_MAX_ROWS = 1 << 62  # (the library refuses what its kernels cannot count, naming the bound)
 _P = {name: i for i, name in enumerate(PROBLEM_FIELDS)}  # position of each field in the flat list
 _M = {name: i for i, name in enumerate(MERGE_FIELDS)}
 _DTYPE_CODE = {name: i for i, name in enumerate(DTYPES)}
@@ -87,14 +88,6 @@ class _View:
             raise _C.InvalidArgument(f"{name} is on DLPack device type {device_type}; flashgen runs on CUDA "
                                      "memory (kDLCUDA, 2)")
         self.ptr, self.shape, self.stride, self.dtype, self.device = ptr, tuple(shape), tuple(stride), dtype, device_id
-
-
-def _host_int(x, name: str) -> int:
-    """A host integer (a tensor would need a device synchronization: refused)."""
-    if isinstance(x, bool) or not hasattr(x, "__index__") or _is_torch(x) or hasattr(x, "__dlpack__"):
-        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected a host int (the bound is "
-                                 "read on the host; a device value would need a synchronization)")
-    return operator.index(x)
 
 
 def _expect(v: _View, name: str, shape: tuple, dtypes: tuple, what: str) -> None:
@@ -373,7 +366,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if max_seqlen_q is None:
                 raise _C.InvalidArgument("max_seqlen_q is None; a packed batch needs the host's bound of its "
                                          "sequences' query rows (the grid is sized by it)")
-            Sq = _host_int(max_seqlen_q, "max_seqlen_q")
+            Sq = _int_arg(max_seqlen_q, "max_seqlen_q", 0, _MAX_ROWS, "the host's bound of the query rows")
         elif Tq >= 0:
             raise _C.InvalidArgument("q is packed [total_q, heads_q, head_dim] but cu_seqlens_q is None")
         if layout == "varlen":
@@ -388,7 +381,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if max_seqlen_k is None:
                 raise _C.InvalidArgument("max_seqlen_k is None; a packed batch needs the host's bound of its "
                                          "sequences' keys")
-            Sk = _host_int(max_seqlen_k, "max_seqlen_k")
+            Sk = _int_arg(max_seqlen_k, "max_seqlen_k", 0, _MAX_ROWS, "the host's bound of the keys")
             tk = Tk
         else:
             table = _View(page_table, "page_table")
@@ -398,7 +391,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if table.stride[1] != 1 and table.shape[1] > 1:
                 raise _C.InvalidArgument(f"page_table has strides {list(table.stride)}; its rows must be "
                                          "contiguous (stride 1 along the pages)")
-            Sk = _host_int(max_seqlen_k, "max_seqlen_k") if max_seqlen_k is not None else table.shape[1] * page
+            Sk = _int_arg(max_seqlen_k, "max_seqlen_k", 0, _MAX_ROWS, "the host's bound of the keys") if max_seqlen_k is not None else table.shape[1] * page
             tk = 0
         if seqused_k is not None:
             used = _View(seqused_k, "seqused_k")

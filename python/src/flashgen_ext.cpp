@@ -386,9 +386,6 @@ NB_MODULE(_flashgen, m) {
         return r;
       },
       nb::arg("problem"), nb::arg("arch"), nb::arg("sm_count"), nb::arg("num_splits"));
-  m.def(
-      "describe_text", [](const std::string& text) { return cli::parse_problem_text(text).str(); },
-      nb::arg("problem"));
   m.def("generate", &generate, nb::arg("spec"));
   m.def(
       "compile",

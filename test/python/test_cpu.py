@@ -1221,8 +1221,13 @@ def test_problem_keywords_are_values_only():
                                                                   "num_splits is bool True")):
         with pytest.raises(flashgen.InvalidArgument, match=match):
             flashgen.plan_decode(SMALL, arch=90, **kw)
-    with pytest.raises(flashgen.InvalidArgument, match=r"sms is float 1.9; expected an int"):
+    with pytest.raises(flashgen.InvalidArgument, match=r"sms is float 1.9; expected a host int"):
         flashgen.explain(SMALL, arch=90, sms=1.9, compile=False)
+    # A bound given as an array (a device scalar would need a synchronization) is refused by name.
+    q, k, v = fc.array((10, 8, 64)), fc.array((12, 2, 64)), fc.array((12, 2, 64))
+    cu = fc.array((3,), "int32")
+    with pytest.raises(flashgen.InvalidArgument, match=r"max_seqlen_q is FakeCudaArray .*expected a host int"):
+        flashgen.attention_varlen(q, k, v, cu, cu, fc.array((), "int32"), 8)
 
 
 def test_kernel_spec_pickles_as_its_string():
