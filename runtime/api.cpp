@@ -832,7 +832,7 @@ KernelSpec rt::merge_spec(const MergeProblem& problem, int arch) {
   return s;
 }
 
-void rt::check_merge_matches_spec(const MergeProblem& problem, const KernelSpec& s) {
+void rt::check_merge_matches_spec(const MergeProblem& problem, const KernelSpec& s, bool rows_bounded) {
   if (s.family != KernelFamily::combine)
     throw InvalidArgument(fmt::format(
         "launch: kernel.spec.family is {} but a merge of attention states needs a combine kernel (spec {}); "
@@ -853,7 +853,7 @@ void rt::check_merge_matches_spec(const MergeProblem& problem, const KernelSpec&
         "launch: problem.lse.data is {} but the kernel was generated {} an LSE output (spec {}); "
         "plan a kernel for this problem (flashgen::plan) or pass a matching problem",
         has_lse ? "set" : "null", s.has_lse ? "with" : "without", s.canonical()));
-  if (s.varlen)
+  if (s.varlen && !rows_bounded)
     throw InvalidArgument(fmt::format(
         "launch: kernel spec {} is a packed-batch combine (varlen=1), which only decode() launches (it bounds the "
         "rows it writes by the problem's cu_seqlens_q); plan a merge kernel with flashgen::plan(merge_problem, arch)",
@@ -882,7 +882,7 @@ void launch_merge(const Kernel& kernel, const MergeProblem& problem, CUstream st
   if (kernel.function == nullptr)
     throw InvalidArgument(
         "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
-  rt::check_merge_matches_spec(problem, kernel.spec);
+  rt::check_merge_matches_spec(problem, kernel.spec, seq_from != nullptr);
   if (is_empty_merge(problem)) return;  // nothing to merge, nothing launched
   CombineLaunch description(problem, kernel.spec);
   description.set_rows(seq_from, seq_to);

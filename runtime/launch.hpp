@@ -39,7 +39,10 @@ KernelSpec merge_spec(const MergeProblem& problem, int arch);
 
 /// Throws InvalidArgument naming the first field where `problem` does not
 /// match the combine spec `spec` (family, partial_dtype, out_dtype,
-/// head_dim_v, LSE presence). Does not run check_merge_problem.
-void check_merge_matches_spec(const MergeProblem& problem, const KernelSpec& spec);
+/// head_dim_v, LSE presence). A packed-batch combine (spec.varlen) is refused
+/// unless `rows_bounded`: only decode() launches it, with the device bounds of
+/// the rows it may write (a packed batch's cu_seqlens_q). Does not run
+/// check_merge_problem.
+void check_merge_matches_spec(const MergeProblem& problem, const KernelSpec& spec, bool rows_bounded = false);
 
 }  // namespace flashgen::rt

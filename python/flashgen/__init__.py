@@ -28,6 +28,15 @@ from __future__ import annotations
 
 import sys as _sys
 
+# PyTorch is optional; with it, the custom ops are registered at import (end of this file).
+# It is imported before the native module: on the GPU machine (torch 2.11 with its CUDA 13
+# wheels) importing torch after libflashgen was loaded aborted in torch's own import
+# ("free(): invalid pointer"), while the other order works.
+try:
+    import torch as _torch_mod  # noqa: F401
+except ImportError:
+    _torch_mod = None
+
 from . import _flashgen
 from . import _core
 from ._aot import (CompiledKernel, KernelSpec, PregenResult, cli_path, compile, explain, generate, plan,
@@ -210,10 +219,6 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
                               stream=stream)
 
 
-try:  # PyTorch is optional; with it, the custom ops are registered at import
-    import torch as _torch_mod  # noqa: F401
-except ImportError:
-    _torch_mod = None
 if _torch_mod is not None:
     try:
         from . import torch as _torch_integration  # noqa: F401,E402

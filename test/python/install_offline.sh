@@ -51,6 +51,14 @@ if [[ ! -x "$VENV/bin/python" ]]; then
     die "$PY -m venv failed"
 fi
 VPY="$VENV/bin/python"
+# $PY may itself run in a virtual environment (the GPU machine's PyTorch lives in one); a venv
+# made from it sees only the base interpreter's site-packages, so a .pth file adds $PY's own
+# (appended after VENV's, which therefore wins).
+parent_sites="$("$PY" -c 'import site; print("\n".join(site.getsitepackages()))')" ||
+  die "$PY cannot list its site-packages"
+venv_site="$("$VPY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" ||
+  die "$VPY does not run"
+printf '%s\n' "$parent_sites" >"$venv_site/_flashgen_parent_site.pth"
 "$VPY" -m pip --version >/dev/null 2>&1 || die "$VPY has no pip (neither its own nor the system's)"
 pip_install() { "$VPY" -m pip install --no-index "${links[@]}" --disable-pip-version-check "$@"; }
 "$VPY" -c 'import torch' 2>/dev/null || note "warning: PyTorch does not import in $VENV ($PY's site-packages)"
