@@ -6,8 +6,12 @@ H8 D64 f16), with no synchronization in the timed loop, for
   flashgen.attention(q, k, v)              the package's eager call (allocates O)
   ... out=o / return_lse=True              given output / O and LSE allocated
   flashgen.decode(q1, k, v)                split-KV decode, one query row (its cached workspace)
-  flashgen native, prebuilt fields         the package's native call alone (_flashgen.attention
-                                           with the field list one eager call built): nanobind + library
+  flashgen.attention(..., stream=s)        the general path (every argument read and checked in Python,
+                                           the flat field list, forward()'s plan per call): what a call
+                                           with bias, sinks, ALiBi, stream= or a first signature costs
+  flashgen prepared call, prebuilt ptrs    the prepared call of a seen signature alone
+                                           (_flashgen.PreparedCall.run): nanobind + the library's checks
+                                           and launch
   ctypes flashgen_forward, struct per call today's path: a flashgen_problem filled per call from the
                                            tensors' dtype, shapes, strides and pointers, the current
                                            stream read per call (as the package reads it)
@@ -59,7 +63,8 @@ ROWS = {  # key: (label, what it times)
     "attention_out": "flashgen.attention(q, k, v, out=o)",
     "attention_lse": "flashgen.attention(..., return_lse=True)",
     "decode": "flashgen.decode(q1, k, v)",
-    "native": "flashgen native call, prebuilt fields",
+    "attention_general": "flashgen.attention(..., out=o, stream=s)",
+    "native": "flashgen prepared call, prebuilt pointers",
     "ctypes": "ctypes flashgen_forward, struct per call",
     "ctypes_prebuilt": "ctypes flashgen_forward, prebuilt struct",
     "ctypes_decode": "ctypes flashgen_decode, prebuilt struct",
@@ -223,25 +228,19 @@ def main():
     add("attention_out", lambda: (lambda: fg.attention(q, k, v, causal=causal, out=o), 1, None))
     add("attention_lse", lambda: (lambda: fg.attention(q, k, v, causal=causal, return_lse=True), 1, None))
     add("decode", lambda: (lambda: fg.decode(q1, k, v, causal=causal_decode), 1, None))
+    stream_now = torch.cuda.current_stream()
+    add("attention_general", lambda: (lambda: fg.attention(q, k, v, causal=causal, out=o, stream=stream_now), 1, None))
 
     def make_native():
-        """The field list and arguments one eager call hands the native module, replayed."""
-        native = fg._flashgen
-        real = native.attention
-        seen = []
-
-        def spy(*a, **kw):
-            seen.append((a, kw))
-            return real(*a, **kw)
-        native.attention = spy
-        try:
-            fg.attention(q, k, v, causal=causal, out=o)
-        finally:
-            native.attention = real
-        if len(seen) != 1:
-            raise RuntimeError(f"one eager call made {len(seen)} native calls; expected 1")
-        a, kw = seen[0]  # (the stream in them is the current one: the default stream throughout)
-        return (lambda: real(*a, **kw)), 1, None
+        """The prepared call of the signature of attention(q, k, v, out=o) (_core._prepared), run with
+        its pointers prebuilt: nanobind + the library's checks and launch."""
+        fg.attention(q, k, v, causal=causal, out=o)
+        entry = fg._core._prepared.get(fg._core._dense_key(q, k, v, causal, None, None, None, False, o))
+        if not entry:
+            raise RuntimeError("the call was not prepared")
+        call = entry[0]
+        ptrs = (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), 0, torch.cuda.current_stream().cuda_stream)
+        return (lambda: call.run(*ptrs)), 1, None
     add("native", make_native)
 
     # ---- today's ctypes path ----------------------------------------------------------

@@ -1,8 +1,10 @@
 // AttentionProblem and MergeProblem: default scale, contiguous construction,
 // argument checks (both share the stride, offset and overlap rules below).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 #include <string>
 #include <utility>
@@ -72,35 +74,44 @@ struct OutDim {
   int64_t extent;
   const char* extent_name;  // e.g. "heads_q"
 };
-void check_no_self_overlap(const char* name, std::vector<OutDim> dims, int64_t inner,
-                           const char* inner_name) {
-  std::erase_if(dims, [](const OutDim& d) { return d.extent <= 1; });
-  std::stable_sort(dims.begin(), dims.end(),
-                   [](const OutDim& a, const OutDim& b) { return a.stride < b.stride; });
-  int64_t span = inner;  // elements covered by the dimensions nested so far
+[[noreturn]] void fail_self_overlap(const char* name, const OutDim* dims, size_t bad, int64_t inner,
+                                    const char* inner_name) {
+  // The message (cold path): the spans of the dimensions nested inside dims[bad].
   std::string formula = inner_name;
   std::string values = fmt::format("{}", inner);
-  std::string inner_field;  // the strided dimension nested directly inside, if any
-  int64_t prev_stride = 0;
-  for (const OutDim& d : dims) {
-    if (d.stride < span) {
-      // With a nested dimension of the same or a larger stride, either stride may be the wrong one.
-      const std::string which = inner_field.empty() || prev_stride < d.stride
-                                    ? fmt::format("{}.{} ({})", name, d.field, d.stride)
-                                    : fmt::format("{}.{} ({}) or {}.{} ({})", name, d.field, d.stride, name,
-                                                  inner_field, prev_stride);
-      fail(fmt::format("{}.{} ({}) is smaller than the {} elements it must step over ({} = {}): "
-                       "elements of {} would overlap (change {}); output strides must nest without "
-                       "overlap (contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
-                       "stride_head, stride_batch >= seqlen_q * stride_seq)",
-                       name, d.field, d.stride, span, formula, values, name, which));
-    }
-    inner_field = d.field;
-    prev_stride = d.stride;
+  int64_t span = inner;
+  for (size_t i = 0; i < bad; ++i) {
+    span = dims[i].stride * (dims[i].extent - 1) + span;
+    formula = fmt::format("({}-1)*{}.{} + {}", dims[i].extent_name, name, dims[i].field, formula);
+    values = fmt::format("({}-1)*{} + {}", dims[i].extent, dims[i].stride, values);
+  }
+  const OutDim& d = dims[bad];
+  // With a nested dimension of the same or a larger stride, either stride may be the wrong one.
+  const std::string which = bad == 0 || dims[bad - 1].stride < d.stride
+                                ? fmt::format("{}.{} ({})", name, d.field, d.stride)
+                                : fmt::format("{}.{} ({}) or {}.{} ({})", name, d.field, d.stride, name,
+                                              dims[bad - 1].field, dims[bad - 1].stride);
+  fail(fmt::format("{}.{} ({}) is smaller than the {} elements it must step over ({} = {}): "
+                   "elements of {} would overlap (change {}); output strides must nest without "
+                   "overlap (contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
+                   "stride_head, stride_batch >= seqlen_q * stride_seq)",
+                   name, d.field, d.stride, span, formula, values, name, which));
+}
+
+// (runs on every launch: no allocation, no formatting unless it fails)
+void check_no_self_overlap(const char* name, std::initializer_list<OutDim> all, int64_t inner,
+                           const char* inner_name) {
+  std::array<OutDim, 4> dims{};
+  size_t n = 0;
+  for (const OutDim& d : all)
+    if (d.extent > 1 && n < dims.size()) dims[n++] = d;
+  std::stable_sort(dims.begin(), dims.begin() + static_cast<std::ptrdiff_t>(n),
+                   [](const OutDim& a, const OutDim& b) { return a.stride < b.stride; });
+  int64_t span = inner;  // elements covered by the dimensions nested so far
+  for (size_t i = 0; i < n; ++i) {
+    if (dims[i].stride < span) fail_self_overlap(name, dims.data(), i, inner, inner_name);
     // Cannot overflow: max_byte_offset bounded the sum of all such terms.
-    span = d.stride * (d.extent - 1) + span;
-    formula = fmt::format("({}-1)*{}.{} + {}", d.extent_name, name, d.field, formula);
-    values = fmt::format("({}-1)*{} + {}", d.extent, d.stride, values);
+    span = dims[i].stride * (dims[i].extent - 1) + span;
   }
 }
 

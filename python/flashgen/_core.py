@@ -290,12 +290,80 @@ def mask_code(causal, window) -> tuple:
 
 # ---- attention -------------------------------------------------------------------
 
+# Plain dense torch calls (no bias, sinks, ALiBi, workspace, stream or num_splits),
+# prepared once per signature: the shapes, strides, dtypes and devices of q, k, v
+# (and out), the mask, window, scale, softcap and return_lse. A prepared call only
+# reads the four or five data pointers, allocates the outputs and launches
+# (_flashgen.PreparedCall: the library still checks every pointer; the plan is
+# remade at most every second and when the device changes). False marks a
+# signature the library runs as a split-KV decode (the general path serves it).
+_prepared: dict = {}
+_MAX_PREPARED = 1024
+_cuda_device = _raw_stream = None  # torch._C's current-device and current-stream readers
+
+
+def _prepare_ready() -> bool:
+    global _cuda_device, _raw_stream
+    if _raw_stream is None and torch is not None:
+        _cuda_device = getattr(torch._C, "_cuda_getDevice", None)
+        _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if _cuda_device is None:
+            _raw_stream = None
+    return _raw_stream is not None
+
+
+def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
+    """The signature of a plain dense call on torch tensors of one device, or None."""
+    T = torch.Tensor
+    if type(q) is not T or type(k) is not T or type(v) is not T or (out is not None and type(out) is not T):
+        return None
+    dev = q.get_device()
+    if k.get_device() != dev or v.get_device() != dev or (out is not None and out.get_device() != dev):
+        return None
+    if (type(scale) not in _PLAIN or type(softcap) not in _PLAIN or type(causal) not in _PLAIN
+            or window is not None and (type(window) is not tuple or any(type(w) not in _PLAIN for w in window))):
+        return None  # (other types are left to the general path's checks, unprepared)
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, dev, causal,
+            window, scale, softcap, bool(return_lse), None if out is None else (out.shape, out.stride(), out.dtype))
+
+
+_PLAIN = (type(None), bool, int, float, str)
+
+
+def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out):
+    """A plain dense call (no bias, sinks, ALiBi, num_splits, workspace or stream) of a prepared
+    signature on the current device: O, or (O, LSE); None when the general path must run it."""
+    if _raw_stream is None:
+        return None
+    key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
+    prepared = None if key is None else _prepared.get(key)
+    if not prepared:
+        return None
+    dev = key[9]  # (q's device index)
+    if dev != _cuda_device():
+        return None
+    call, o_shape, lse_shape = prepared
+    o = q.new_empty(o_shape) if out is None else out
+    lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
+    call.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), 0 if lse is None else lse.data_ptr(),
+             _raw_stream(dev))
+    return (o, lse) if return_lse else o
+
 
 def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, return_lse=False, window=None,
               softcap=None, sinks=None, alibi_slopes=None, out=None, num_splits=None, workspace=None, stream=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
               page_table=None):
     """The one eager implementation behind attention / attention_varlen / attention_paged / decode."""
+    memo_key = None
+    if (layout == "dense" and bias is None and sinks is None and alibi_slopes is None and num_splits is None
+            and workspace is None and stream is None and _prepare_ready()):
+        r = dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out)  # (the custom ops' way in)
+        if r is not None:
+            return r
+        memo_key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
+        if memo_key is not None and memo_key in _prepared:  # (False: a decode signature; None: not prepared)
+            memo_key = None
     qv = _View(q, "q")
     kv = _View(k, "k")
     vv = _View(v, "v")
@@ -503,6 +571,11 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     _native_ints(f, PROBLEM_FIELDS, "the problem")
 
     with _DeviceGuard(qv):
+        if memo_key is not None:  # a plain dense signature seen for the first time: prepare it
+            if len(_prepared) >= _MAX_PREPARED:
+                _prepared.clear()
+            call = _C.prepare(f, sc, cap)
+            _prepared[memo_key] = (call, o_shape, lse_shape) if call is not None else False
         s = _stream_handle(stream, qv)
         if workspace is not None:
             ws_ptr, ws_bytes = _ptr(workspace), _nbytes(workspace)

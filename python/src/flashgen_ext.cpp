@@ -18,8 +18,11 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -186,6 +189,82 @@ int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> 
   return 0;
 }
 
+// One call signature, prepared once (python/flashgen/_core.py memoizes one per
+// signature: shapes, strides, dtypes, device, masks, modifiers; every pointer
+// but q, k, v, o and LSE's fixed). run() fills the five pointers, checks the
+// problem (alignment, nulls, overlaps: the library's check_problem) and
+// launches the forward kernel planned for the signature. The plan (with the
+// tune files' tile, and the forward-vs-decode choice) is remade when the
+// current device changes and at most every kReplanSeconds otherwise, so a
+// changed tune file applies to prepared signatures within that time; the
+// kernel stays loaded (load_kernel's module cache). Decode signatures are not
+// prepared: prepare() answers None for them and the general path runs.
+class PreparedCall {
+ public:
+  static constexpr double kReplanSeconds = 1.0;
+
+  PreparedCall(const std::vector<int64_t>& fields, std::optional<double> scale, double softcap)
+      : base_(to_problem(fields, scale, softcap)) {
+    check_problem(base_);
+  }
+
+  // Plans for the current device; false when the library would run this
+  // signature as a split-KV decode (or there is nothing to run).
+  bool plan_now() {
+    const DeviceInfo dev = current_device();
+    if (empty_problem(base_) || decode_preferred(base_, dev.arch, dev.sm_count)) return false;
+    Kernel k = load_kernel(plan(base_));
+    std::lock_guard<std::mutex> lock(mu_);
+    kernel_ = k;
+    ordinal_ = dev.ordinal;
+    planned_at_ = std::chrono::steady_clock::now();
+    return true;
+  }
+
+  // q, k, v, o, lse: device addresses (lse 0 exactly when the signature has no LSE).
+  void run(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t stream) {
+    AttentionProblem p = base_;
+    p.q.data = reinterpret_cast<const void*>(q);
+    p.k.data = reinterpret_cast<const void*>(k);
+    p.v.data = reinterpret_cast<const void*>(v);
+    p.o.data = reinterpret_cast<const void*>(o);
+    if ((lse != 0) != (base_.lse.data != nullptr))
+      throw InvalidArgument("prepared call: lse is " + std::string(lse != 0 ? "set" : "null") +
+                            " but the signature was prepared " + (base_.lse.data != nullptr ? "with" : "without") +
+                            " an LSE output");
+    if (lse != 0) p.lse.data = reinterpret_cast<float*>(lse);
+    nb::gil_scoped_release release;
+    Kernel kern;
+    bool fresh;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      kern = kernel_;
+      fresh = std::chrono::duration<double>(std::chrono::steady_clock::now() - planned_at_).count() < kReplanSeconds;
+    }
+    if (!fresh || kern.function == nullptr || current_device().ordinal != ordinal_) {
+      if (!plan_now()) {  // (the device changed and now prefers the decode)
+        forward(p, stream_of(stream));
+        return;
+      }
+      std::lock_guard<std::mutex> lock(mu_);
+      kern = kernel_;
+    }
+    launch(kern, p, stream_of(stream));  // (checks the problem and that it matches the kernel)
+  }
+
+  std::string spec() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return kernel_.function != nullptr ? kernel_.spec.canonical() : std::string();
+  }
+
+ private:
+  AttentionProblem base_;
+  std::mutex mu_;
+  Kernel kernel_;
+  int ordinal_ = -1;
+  std::chrono::steady_clock::time_point planned_at_{};
+};
+
 std::string spec_repr(const KernelSpec& s) { return "KernelSpec('" + s.canonical() + "')"; }
 
 nb::dict compiled_dict(const CompiledKernel& c) {
@@ -335,6 +414,27 @@ NB_MODULE(_flashgen, m) {
         return nb::make_tuple(data, shape, stride, name, a.device_type(), a.device_id());
       },
       nb::arg("array"));
+
+  nb::class_<PreparedCall>(m, "PreparedCall")
+      .def_prop_ro("spec", &PreparedCall::spec)
+      .def("run", &PreparedCall::run, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("o"), nb::arg("lse"),
+           nb::arg("stream"));
+  // A PreparedCall for the signature of `fields` (pointers other than q, k, v, o and
+  // LSE's taken as they are), or None when the library runs it as a split-KV decode
+  // or there is nothing to launch. Loads (compiles) the kernel.
+  m.def(
+      "prepare",
+      [](const std::vector<int64_t>& fields, std::optional<double> scale, double softcap) -> nb::object {
+        auto call = std::make_unique<PreparedCall>(fields, scale, softcap);
+        bool ok;
+        {
+          nb::gil_scoped_release release;
+          ok = call->plan_now();
+        }
+        if (!ok) return nb::none();
+        return nb::cast(call.release(), nb::rv_policy::take_ownership);
+      },
+      nb::arg("fields"), nb::arg("scale").none(), nb::arg("softcap"));
 
   m.def("attention", &run_attention, nb::arg("fields"), nb::arg("scale").none(), nb::arg("softcap"),
         nb::arg("stream"), nb::arg("num_splits"), nb::arg("workspace"), nb::arg("workspace_bytes"));

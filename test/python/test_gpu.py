@@ -840,6 +840,71 @@ def test_cuda_graph(kind):
         exp.check(o, lse, f"CUDA graph ({kind}) replay {trial}")
 
 
+def test_prepared_signatures():
+    """The second plain call of a signature takes the prepared path (_core._prepared): fresh inputs
+    and outputs each time, results against the reference; the library still checks every pointer
+    (a misaligned q of the same shape and strides is refused, the output untouched); the current
+    stream is the one read at each call; a signature the library runs as a decode is marked and
+    served by the general path."""
+    B, S, H, D = 2, 150, 4, 64
+    shape = (B, S, H, D)
+    n = math.prod(shape)
+    for with_out in (False, True):
+        for trial in range(3):
+            q, k, v = randn(*shape), randn(*shape), randn(*shape)
+            exp = Expected.of(q, k, v, causal="bottom_right")
+            if with_out:
+                out = Poisoned(shape, F16)
+                o, lse = flashgen.attention(q, k, v, causal="bottom_right", out=out.view, return_lse=True)
+                assert o is out.view
+            else:
+                poison_allocator(shape, F16)
+                o, lse = flashgen.attention(q, k, v, causal="bottom_right", return_lse=True)
+            torch.cuda.synchronize()
+            if with_out:
+                out.check_canaries()
+            exp.check(o, lse, f"prepared path (out given: {with_out}), call {trial}")
+    prepared = [p for p in flashgen._core._prepared.values() if p and tuple(p[1]) == shape]
+    assert prepared and "mask=causalbr" in prepared[0][0].spec and "lse=1" in prepared[0][0].spec
+
+    # A misaligned q (same shape and strides, data 2 bytes off): InvalidArgument, O untouched.
+    buf = randn(n + 8)
+    good = buf[8:].view(shape)
+    k, v = randn(*shape), randn(*shape)
+    out = Poisoned(shape, F16)
+    flashgen.attention(good, k, v, out=out.view)  # prepares (q, k, v, out) of these strides
+    torch.cuda.synchronize()
+    out.view.fill_(NAN)
+    with pytest.raises(flashgen.InvalidArgument, match=r"q\.data .* aligned"):
+        flashgen.attention(buf[1:n + 1].view(shape), k, v, out=out.view)
+    torch.cuda.synchronize()
+    assert torch.isnan(out.view).all(), "a refused call wrote its output"
+
+    # The current stream, read per call on the prepared path.
+    if hasattr(torch.cuda, "_sleep"):
+        q_new = randn(*shape)
+        q = good
+        exp = Expected.of(q_new, k, v)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            torch.cuda._sleep(100_000_000)
+            q.copy_(q_new)
+            flashgen.attention(q, k, v, out=out.view)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        out.check_canaries()
+        exp.check(out.view, None, "prepared path on a non-default current stream")
+
+    # A decode-shaped signature (one query row, many keys; the library may run it as a split-KV
+    # decode, then it is marked False and the general path serves it): right both times.
+    q1, kd, vd = randn(2, 1, 32, 128), randn(2, 4096, 8, 128), randn(2, 4096, 8, 128)
+    for trial in range(2):
+        exp = Expected.of(q1, kd, vd)
+        o = flashgen.attention(q1, kd, vd)
+        torch.cuda.synchronize()
+        exp.check(o, None, f"decode-shaped signature, call {trial}")
+
+
 @pytest.mark.parametrize("how", ["current stream", "stream="])
 def test_non_default_stream(how):
     """The call runs on torch's current stream (or the given one): queued behind a long sleep and the

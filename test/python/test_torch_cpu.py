@@ -841,3 +841,45 @@ def test_sdpa_kernel_outputs_match_the_ops_meta(monkeypatch, seed, is_causal, sc
                 assert mine.stride() == theirs.stride(), i
         else:
             assert mine == theirs, i
+
+
+# ---- prepared signatures (python/flashgen/_core.py) --------------------------------------
+
+
+def test_prepared_signature_keys():
+    """A signature key tells apart everything the prepared call fixed (shapes, strides, dtypes,
+    device, masks, modifiers, return_lse, out's layout) and is None for what the prepared path
+    does not serve (other array types, mixed devices, arguments of other types)."""
+    from flashgen import _core
+    q = torch.randn(2, 64, 4, 32, dtype=F16)
+    k, v, o = q.clone(), q.clone(), q.clone()
+    key = _core._dense_key(q, k, v, None, None, None, None, False, None)
+    assert key is not None and hash(key) == hash(_core._dense_key(q.clone(), k, v, None, None, None, None, False, None))
+    variants = [
+        _core._dense_key(q.transpose(1, 2).contiguous().transpose(1, 2), k, v, None, None, None, None, False, None),
+        _core._dense_key(q, k.to(BF16), v, None, None, None, None, False, None),
+        _core._dense_key(q[:, :32], k, v, None, None, None, None, False, None),
+        _core._dense_key(q, k, v, "top_left", None, None, None, False, None),
+        _core._dense_key(q, k, v, None, (16, 0), None, None, False, None),
+        _core._dense_key(q, k, v, None, None, 0.5, None, False, None),
+        _core._dense_key(q, k, v, None, None, None, 30.0, False, None),
+        _core._dense_key(q, k, v, None, None, None, None, True, None),
+        _core._dense_key(q, k, v, None, None, None, None, False, o),
+        _core._dense_key(q, k, v, None, None, None, None, False, o.transpose(1, 2).contiguous().transpose(1, 2)),
+    ]
+    assert all(x is not None for x in variants)
+    assert len({key, *variants}) == len(variants) + 1
+    for odd in (
+        dict(window=[16, 0]),  # a list
+        dict(scale=torch.tensor(0.5)),  # a tensor scalar
+        dict(softcap=object()),
+        dict(causal=["bottom_right"]),
+    ):
+        args = dict(causal=None, window=None, scale=None, softcap=None) | odd
+        assert _core._dense_key(q, k, v, args["causal"], args["window"], args["scale"], args["softcap"], False,
+                                None) is None, odd
+    assert _core._dense_key(q.numpy(), k, v, None, None, None, None, False, None) is None
+    assert _core._dense_key(q, k, v, None, None, None, None, False, o.numpy()) is None
+    with FakeTensorMode():  # a tensor subclass (FakeTensor): never prepared
+        fake = torch.empty(2, 64, 4, 32, dtype=F16, device=FAKE_DEVICE)
+    assert _core._dense_key(fake, k, v, None, None, None, None, False, None) is None
