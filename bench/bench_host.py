@@ -9,6 +9,8 @@ H8 D64 f16), with no synchronization in the timed loop, for
   flashgen.attention(..., stream=s)        the general path (every argument read and checked in Python,
                                            the flat field list, forward()'s plan per call): what a call
                                            with bias, sinks, ALiBi, stream= or a first signature costs
+  flashgen.bind(q, k, v, out=o) call      a call bound to its tensors (flashgen.bind): the contract of
+                                           a prebuilt ctypes struct, from the package
   flashgen prepared call, prebuilt ptrs    the prepared call of a seen signature alone
                                            (_flashgen.PreparedCall.run): nanobind + the library's checks
                                            and launch
@@ -64,6 +66,7 @@ ROWS = {  # key: (label, what it times)
     "attention_lse": "flashgen.attention(..., return_lse=True)",
     "decode": "flashgen.decode(q1, k, v)",
     "attention_general": "flashgen.attention(..., out=o, stream=s)",
+    "bound": "flashgen.bind(q, k, v, out=o) call",
     "native": "flashgen prepared call, prebuilt pointers",
     "ctypes": "ctypes flashgen_forward, struct per call",
     "ctypes_prebuilt": "ctypes flashgen_forward, prebuilt struct",
@@ -229,6 +232,7 @@ def main():
     add("attention_lse", lambda: (lambda: fg.attention(q, k, v, causal=causal, return_lse=True), 1, None))
     add("decode", lambda: (lambda: fg.decode(q1, k, v, causal=causal_decode), 1, None))
     stream_now = torch.cuda.current_stream()
+    add("bound", lambda: (fg.bind(q, k, v, causal=causal, out=o), 1, None))
     add("attention_general", lambda: (lambda: fg.attention(q, k, v, causal=causal, out=o, stream=stream_now), 1, None))
 
     def make_native():

@@ -39,6 +39,7 @@ except ImportError:
 
 from . import _flashgen
 from . import _core
+from ._core import BoundCall
 from ._aot import (CompiledKernel, KernelSpec, PregenResult, cli_path, compile, explain, generate, plan,
                    plan_decode, pregen, problem_text)
 from ._flashgen import (CacheIOError, CompileError, DriverError, Error, InvalidArgument, Unavailable,
@@ -49,7 +50,7 @@ GENERATOR_VERSION = _flashgen.GENERATOR_VERSION
 MAX_DECODE_SPLITS = _flashgen.MAX_DECODE_SPLITS
 
 __all__ = [
-    "attention", "attention_varlen", "attention_paged", "decode", "merge_states",
+    "attention", "attention_varlen", "attention_paged", "decode", "merge_states", "bind", "BoundCall",
     "plan", "plan_decode", "generate", "compile", "explain", "pregen", "problem_text", "cli_path",
     "gpu_available", "current_device", "KernelSpec", "CompiledKernel", "PregenResult",
     "Error", "InvalidArgument", "Unsupported", "CompileError", "DriverError", "Unavailable", "CacheIOError",
@@ -116,6 +117,26 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
     return _core.attention(q, k, v, layout="dense", causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                            window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
                            num_splits=num_splits, workspace=workspace, stream=stream)
+
+
+def bind(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, window=None, softcap=None, sinks=None,
+         alibi_slopes=None, out=None):
+    """One attention call with its tensors fixed, for loops that reuse their buffers: returns a
+    BoundCall; `call()` (or `call(stream=s)`) launches it and returns O, or (O, LSE).
+
+    The arguments are those of attention() (BSHD q, k, v, the same masks and modifiers, out=).
+    Everything is checked, planned and the kernel loaded (compiled on a first use) here, once;
+    nothing is launched. Each call() then only launches the kernel on the current stream (or
+    `stream`) with the bound tensors' pointers: new values written into q, k, v (bias, sinks, ALiBi
+    slopes) between calls are read, as with a CUDA graph. O (and LSE) are allocated here unless
+    `out` is given, and are the same tensors on every call (`call.out`, `call.lse`). The bound
+    call keeps references to its tensors; their shapes, strides and storage must not change
+    (no resize_ or set_ in place). The library still checks every pointer at each launch. No
+    autograd: tensors that require grad are refused. A problem the library runs as a split-KV
+    decode keeps working, through attention()'s general path with the same tensors.
+    """
+    return _core.bind(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse, window=window,
+                      softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out)
 
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, seqused_k=None,

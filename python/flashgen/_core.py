@@ -353,10 +353,11 @@ def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out):
 def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, return_lse=False, window=None,
               softcap=None, sinks=None, alibi_slopes=None, out=None, num_splits=None, workspace=None, stream=None,
               cu_seqlens_q=None, cu_seqlens_k=None, max_seqlen_q=None, max_seqlen_k=None, seqused_k=None,
-              page_table=None):
-    """The one eager implementation behind attention / attention_varlen / attention_paged / decode."""
+              page_table=None, _bind=False):
+    """The one eager implementation behind attention / attention_varlen / attention_paged / decode
+    (and, with _bind, flashgen.bind: everything checked and planned, nothing launched)."""
     memo_key = None
-    if (layout == "dense" and bias is None and sinks is None and alibi_slopes is None and num_splits is None
+    if (not _bind and layout == "dense" and bias is None and sinks is None and alibi_slopes is None and num_splits is None
             and workspace is None and stream is None and _prepare_ready()):
         r = dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out)  # (the custom ops' way in)
         if r is not None:
@@ -571,6 +572,11 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     _native_ints(f, PROBLEM_FIELDS, "the problem")
 
     with _DeviceGuard(qv):
+        if _bind:
+            kept = (q, k, v, out, lse, bias, sinks, alibi_slopes)
+            return BoundCall(_C.prepare(f, sc, cap), qv, kept, return_lse,
+                             dict(causal=causal, scale=scale, bias=bias, window=window, softcap=softcap, sinks=sinks,
+                                  alibi_slopes=alibi_slopes))
         if memo_key is not None:  # a plain dense signature seen for the first time: prepare it
             if len(_prepared) >= _MAX_PREPARED:
                 _prepared.clear()
@@ -597,6 +603,51 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if need:  # pragma: no cover - the plan does not change between the two calls
                 raise _C.Error(f"decode asked for {need} bytes of workspace twice")
     return (out, lse) if return_lse else out
+
+
+class BoundCall:
+    """flashgen.bind's result: one attention call with its tensors fixed (see flashgen.bind)."""
+
+    __slots__ = ("_call", "_qv", "_kept", "_ptrs", "_return_lse", "_kw", "out", "lse", "spec")
+
+    def __init__(self, call, qv: _View, kept, return_lse, kw):
+        q, k, v, out, lse = kept[:5]
+        self._call, self._qv, self._kept, self._return_lse, self._kw = call, qv, kept, bool(return_lse), kw
+        self.out, self.lse = out, lse
+        self._ptrs = (qv.ptr, _ptr(k), _ptr(v), _ptr(out), 0 if lse is None else _ptr(lse))
+        self.spec = call.spec if call is not None else None
+
+    def __call__(self, stream=None):
+        """Launches on the current stream of the tensors' library (or `stream`); returns out, or
+        (out, lse)."""
+        if self._call is None:  # a split-KV decode (or an empty problem): the general path, same tensors
+            q, k, v = self._kept[:3]
+            r = attention(q, k, v, layout="dense", return_lse=self._return_lse, out=self.out, stream=stream,
+                          **self._kw)
+            if self._return_lse:
+                self.lse = r[1]
+            return r
+        qv = self._qv
+        if stream is None and qv.is_torch and _raw_stream is not None and qv.device == _cuda_device():
+            self._call.run(*self._ptrs, _raw_stream(qv.device))
+        else:
+            with _DeviceGuard(qv):
+                self._call.run(*self._ptrs, _stream_handle(stream, qv))
+        return (self.out, self.lse) if self._return_lse else self.out
+
+    def __repr__(self):
+        return f"flashgen.BoundCall({self.spec or 'general path'})"
+
+
+def bind(q, k, v, **kw):
+    t = _torch()
+    for name, x in (("q", q), ("k", k), ("v", v), ("bias", kw.get("bias")), ("sinks", kw.get("sinks")),
+                    ("alibi_slopes", kw.get("alibi_slopes"))):
+        if t is not None and isinstance(x, t.Tensor) and x.requires_grad:
+            raise _C.InvalidArgument(f"{name} requires grad; a bound call is not recorded by autograd (call "
+                                     "flashgen.attention, or bind tensors that do not require grad)")
+    _prepare_ready()
+    return attention(q, k, v, layout="dense", _bind=True, **kw)
 
 
 # ---- merge -----------------------------------------------------------------------

@@ -625,6 +625,64 @@ def test_dense_call_fields(native):
                                  "head_dim_v=128,mask=causalbr,lse=1,softcap=20", arch=90)
 
 
+class _FakePrepared:
+    """Stands in for _flashgen.PreparedCall: records run()'s arguments."""
+
+    spec = "flashgen.fwd.v1:fake"
+
+    def __init__(self, fields, scale, softcap):
+        _C.check_problem(fields, scale, softcap)
+        self.fields, self.scale, self.softcap, self.runs = list(fields), scale, softcap, []
+
+    def run(self, q, k, v, o, lse, stream):
+        self.runs.append((q, k, v, o, lse, stream))
+
+
+def test_bind_checks_once_and_launches_the_bound_pointers(native, monkeypatch):
+    made = []
+    monkeypatch.setattr(_C, "prepare", lambda f, sc, cap: made.append(_FakePrepared(f, sc, cap)) or made[-1])
+    q, k, v = dense(Dv=128)
+    before = len(fc.allocations)
+    call = flashgen.bind(q, k, v, causal="bottom_right", return_lse=True, scale=0.5, softcap=20.0)
+    assert isinstance(call, flashgen.BoundCall) and not native.calls  # nothing launched at bind
+    assert len(made) == 1 and fc.allocations[before:] == [call.out, call.lse]
+    p = made[0]
+    assert (p.scale, p.softcap) == (0.5, 20.0) and _layout.MASKS[p.fields[F["mask"]]] == "causalbr"
+    for name, a in (("q", q), ("k", k), ("v", v), ("o", call.out)):
+        assert p.fields[F[name]] == a.ptr, name
+    out, lse = call()
+    assert (out, lse) == (call.out, call.lse)
+    assert call(stream=1234) == (call.out, call.lse)
+    assert p.runs == [(q.ptr, k.ptr, v.ptr, call.out.ptr, call.lse.ptr, 0),
+                      (q.ptr, k.ptr, v.ptr, call.out.ptr, call.lse.ptr, 1234)]
+    assert fc.allocations[before:] == [call.out, call.lse] and not native.calls  # no allocation per call
+    # out given, no LSE: the bound output is out itself
+    o = fc.array((2, 64, 8, 128), "float16")
+    call = flashgen.bind(q, k, v, out=o)
+    assert call() is o and made[-1].runs[-1] == (q.ptr, k.ptr, v.ptr, o.ptr, 0, 0)
+
+
+def test_bind_decode_signature_takes_the_general_path(native, monkeypatch):
+    monkeypatch.setattr(_C, "prepare", lambda f, sc, cap: None)  # (the library would run a split-KV decode)
+    q, k, v = dense(Sq=1, Sk=4096)
+    call = flashgen.bind(q, k, v, return_lse=True)
+    assert call.spec is None and not native.calls
+    out, lse = call()
+    assert out is call.out and lse is call.lse and len(native.calls) == 1
+    assert native.f[F["o"]] == call.out.ptr
+
+
+def test_bind_refuses_before_preparing(native, monkeypatch):
+    monkeypatch.setattr(_C, "prepare", lambda *a: pytest.fail("prepare() reached"))
+    q, k, v = dense()
+    with pytest.raises(flashgen.InvalidArgument, match="k has shape"):
+        flashgen.bind(q, fc.array((2, 128, 2, 32), "float16"), v)
+    with pytest.raises(flashgen.InvalidArgument, match="causal is 'yes'"):
+        flashgen.bind(q, k, v, causal="yes")
+    with pytest.raises(flashgen.InvalidArgument, match="softcap"):
+        flashgen.bind(q, k, v, softcap="big")
+
+
 def test_dense_call_modifiers(native):
     q, k, v = dense(dtype="bfloat16")
     B, Sq, Hq, D = q.shape

@@ -905,6 +905,35 @@ def test_prepared_signatures():
         exp.check(o, None, f"decode-shaped signature, call {trial}")
 
 
+@pytest.mark.parametrize("extras", ["plain", "bias+sinks"])
+def test_bind(extras):
+    """flashgen.bind: checked and planned once; each call() reads the values the bound tensors hold
+    then (new q, k, v, bias and sinks written in place between calls) into the same outputs."""
+    B, Sq, Sk, Hq, Hkv, D = 2, 120, 200, 8, 2, 64
+    q, k, v = randn(B, Sq, Hq, D, dtype=BF16), randn(B, Sk, Hkv, D, dtype=BF16), randn(B, Sk, Hkv, D, dtype=BF16)
+    kw = dict(causal="bottom_right")
+    if extras == "bias+sinks":
+        kw.update(bias=randn(B, 1, Sq, Sk, dtype=F32), sinks=torch.randn(Hq, device=DEV))
+    out = Poisoned((B, Sq, Hq, D), BF16)
+    call = flashgen.bind(q, k, v, out=out.view, return_lse=True, **kw)
+    assert call.spec is not None and "mask=causalbr" in call.spec
+    for trial in range(3):
+        q.copy_(randn(B, Sq, Hq, D, dtype=BF16))
+        k.copy_(randn(B, Sk, Hkv, D, dtype=BF16))
+        v.copy_(randn(B, Sk, Hkv, D, dtype=BF16))
+        if extras == "bias+sinks":
+            kw["bias"].copy_(randn(B, 1, Sq, Sk, dtype=F32))
+            kw["sinks"].copy_(torch.randn(Hq, device=DEV))
+        out.view.fill_(NAN)
+        call.lse.fill_(NAN)
+        exp = Expected.of(q, k, v, **kw)
+        o, lse = call()
+        torch.cuda.synchronize()
+        assert o is out.view
+        out.check_canaries()
+        exp.check(o, lse, f"bound call ({extras}), call {trial}")
+
+
 @pytest.mark.parametrize("how", ["current stream", "stream="])
 def test_non_default_stream(how):
     """The call runs on torch's current stream (or the given one): queued behind a long sleep and the

@@ -883,3 +883,9 @@ def test_prepared_signature_keys():
     with FakeTensorMode():  # a tensor subclass (FakeTensor): never prepared
         fake = torch.empty(2, 64, 4, 32, dtype=F16, device=FAKE_DEVICE)
     assert _core._dense_key(fake, k, v, None, None, None, None, False, None) is None
+
+
+def test_bind_refuses_tensors_that_require_grad():
+    q = torch.randn(1, 16, 2, 32, dtype=F16, requires_grad=True)
+    with pytest.raises(flashgen.InvalidArgument, match="q requires grad; a bound call is not recorded by autograd"):
+        flashgen.bind(q, q.detach(), q.detach())
