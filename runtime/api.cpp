@@ -47,10 +47,6 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 int64_t partial_batch(const AttentionProblem& p) { return p.varlen() ? 1 : p.batch; }
 int64_t partial_rows(const AttentionProblem& p) { return p.varlen() ? p.total_q : p.seqlen_q; }
 
-bool is_empty_problem(const AttentionProblem& p) {
-  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0);
-}
-
 // One mutex per key, so that concurrent requests for the same thing do the
 // work once while different keys proceed in parallel. Slots are never erased
 // (one per distinct kernel; small).
@@ -786,7 +782,7 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
         "launch: kernel.function is null; obtain the Kernel from flashgen::load_kernel()");
   rt::check_problem_matches_spec(problem, s);
   check_launch_limits(problem, s);
-  if (is_empty_problem(problem)) return;  // nothing to compute, nothing launched
+  if (problem.empty()) return;  // nothing to compute, nothing launched
   const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   FwdLaunch description(problem, s, num_m_blocks, num_m_blocks * problem.heads_q * problem.batch);
   rt::launch_family(kernel, description, stream);
@@ -795,7 +791,7 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
 void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
   if (s.tile.block_m <= 0)
     throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
-  if (is_empty_problem(problem)) return;
+  if (problem.empty()) return;
   // The kernels count query rows and keys in 32 bits (with a tile's worth of headroom).
   constexpr int64_t kMaxSeqlen = 2147483647 - 256;
   if (problem.seqlen_q > kMaxSeqlen || problem.seqlen_k > kMaxSeqlen)
@@ -1234,7 +1230,7 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   require_valid(c, profile);
 
   const int64_t tiles = key_tiles(problem, s.tile.block_n);
-  if (num_splits == 0 && is_empty_problem(problem)) num_splits = 1;  // nothing to split
+  if (num_splits == 0 && problem.empty()) num_splits = 1;  // nothing to split
   if (num_splits == 0) num_splits = choose_splits(split_blocks(problem, s), tiles, int64_t{sm_count} * split_blocks_per_sm(s, profile));
   dp.num_splits = num_splits;
   dp.tiles_per_split = split_tiles(problem, dp);
@@ -1303,7 +1299,7 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
                                         "needs (decode_workspace_bytes)",
                                         options.workspace_bytes, dp.workspace_bytes));
   }
-  if (is_empty_problem(problem)) return info;  // nothing to compute, nothing launched
+  if (problem.empty()) return info;  // nothing to compute, nothing launched
   const int64_t blocks = split_blocks(problem, dp.split);
   if (blocks > kMaxGridX / dp.num_splits)
     throw InvalidArgument(fmt::format(
@@ -1368,7 +1364,7 @@ bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) n
     if (gen::unit_traits(profile.matrix_unit.shape).warpgroup) return false;
     const auto& dts = profile.matrix_unit.operand_dtypes;
     if (std::find(dts.begin(), dts.end(), problem.dtype) == dts.end()) return false;
-    if (is_empty_problem(problem) || problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512)
+    if (problem.empty() || problem.heads_kv < 1 || problem.seqlen_q < 1 || problem.seqlen_k < 512)
       return false;  // (nothing to run, or few keys)
     if ((problem.mask == MaskKind::causal_top_left || problem.mask == MaskKind::window_top_left) &&
         problem.seqlen_q < 512)
@@ -1385,7 +1381,7 @@ bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) n
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {
   ForwardInfo info;
   check_problem(problem);
-  if (!is_empty_problem(problem)) {
+  if (!problem.empty()) {
     const DeviceInfo dev = current_device();
     if (decode_preferred(problem, dev.arch, dev.sm_count)) {
       const DecodeInfo d = decode(problem, stream);
@@ -1396,7 +1392,7 @@ ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {
     }
   }
   info.spec = plan(problem);  // checks the problem, then the device's profile
-  if (is_empty_problem(problem)) return info;
+  if (problem.empty()) return info;
   Kernel k = load_kernel(info.spec);
   launch(k, problem, stream);
   info.launched = true;

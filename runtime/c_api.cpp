@@ -412,7 +412,7 @@ flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* p
     AttentionProblem p = to_problem(problem, fn);
     check_problem(p);
     rt::check_problem_matches_spec(p, s);
-    if (p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0)) {
+    if (p.empty()) {
       require_valid(s, profile_for_arch(s.arch));
       return;  // empty problem: nothing to launch, no GPU needed
     }

@@ -179,6 +179,9 @@ struct AttentionProblem {
 
   bool varlen() const { return cu_seqlens_q != nullptr; }
   bool paged() const { return page_table != nullptr; }
+  /// Nothing to compute: batch, seqlen_q or heads_q is 0, or a packed batch has total_q 0.
+  /// forward()/launch()/decode() launch nothing for it (the outputs have no elements).
+  bool empty() const { return batch == 0 || seqlen_q == 0 || heads_q == 0 || (varlen() && total_q == 0); }
   float scale() const;  ///< softmax_scale or 1/sqrt(head_dim)
 };
 

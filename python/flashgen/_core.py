@@ -313,7 +313,9 @@ def _prepare_ready() -> bool:
 
 
 def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
-    """The signature of a plain dense call on torch tensors of one device, or None."""
+    """The signature of a plain dense call on CUDA torch tensors of one device, or None. Each
+    argument's type is part of the key beside its value (False == 0 == 0.0 in Python, and the
+    general path refuses some of them)."""
     T = torch.Tensor
     if type(q) is not T or type(k) is not T or type(v) is not T or (out is not None and type(out) is not T):
         return None
@@ -323,8 +325,12 @@ def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
     if (type(scale) not in _PLAIN or type(softcap) not in _PLAIN or type(causal) not in _PLAIN
             or window is not None and (type(window) is not tuple or any(type(w) not in _PLAIN for w in window))):
         return None  # (other types are left to the general path's checks, unprepared)
-    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, dev, causal,
-            window, scale, softcap, bool(return_lse), None if out is None else (out.shape, out.stride(), out.dtype))
+    # (get_device() is the index only: is_cuda tells CUDA from other devices; the general path
+    # refuses non-CUDA tensors, so such keys are never prepared)
+    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, dev,
+            q.is_cuda, k.is_cuda, v.is_cuda, out is None or out.is_cuda, type(causal), causal, None if window is None else tuple((type(w), w) for w in window),
+            type(scale), scale, type(softcap), softcap, bool(return_lse),
+            None if out is None else (out.shape, out.stride(), out.dtype))
 
 
 _PLAIN = (type(None), bool, int, float, str)
@@ -337,16 +343,20 @@ def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out):
         return None
     key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
     prepared = None if key is None else _prepared.get(key)
-    if not prepared:
-        return None
-    dev = key[9]  # (q's device index)
+    return _run_prepared(prepared, key[9], q, k, v, return_lse, out) if prepared else None
+
+
+def _run_prepared(prepared, dev, q, k, v, return_lse, out):
+    """Launches a prepared signature (dev: q's device index); None when it must take the general
+    path (another current device, or the library now runs it as a split-KV decode)."""
     if dev != _cuda_device():
         return None
     call, o_shape, lse_shape = prepared
     o = q.new_empty(o_shape) if out is None else out
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
-    call.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), 0 if lse is None else lse.data_ptr(),
-             _raw_stream(dev))
+    if not call.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), 0 if lse is None else lse.data_ptr(),
+                    _raw_stream(dev)):
+        return None
     return (o, lse) if return_lse else o
 
 
@@ -359,11 +369,13 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     memo_key = None
     if (not _bind and layout == "dense" and bias is None and sinks is None and alibi_slopes is None and num_splits is None
             and workspace is None and stream is None and _prepare_ready()):
-        r = dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out)  # (the custom ops' way in)
-        if r is not None:
-            return r
         memo_key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
-        if memo_key is not None and memo_key in _prepared:  # (False: a decode signature; None: not prepared)
+        prepared = None if memo_key is None else _prepared.get(memo_key)
+        if prepared:  # (the custom ops' way in: flashgen.attention tried it already)
+            r = _run_prepared(prepared, memo_key[9], q, k, v, return_lse, out)
+            if r is not None:
+                return r
+        if prepared is not None:  # (False: a decode signature; or it could not run here)
             memo_key = None
     qv = _View(q, "q")
     kv = _View(k, "k")
@@ -577,12 +589,14 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             return BoundCall(_C.prepare(f, sc, cap), qv, kept, return_lse,
                              dict(causal=causal, scale=scale, bias=bias, window=window, softcap=softcap, sinks=sinks,
                                   alibi_slopes=alibi_slopes))
-        if memo_key is not None:  # a plain dense signature seen for the first time: prepare it
+        s = _stream_handle(stream, qv)
+        if memo_key is not None:  # a plain dense signature seen for the first time: prepare it, run it
             if len(_prepared) >= _MAX_PREPARED:
                 _prepared.clear()
             call = _C.prepare(f, sc, cap)
             _prepared[memo_key] = (call, o_shape, lse_shape) if call is not None else False
-        s = _stream_handle(stream, qv)
+            if call is not None and call.run(f[_P["q"]], f[_P["k"]], f[_P["v"]], f[_P["o"]], f[_P["lse"]], s):
+                return (out, lse) if return_lse else out
         if workspace is not None:
             ws_ptr, ws_bytes = _ptr(workspace), _nbytes(workspace)
         else:
@@ -608,32 +622,51 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
 class BoundCall:
     """flashgen.bind's result: one attention call with its tensors fixed (see flashgen.bind)."""
 
-    __slots__ = ("_call", "_qv", "_kept", "_ptrs", "_return_lse", "_kw", "out", "lse", "spec")
+    __slots__ = ("_call", "_qv", "_kept", "_ptrs", "_moved", "_return_lse", "_kw", "out", "lse")
+
+    _NAMES = ("q", "k", "v", "out", "lse", "bias", "sinks", "alibi_slopes")
 
     def __init__(self, call, qv: _View, kept, return_lse, kw):
         q, k, v, out, lse = kept[:5]
         self._call, self._qv, self._kept, self._return_lse, self._kw = call, qv, kept, bool(return_lse), kw
         self.out, self.lse = out, lse
         self._ptrs = (qv.ptr, _ptr(k), _ptr(v), _ptr(out), 0 if lse is None else _ptr(lse))
-        self.spec = call.spec if call is not None else None
+        # torch tensors whose data must still be where it was bound (set_, resize_ or a freed
+        # storage would leave the kernel the old address)
+        self._moved = tuple((name, t, t.data_ptr()) for name, t in zip(self._NAMES, kept) if _is_torch(t))
+
+    @property
+    def spec(self):
+        """The kernel's spec text as last planned (None: the general path serves this call)."""
+        return self._call.spec if self._call is not None else None
 
     def __call__(self, stream=None):
         """Launches on the current stream of the tensors' library (or `stream`); returns out, or
         (out, lse)."""
-        if self._call is None:  # a split-KV decode (or an empty problem): the general path, same tensors
-            q, k, v = self._kept[:3]
-            r = attention(q, k, v, layout="dense", return_lse=self._return_lse, out=self.out, stream=stream,
-                          **self._kw)
-            if self._return_lse:
-                self.lse = r[1]
+        for name, t, ptr in self._moved:
+            if t.data_ptr() != ptr:
+                raise _C.InvalidArgument(f"{name}'s data moved since flashgen.bind (from {ptr:#x} to "
+                                         f"{t.data_ptr():#x}: set_, resize_ or a freed storage); bind again")
+        if self._call is not None:
+            qv = self._qv
+            if stream is None and qv.is_torch and _raw_stream is not None and qv.device == _cuda_device():
+                ran = self._call.run(*self._ptrs, _raw_stream(qv.device))
+            else:
+                with _DeviceGuard(qv):
+                    ran = self._call.run(*self._ptrs, _stream_handle(stream, qv))
+            if ran:
+                return (self.out, self.lse) if self._return_lse else self.out
+        # A split-KV decode (or an empty problem): the general path with the same tensors; its LSE
+        # is new each time and copied into the bound one.
+        q, k, v = self._kept[:3]
+        r = attention(q, k, v, layout="dense", return_lse=self._return_lse, out=self.out, stream=stream, **self._kw)
+        if not self._return_lse:
             return r
-        qv = self._qv
-        if stream is None and qv.is_torch and _raw_stream is not None and qv.device == _cuda_device():
-            self._call.run(*self._ptrs, _raw_stream(qv.device))
+        if _is_torch(self.lse):
+            self.lse.copy_(r[1])
         else:
-            with _DeviceGuard(qv):
-                self._call.run(*self._ptrs, _stream_handle(stream, qv))
-        return (self.out, self.lse) if self._return_lse else self.out
+            self.lse = r[1]
+        return self.out, self.lse
 
     def __repr__(self):
         return f"flashgen.BoundCall({self.spec or 'general path'})"
@@ -641,11 +674,20 @@ class BoundCall:
 
 def bind(q, k, v, **kw):
     t = _torch()
-    for name, x in (("q", q), ("k", k), ("v", v), ("bias", kw.get("bias")), ("sinks", kw.get("sinks")),
-                    ("alibi_slopes", kw.get("alibi_slopes"))):
-        if t is not None and isinstance(x, t.Tensor) and x.requires_grad:
-            raise _C.InvalidArgument(f"{name} requires grad; a bound call is not recorded by autograd (call "
-                                     "flashgen.attention, or bind tensors that do not require grad)")
+    if t is not None:
+        compiling = getattr(getattr(t, "compiler", None), "is_compiling", None)
+        if compiling is not None and compiling():
+            raise _C.InvalidArgument("flashgen.bind cannot be traced (torch.compile / export): call "
+                                     "flashgen.attention inside the compiled region")
+        for name, x in (("q", q), ("k", k), ("v", v), ("out", kw.get("out")), ("bias", kw.get("bias")),
+                        ("sinks", kw.get("sinks")), ("alibi_slopes", kw.get("alibi_slopes"))):
+            if isinstance(x, t.Tensor):
+                if type(x) is not t.Tensor:
+                    raise _C.InvalidArgument(f"{name} is a {type(x).__qualname__} (a torch.Tensor subclass); "
+                                             "flashgen.bind takes plain tensors (call flashgen.attention)")
+                if x.requires_grad:
+                    raise _C.InvalidArgument(f"{name} requires grad; a bound call is not recorded by autograd "
+                                             "(call flashgen.attention, or bind tensors that do not require grad)")
     _prepare_ready()
     return attention(q, k, v, layout="dense", _bind=True, **kw)
 

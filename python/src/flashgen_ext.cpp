@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "flashgen/flashgen.hpp"
+#include "runtime/driver.hpp"  // rt::ensure_context
 #include "tools/flashgen_cli.hpp"
 
 namespace nb = nanobind;
@@ -151,9 +152,6 @@ MergeProblem to_merge(const std::vector<int64_t>& f) {
 
 CUstream stream_of(uintptr_t s) { return reinterpret_cast<CUstream>(s); }
 
-bool empty_problem(const AttentionProblem& p) {
-  return p.batch == 0 || p.seqlen_q == 0 || p.heads_q == 0 || (p.varlen() && p.total_q == 0);
-}
 
 // One attention call on the current device. num_splits: -1 lets the library
 // choose between the forward kernel and the split-KV decode (forward()'s
@@ -171,7 +169,7 @@ int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> 
                           std::to_string(kMaxDecodeSplits) + "]");
   nb::gil_scoped_release release;  // a first call compiles (NVRTC, seconds); other threads go on
   check_problem(p);
-  if (empty_problem(p)) return 0;
+  if (p.empty()) return 0;
   const DeviceInfo dev = current_device();
   const bool as_decode = num_splits >= 0 || decode_preferred(p, dev.arch, dev.sm_count);
   if (!as_decode) {
@@ -195,7 +193,7 @@ int64_t run_attention(const std::vector<int64_t>& fields, std::optional<double> 
 // problem (alignment, nulls, overlaps: the library's check_problem) and
 // launches the forward kernel planned for the signature. The plan (with the
 // tune files' tile, and the forward-vs-decode choice) is remade when the
-// current device changes and at most every kReplanSeconds otherwise, so a
+// current context changes and at most every kReplanSeconds otherwise, so a
 // changed tune file applies to prepared signatures within that time; the
 // kernel stays loaded (load_kernel's module cache). Decode signatures are not
 // prepared: prepare() answers None for them and the general path runs.
@@ -212,17 +210,20 @@ class PreparedCall {
   // signature as a split-KV decode (or there is nothing to run).
   bool plan_now() {
     const DeviceInfo dev = current_device();
-    if (empty_problem(base_) || decode_preferred(base_, dev.arch, dev.sm_count)) return false;
+    if (base_.empty() || decode_preferred(base_, dev.arch, dev.sm_count)) return false;
     Kernel k = load_kernel(plan(base_));
     std::lock_guard<std::mutex> lock(mu_);
     kernel_ = k;
-    ordinal_ = dev.ordinal;
     planned_at_ = std::chrono::steady_clock::now();
     return true;
   }
 
   // q, k, v, o, lse: device addresses (lse 0 exactly when the signature has no LSE).
-  void run(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t stream) {
+  // Launches and returns true; false when the library would now run the signature as
+  // a split-KV decode (a replan on another device), and nothing was launched: the
+  // caller takes the general path (its decode workspace comes from the caller's
+  // allocator, never the library's, so CUDA-graph capture stays legal).
+  bool run(uintptr_t q, uintptr_t k, uintptr_t v, uintptr_t o, uintptr_t lse, uintptr_t stream) {
     AttentionProblem p = base_;
     p.q.data = reinterpret_cast<const void*>(q);
     p.k.data = reinterpret_cast<const void*>(k);
@@ -241,15 +242,14 @@ class PreparedCall {
       kern = kernel_;
       fresh = std::chrono::duration<double>(std::chrono::steady_clock::now() - planned_at_).count() < kReplanSeconds;
     }
-    if (!fresh || kern.function == nullptr || current_device().ordinal != ordinal_) {
-      if (!plan_now()) {  // (the device changed and now prefers the decode)
-        forward(p, stream_of(stream));
-        return;
-      }
+    // (a kernel is loaded into one context: another current context, e.g. another device, replans)
+    if (!fresh || kern.function == nullptr || rt::ensure_context() != kern.context) {
+      if (!plan_now()) return false;
       std::lock_guard<std::mutex> lock(mu_);
       kern = kernel_;
     }
     launch(kern, p, stream_of(stream));  // (checks the problem and that it matches the kernel)
+    return true;
   }
 
   std::string spec() {
@@ -260,8 +260,7 @@ class PreparedCall {
  private:
   AttentionProblem base_;
   std::mutex mu_;
-  Kernel kernel_;
-  int ordinal_ = -1;
+  Kernel kernel_;  // (its context: the one it was loaded into)
   std::chrono::steady_clock::time_point planned_at_{};
 };
 

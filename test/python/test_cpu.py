@@ -633,9 +633,11 @@ class _FakePrepared:
     def __init__(self, fields, scale, softcap):
         _C.check_problem(fields, scale, softcap)
         self.fields, self.scale, self.softcap, self.runs = list(fields), scale, softcap, []
+        self.launches = True  # False: as after a replan that chose the split-KV decode
 
     def run(self, q, k, v, o, lse, stream):
         self.runs.append((q, k, v, o, lse, stream))
+        return self.launches
 
 
 def test_bind_checks_once_and_launches_the_bound_pointers(native, monkeypatch):
@@ -659,7 +661,10 @@ def test_bind_checks_once_and_launches_the_bound_pointers(native, monkeypatch):
     # out given, no LSE: the bound output is out itself
     o = fc.array((2, 64, 8, 128), "float16")
     call = flashgen.bind(q, k, v, out=o)
-    assert call() is o and made[-1].runs[-1] == (q.ptr, k.ptr, v.ptr, o.ptr, 0, 0)
+    assert call() is o and made[-1].runs[-1] == (q.ptr, k.ptr, v.ptr, o.ptr, 0, 0) and not native.calls
+    # a prepared call that no longer launches (a replan chose the decode): the general path, same tensors
+    made[-1].launches = False
+    assert call() is o and len(native.calls) == 1 and native.f[F["o"]] == o.ptr and native.f[F["q"]] == q.ptr
 
 
 def test_bind_decode_signature_takes_the_general_path(native, monkeypatch):

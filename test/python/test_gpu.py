@@ -932,6 +932,9 @@ def test_bind(extras):
         assert o is out.view
         out.check_canaries()
         exp.check(o, lse, f"bound call ({extras}), call {trial}")
+    k.set_(torch.empty_like(k))  # the data moved: refused, nothing launched on the old address
+    with pytest.raises(flashgen.InvalidArgument, match="k's data moved since flashgen.bind"):
+        call()
 
 
 @pytest.mark.parametrize("how", ["current stream", "stream="])

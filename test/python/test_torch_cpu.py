@@ -878,6 +878,13 @@ def test_prepared_signature_keys():
         args = dict(causal=None, window=None, scale=None, softcap=None) | odd
         assert _core._dense_key(q, k, v, args["causal"], args["window"], args["scale"], args["softcap"], False,
                                 None) is None, odd
+    # values equal in Python but of other types (the general path refuses some): other keys
+    for a, b in ((dict(causal=False), dict(causal=0)), (dict(scale=1.0), dict(scale=True)),
+                 (dict(scale=0.0), dict(scale=False)), (dict(softcap=1.0), dict(softcap=True)),
+                 (dict(window=(16, 0)), dict(window=(16.0, 0))), (dict(window=(1, 0)), dict(window=(True, 0)))):
+        ka, kb = (_core._dense_key(q, k, v, x.get("causal"), x.get("window"), x.get("scale"), x.get("softcap"),
+                                   False, None) for x in (a, b))
+        assert ka is not None and kb is not None and ka != kb, (a, b)
     assert _core._dense_key(q.numpy(), k, v, None, None, None, None, False, None) is None
     assert _core._dense_key(q, k, v, None, None, None, None, False, o.numpy()) is None
     with FakeTensorMode():  # a tensor subclass (FakeTensor): never prepared
@@ -889,3 +896,31 @@ def test_bind_refuses_tensors_that_require_grad():
     q = torch.randn(1, 16, 2, 32, dtype=F16, requires_grad=True)
     with pytest.raises(flashgen.InvalidArgument, match="q requires grad; a bound call is not recorded by autograd"):
         flashgen.bind(q, q.detach(), q.detach())
+
+
+def test_bound_call_refuses_moved_data():
+    """A bound tensor whose data moved (set_, resize_ of its storage) is refused before any launch:
+    the kernel would get the old address."""
+    from flashgen import _core
+
+    class Never:
+        spec = "fake"
+
+        def run(self, *a):
+            pytest.fail("launched with a moved tensor")
+
+    class QView:
+        is_torch, device = True, 0
+
+    q = torch.randn(1, 16, 2, 32, dtype=F16)
+    k, v, o = q.clone(), q.clone(), q.clone()
+    qv = QView()
+    qv.ptr = q.data_ptr()
+    call = _core.BoundCall(Never(), qv, (q, k, v, o, None, None, None, None), False, {})
+    k.set_(torch.empty_like(k))
+    with pytest.raises(flashgen.InvalidArgument, match="k's data moved since flashgen.bind"):
+        call()
+    call = _core.BoundCall(Never(), qv, (q, q.clone(), v, o, None, None, None, None), False, {})
+    o.untyped_storage().resize_(0)
+    with pytest.raises(flashgen.InvalidArgument, match="out's data moved since flashgen.bind"):
+        call()
