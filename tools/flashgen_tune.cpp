@@ -462,7 +462,7 @@ int run_tune(const TuneOptions& o) {
     check_problem(ap);
     const ProblemClass cls = problem_class(ap);
     std::printf("\n== %s\n   class %s\n", p.str().c_str(), cls.str().c_str());
-    if (p.seqlen_q == 0 || p.batch == 0 || p.heads_q == 0 || (p.varlen() && p.total_q() == 0)) {
+    if (ap.empty()) {
       std::printf("   empty problem: nothing to tune\n");
       continue;
     }
