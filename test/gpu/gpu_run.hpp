@@ -46,6 +46,43 @@ inline void run_group(const char* title, const std::vector<Case>& cases) {
   std::fflush(stdout);
 }
 
+/// A case of a layout test file (test_paged.cpp, test_varlen.cpp) run on one unit:
+/// its result and the line printed for it.
+struct UnitOutcome {
+  CaseResult res;
+  std::string line;
+};
+
+/// Runs every case on every unit (the units' kernels first: precompile(cases, unit)
+/// inside the unit's scope), one line per run, one doctest check per run; `what(c, u)`
+/// names a run in the check's message.
+template <class C, class Precompile, class RunOne, class What>
+void run_on_units(const char* title, const std::vector<C>& cases, Precompile precompile, RunOne run_one, What what) {
+  std::printf("== %s: %zu cases x each unit\n", title, cases.size());
+  std::fflush(stdout);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const Unit& u : units()) {
+    UnitScope scope(u);
+    precompile(cases, u);
+  }
+  int failed = 0, runs = 0;
+  double ref_seconds = 0.0;
+  for (const C& c : cases)
+    for (const Unit& u : units()) {
+      const UnitOutcome o = run_one(c, u);
+      std::printf("  %s\n", o.line.c_str());
+      for (const std::string& e : o.res.errors) std::printf("      %s\n", e.c_str());
+      std::fflush(stdout);
+      ++runs;
+      failed += o.res.ok ? 0 : 1;
+      ref_seconds += o.res.ref_seconds;
+      CHECK_MESSAGE(o.res.ok, what(c, u) << " on " << u.name << " (seed " << o.res.seed << "): " << join(o.res.errors));
+    }
+  std::printf("== %s: %d runs, %d failed, %.1f s (reference %.1f s)\n", title, runs, failed,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), ref_seconds);
+  std::fflush(stdout);
+}
+
 inline Case base(const char* group) {
   Case c;
   c.group = group;

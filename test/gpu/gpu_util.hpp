@@ -1048,11 +1048,21 @@ template <class T>
 inline void check_unchanged(const char* name, const std::vector<T>& host, const DeviceBuffer& dev, CaseResult& res) {
   if (host.empty()) return;
   const std::vector<T> back = dev.template download<T>();
-  if (std::memcmp(back.data(), host.data(), host.size() * sizeof(T)) != 0) {
+  if (back.size() != host.size()) {
+    res.fail(fmt::format("input buffer {} came back with {} elements, not {}", name, back.size(), host.size()));
+  } else if (std::memcmp(back.data(), host.data(), host.size() * sizeof(T)) != 0) {
     size_t first = 0;
     while (first < host.size() && std::memcmp(&back[first], &host[first], sizeof(T)) == 0) ++first;
     res.fail(fmt::format("input buffer {} was modified (first at element {})", name, first));
   }
+}
+
+/// A device copy of `host`.
+template <class T>
+DeviceBuffer uploaded(const std::vector<T>& host) {
+  DeviceBuffer d(host.size() * sizeof(T));
+  d.upload(host);
+  return d;
 }
 
 inline std::string summary_line(const Case& c, const CaseResult& r, const std::string& kernel) {

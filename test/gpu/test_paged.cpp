@@ -352,28 +352,8 @@ void precompile_paged(const std::vector<PCase>& cases, const Unit& u) {
 // One (case, unit): run and check
 // ---------------------------------------------------------------------------
 
-template <class T>
-DeviceBuffer upload(const std::vector<T>& host) {
-  DeviceBuffer d(host.size() * sizeof(T));
-  d.upload(host);
-  return d;
-}
-
-template <class T>
-void check_unchanged_p(const char* name, const std::vector<T>& host, const DeviceBuffer& dev, CaseResult& res) {
-  if (host.empty()) return;
-  const std::vector<T> back = dev.template download<T>();
-  if (back.size() != host.size() || std::memcmp(back.data(), host.data(), host.size() * sizeof(T)) != 0)
-    res.fail(fmt::format("input {} was modified", name));
-}
-
-struct Outcome {
-  CaseResult res;
-  std::string line;
-};
-
-Outcome run_one(const PCase& c, const Unit& u) {
-  Outcome out;
+UnitOutcome run_one(const PCase& c, const Unit& u) {
+  UnitOutcome out;
   CaseResult& res = out.res;
   const DType dt = unit_dtype(c, u);
   std::string desc = c.str(dt), kernel = "-", layout;
@@ -396,8 +376,8 @@ Outcome run_one(const PCase& c, const Unit& u) {
     if (!pl.spec.paged) res.fail("the planned kernel is not a paged kernel (spec.paged false)");
 
     rt::ensure_context();
-    DeviceBuffer dq = upload(h.q), dk = upload(h.k), dv = upload(h.v), dtable = upload(h.table), dused = upload(h.used),
-                 dcu_q = upload(h.cu_q);
+    DeviceBuffer dq = uploaded(h.q), dk = uploaded(h.k), dv = uploaded(h.v), dtable = uploaded(h.table),
+                 dused = uploaded(h.used), dcu_q = uploaded(h.cu_q);
     DeviceBuffer dout(static_cast<size_t>(L.o_elems) * 2), dlse(static_cast<size_t>(L.lse_elems) * 4);
     rt::check(drv().cuMemsetD16(dout.get(), kPoison16, dout.bytes() / 2), "cuMemsetD16 (O poison)");
     rt::check(drv().cuMemsetD32(dlse.get(), kPoison32, dlse.bytes() / 4), "cuMemsetD32 (LSE poison)");
@@ -547,12 +527,12 @@ Outcome run_one(const PCase& c, const Unit& u) {
       res.fail(fmt::format("{} LSE elements written outside the sequences' rows, first element {} (view starts at {})",
                            l_outside, first_l_outside, kLseGuard));
 
-    check_unchanged_p("Q", h.q, dq, res);
-    check_unchanged_p("K", h.k, dk, res);
-    check_unchanged_p("V", h.v, dv, res);
-    check_unchanged_p("page_table", h.table, dtable, res);
-    check_unchanged_p("seqused_k", h.used, dused, res);
-    check_unchanged_p("cu_seqlens_q", h.cu_q, dcu_q, res);
+    check_unchanged("Q", h.q, dq, res);
+    check_unchanged("K", h.k, dk, res);
+    check_unchanged("V", h.v, dv, res);
+    check_unchanged("page_table", h.table, dtable, res);
+    check_unchanged("seqused_k", h.used, dused, res);
+    check_unchanged("cu_seqlens_q", h.cu_q, dcu_q, res);
     if (res.rows_checked == 0) res.fail("no row checked");
   } catch (const std::exception& e) {
     res.fail(std::string("exception: ") + e.what());
@@ -564,30 +544,8 @@ Outcome run_one(const PCase& c, const Unit& u) {
 }
 
 void run_paged_group(const char* title, const std::vector<PCase>& cases) {
-  std::printf("== %s: %zu cases x each unit\n", title, cases.size());
-  std::fflush(stdout);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (const Unit& u : units()) {
-    UnitScope scope(u);
-    precompile_paged(cases, u);
-  }
-  int failed = 0, runs = 0;
-  double ref_seconds = 0.0;
-  for (const PCase& c : cases)
-    for (const Unit& u : units()) {
-      const Outcome o = run_one(c, u);
-      std::printf("  %s\n", o.line.c_str());
-      for (const std::string& e : o.res.errors) std::printf("      %s\n", e.c_str());
-      std::fflush(stdout);
-      ++runs;
-      failed += o.res.ok ? 0 : 1;
-      ref_seconds += o.res.ref_seconds;
-      CHECK_MESSAGE(o.res.ok, c.str(unit_dtype(c, u)) << " on " << u.name << " (seed " << o.res.seed
-                                                      << "): " << join(o.res.errors));
-    }
-  std::printf("== %s: %d runs, %d failed, %.1f s (reference %.1f s)\n", title, runs, failed,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), ref_seconds);
-  std::fflush(stdout);
+  run_on_units(title, cases, precompile_paged, run_one,
+               [](const PCase& c, const Unit& u) { return c.str(unit_dtype(c, u)); });
 }
 
 PCase pc(const char* group, DType dt, int64_t d, int64_t hq, int64_t hkv, MaskKind m, int64_t ps) {

@@ -465,24 +465,6 @@ void precompile_varlen(const std::vector<VCase>& cases, const Unit& u) {
 // One (case, unit): run and check
 // ---------------------------------------------------------------------------
 
-template <class T>
-void check_unchanged_v(const char* name, const std::vector<T>& host, const DeviceBuffer& dev, CaseResult& res) {
-  if (host.empty()) return;
-  const std::vector<T> back = dev.template download<T>();
-  if (back.size() != host.size() || std::memcmp(back.data(), host.data(), host.size() * sizeof(T)) != 0) {
-    size_t first = 0;
-    while (first < host.size() && std::memcmp(&back[first], &host[first], sizeof(T)) == 0) ++first;
-    res.fail(fmt::format("input {} was modified (first at element {})", name, first));
-  }
-}
-
-template <class T>
-DeviceBuffer upload(const std::vector<T>& host) {
-  DeviceBuffer d(host.size() * sizeof(T));
-  d.upload(host);
-  return d;
-}
-
 /// Where element e of the O buffer lies (for messages).
 std::string o_where(const VHost& h, int64_t e) {
   const int64_t n = h.g.o_elems;
@@ -500,13 +482,8 @@ std::string o_where(const VHost& h, int64_t e) {
   return fmt::format("packed row {} head {} d {}", row, hh, d);
 }
 
-struct Outcome {
-  CaseResult res;
-  std::string line;
-};
-
-Outcome run_one(const VCase& c, const Unit& u) {
-  Outcome out;
+UnitOutcome run_one(const VCase& c, const Unit& u) {
+  UnitOutcome out;
   CaseResult& res = out.res;
   const DType dt = unit_dtype(c, u);
   std::string desc = c.str(dt), kernel = "-", packing;
@@ -544,8 +521,9 @@ Outcome run_one(const VCase& c, const Unit& u) {
     if (std::none_of(pk.q_len.begin(), pk.q_len.end(), [](int32_t x) { return x > 0; })) res.fail("test bug: no rows");
 
     rt::ensure_context();
-    DeviceBuffer dq = upload(h.q), dk = upload(h.k), dv = upload(h.v), dbias = upload(h.bias), dsinks = upload(h.sinks),
-                 dalibi = upload(h.alibi), dcu_q = upload(h.cu_q), dcu_k = upload(h.cu_k), dused = upload(h.used);
+    DeviceBuffer dq = uploaded(h.q), dk = uploaded(h.k), dv = uploaded(h.v), dbias = uploaded(h.bias),
+                 dsinks = uploaded(h.sinks), dalibi = uploaded(h.alibi), dcu_q = uploaded(h.cu_q),
+                 dcu_k = uploaded(h.cu_k), dused = uploaded(h.used);
     DeviceBuffer dout(static_cast<size_t>(h.g.o_elems) * 2), dlse(static_cast<size_t>(h.g.lse_elems) * 4);
     rt::check(drv().cuMemsetD16(dout.get(), kPoison16, dout.bytes() / 2), "cuMemsetD16 (O poison)");
     if (dlse.bytes() > 0) rt::check(drv().cuMemsetD32(dlse.get(), kPoison32, dlse.bytes() / 4), "cuMemsetD32 (LSE poison)");
@@ -712,15 +690,15 @@ Outcome run_one(const VCase& c, const Unit& u) {
     }
     if (l_outside > 0) res.fail(fmt::format("{} LSE elements written outside the sequences' rows, first {}", l_outside, first_l_outside));
 
-    check_unchanged_v("Q", h.q, dq, res);
-    check_unchanged_v("K", h.k, dk, res);
-    check_unchanged_v("V", h.v, dv, res);
-    check_unchanged_v("bias", h.bias, dbias, res);
-    check_unchanged_v("sinks", h.sinks, dsinks, res);
-    check_unchanged_v("alibi", h.alibi, dalibi, res);
-    check_unchanged_v("cu_seqlens_q", h.cu_q, dcu_q, res);
-    check_unchanged_v("cu_seqlens_k", h.cu_k, dcu_k, res);
-    check_unchanged_v("seqused_k", h.used, dused, res);
+    check_unchanged("Q", h.q, dq, res);
+    check_unchanged("K", h.k, dk, res);
+    check_unchanged("V", h.v, dv, res);
+    check_unchanged("bias", h.bias, dbias, res);
+    check_unchanged("sinks", h.sinks, dsinks, res);
+    check_unchanged("alibi", h.alibi, dalibi, res);
+    check_unchanged("cu_seqlens_q", h.cu_q, dcu_q, res);
+    check_unchanged("cu_seqlens_k", h.cu_k, dcu_k, res);
+    check_unchanged("seqused_k", h.used, dused, res);
     // Not vacuous: rows were checked, among them rows that see no key.
     if (res.rows_checked == 0) res.fail("no row checked");
     if (res.rows_no_key == 0) res.fail("test bug: no row without keys (the case has a sequence without keys)");
@@ -734,30 +712,8 @@ Outcome run_one(const VCase& c, const Unit& u) {
 }
 
 void run_varlen_group(const char* title, const std::vector<VCase>& cases) {
-  std::printf("== %s: %zu cases x each unit\n", title, cases.size());
-  std::fflush(stdout);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (const Unit& u : units()) {
-    UnitScope scope(u);
-    precompile_varlen(cases, u);
-  }
-  int failed = 0, runs = 0;
-  double ref_seconds = 0.0;
-  for (const VCase& c : cases)
-    for (const Unit& u : units()) {
-      const Outcome o = run_one(c, u);
-      std::printf("  %s\n", o.line.c_str());
-      for (const std::string& e : o.res.errors) std::printf("      %s\n", e.c_str());
-      std::fflush(stdout);
-      ++runs;
-      failed += o.res.ok ? 0 : 1;
-      ref_seconds += o.res.ref_seconds;
-      CHECK_MESSAGE(o.res.ok, c.str(unit_dtype(c, u)) << " on " << u.name << " (seed " << o.res.seed
-                                                      << "): " << join(o.res.errors));
-    }
-  std::printf("== %s: %d runs, %d failed, %.1f s (reference %.1f s)\n", title, runs, failed,
-              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), ref_seconds);
-  std::fflush(stdout);
+  run_on_units(title, cases, precompile_varlen, run_one,
+               [](const VCase& c, const Unit& u) { return c.str(unit_dtype(c, u)); });
 }
 
 VCase vc(const char* group, DType dt, int64_t d, int64_t hq, int64_t hkv, MaskKind m) {
