@@ -109,8 +109,7 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
         return _ops.attention(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                               window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
                               num_splits=num_splits, workspace=workspace, stream=stream)
-    if (bias is None and sinks is None and alibi_slopes is None and num_splits is None and workspace is None
-            and stream is None):  # a signature seen before: its prepared call (_core._prepared)
+    if _core.plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream):  # a signature seen before?
         r = _core.dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out)
         if r is not None:
             return r

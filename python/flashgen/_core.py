@@ -295,7 +295,7 @@ def mask_code(causal, window) -> tuple:
 # (and out), the mask, window, scale, softcap and return_lse. A prepared call only
 # reads the four or five data pointers, allocates the outputs and launches
 # (_flashgen.PreparedCall: the library still checks every pointer; the plan is
-# remade at most every second and when the device changes). False marks a
+# remade at most every second and when the current CUDA context changes). False marks a
 # signature the library runs as a split-KV decode (the general path serves it).
 _prepared: dict = {}
 _MAX_PREPARED = 1024
@@ -328,7 +328,8 @@ def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
     # (get_device() is the index only: is_cuda tells CUDA from other devices; the general path
     # refuses non-CUDA tensors, so such keys are never prepared)
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, dev,
-            q.is_cuda, k.is_cuda, v.is_cuda, out is None or out.is_cuda, type(causal), causal, None if window is None else tuple((type(w), w) for w in window),
+            q.is_cuda, k.is_cuda, v.is_cuda, out is None or out.is_cuda, type(causal), causal,
+            None if window is None else tuple((type(w), w) for w in window),
             type(scale), scale, type(softcap), softcap, bool(return_lse),
             None if out is None else (out.shape, out.stride(), out.dtype))
 
@@ -336,9 +337,15 @@ def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
 _PLAIN = (type(None), bool, int, float, str)
 
 
+def plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream) -> bool:
+    """Whether a dense call may be prepared: none of the arguments a signature does not fix."""
+    return (bias is None and sinks is None and alibi_slopes is None and num_splits is None and workspace is None
+            and stream is None)
+
+
 def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out):
-    """A plain dense call (no bias, sinks, ALiBi, num_splits, workspace or stream) of a prepared
-    signature on the current device: O, or (O, LSE); None when the general path must run it."""
+    """A plain dense call (plain_call) of a prepared signature on the current device: O, or
+    (O, LSE); None when the general path must run it."""
     if _raw_stream is None:
         return None
     key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
@@ -367,8 +374,8 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     """The one eager implementation behind attention / attention_varlen / attention_paged / decode
     (and, with _bind, flashgen.bind: everything checked and planned, nothing launched)."""
     memo_key = None
-    if (not _bind and layout == "dense" and bias is None and sinks is None and alibi_slopes is None and num_splits is None
-            and workspace is None and stream is None and _prepare_ready()):
+    if (not _bind and layout == "dense" and plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream)
+            and _prepare_ready()):
         memo_key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
         prepared = None if memo_key is None else _prepared.get(memo_key)
         if prepared:  # (the custom ops' way in: flashgen.attention tried it already)
@@ -472,7 +479,8 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if table.stride[1] != 1 and table.shape[1] > 1:
                 raise _C.InvalidArgument(f"page_table has strides {list(table.stride)}; its rows must be "
                                          "contiguous (stride 1 along the pages)")
-            Sk = _int_arg(max_seqlen_k, "max_seqlen_k", 0, _MAX_ROWS, "the host's bound of the keys") if max_seqlen_k is not None else table.shape[1] * page
+            Sk = (table.shape[1] * page if max_seqlen_k is None else
+                  _int_arg(max_seqlen_k, "max_seqlen_k", 0, _MAX_ROWS, "the host's bound of the keys"))
             tk = 0
         if seqused_k is not None:
             used = _View(seqused_k, "seqused_k")
@@ -573,7 +581,8 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     if num_splits is None:
         splits = -1
     elif isinstance(num_splits, bool) or not isinstance(num_splits, int):
-        raise _C.InvalidArgument(f"num_splits is {num_splits!r}; allowed: None, 0 (chosen) or 1..{_C.MAX_DECODE_SPLITS}")
+        raise _C.InvalidArgument(f"num_splits is {num_splits!r}; allowed: None, 0 (chosen) or "
+                                 f"1..{_C.MAX_DECODE_SPLITS}")
     else:
         splits = num_splits
         if not 0 <= splits <= _C.MAX_DECODE_SPLITS:

@@ -152,7 +152,6 @@ MergeProblem to_merge(const std::vector<int64_t>& f) {
 
 CUstream stream_of(uintptr_t s) { return reinterpret_cast<CUstream>(s); }
 
-
 // One attention call on the current device. num_splits: -1 lets the library
 // choose between the forward kernel and the split-KV decode (forward()'s
 // rule, decode_preferred); 0 runs the decode with splits chosen from the SM
