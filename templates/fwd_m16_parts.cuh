@@ -54,12 +54,22 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       g += gstep;
     }
   } else if constexpr (ASYNC_COPY) {
+    // PG: every pass's page number is read before the first copy is issued. The copies
+    // are asm volatile with a memory clobber, so a table read between two of them would
+    // wait out its latency alone, once per pass.
+    int page[PASSES];
+#pragma unroll
+    for (int it = 0; it < PASSES; ++it) {
+      const int row = row0 + it * RSTEP;
+      page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? fg_page_of(pr, row) : 0;
+    }
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
       const int row = row0 + it * RSTEP;
       if (UNITS % THREADS == 0 || row < ROWS) {
         const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row), ok ? (PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
+        fg_cp_async16(smem_at(it, row),
+                      ok ? (PG ? fg_page_at(pr, src, row, page[it]) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
                       ok ? 16 : 0);
       }
     }

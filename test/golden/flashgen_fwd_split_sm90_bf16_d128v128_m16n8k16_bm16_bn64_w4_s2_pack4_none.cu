@@ -387,9 +387,13 @@ struct FgPageRows {
   int key, shift;
   i64 stride_page, stride_seq;
 };
+// Row r in page `page` (= pr.pages[(pr.key + r) >> pr.shift], read by the caller).
+FG_DEVICE const u16* fg_page_at(const FgPageRows& pr, const u16* base, int r, int page) {
+  return base + (i64)page * pr.stride_page + (i64)((pr.key + r) & ((1 << pr.shift) - 1)) * pr.stride_seq;
+}
+FG_DEVICE int fg_page_of(const FgPageRows& pr, int r) { return pr.pages[(pr.key + r) >> pr.shift]; }
 FG_DEVICE const u16* fg_page_row(const FgPageRows& pr, const u16* base, int r) {
-  const int key = pr.key + r;
-  return base + (i64)pr.pages[key >> pr.shift] * pr.stride_page + (i64)(key & ((1 << pr.shift) - 1)) * pr.stride_seq;
+  return fg_page_at(pr, base, r, fg_page_of(pr, r));
 }
 // Whether ROWS keys from `key` lie in one page (then the tile is read as one
 // strided view from its first row).
@@ -1083,12 +1087,22 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       g += gstep;
     }
   } else if constexpr (ASYNC_COPY) {
+    // PG: every pass's page number is read before the first copy is issued. The copies
+    // are asm volatile with a memory clobber, so a table read between two of them would
+    // wait out its latency alone, once per pass.
+    int page[PASSES];
+#pragma unroll
+    for (int it = 0; it < PASSES; ++it) {
+      const int row = row0 + it * RSTEP;
+      page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? fg_page_of(pr, row) : 0;
+    }
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
       const int row = row0 + it * RSTEP;
       if (UNITS % THREADS == 0 || row < ROWS) {
         const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row), ok ? (PG ? fg_page_row(pr, src, row) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
+        fg_cp_async16(smem_at(it, row),
+                      ok ? (PG ? fg_page_at(pr, src, row, page[it]) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
                       ok ? 16 : 0);
       }
     }
