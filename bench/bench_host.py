@@ -6,9 +6,10 @@ H8 D64 f16), with no synchronization in the timed loop, for
   flashgen.attention(q, k, v)              the package's eager call (allocates O)
   ... out=o / return_lse=True              given output / O and LSE allocated
   flashgen.decode(q1, k, v)                split-KV decode, one query row (its cached workspace)
-  flashgen.attention(..., stream=s)        the general path (every argument read and checked in Python,
+  flashgen.attention(..., stream=s)        a prepared signature with the stream given
+  flashgen.attention(..., bias=b)          the general path (every argument read and checked in Python,
                                            the flat field list, forward()'s plan per call): what a call
-                                           with bias, sinks, ALiBi, stream= or a first signature costs
+                                           with bias, sinks, ALiBi or a first signature costs
   flashgen.bind(q, k, v, out=o) call      a call bound to its tensors (flashgen.bind): the contract of
                                            a prebuilt ctypes struct, from the package
   flashgen prepared call, prebuilt ptrs    the prepared call of a seen signature alone
@@ -65,7 +66,8 @@ ROWS = {  # key: (label, what it times)
     "attention_out": "flashgen.attention(q, k, v, out=o)",
     "attention_lse": "flashgen.attention(..., return_lse=True)",
     "decode": "flashgen.decode(q1, k, v)",
-    "attention_general": "flashgen.attention(..., out=o, stream=s)",
+    "attention_stream": "flashgen.attention(..., out=o, stream=s)",
+    "attention_general": "flashgen.attention(..., bias=b, out=o)",
     "bound": "flashgen.bind(q, k, v, out=o) call",
     "native": "flashgen prepared call, prebuilt pointers",
     "ctypes": "ctypes flashgen_forward, struct per call",
@@ -233,7 +235,9 @@ def main():
     add("decode", lambda: (lambda: fg.decode(q1, k, v, causal=causal_decode), 1, None))
     stream_now = torch.cuda.current_stream()
     add("bound", lambda: (fg.bind(q, k, v, causal=causal, out=o), 1, None))
-    add("attention_general", lambda: (lambda: fg.attention(q, k, v, causal=causal, out=o, stream=stream_now), 1, None))
+    add("attention_stream", lambda: (lambda: fg.attention(q, k, v, causal=causal, out=o, stream=stream_now), 1, None))
+    bias = torch.randn(q.shape[0], 1, q.shape[1], k.shape[1], device=q.device)  # (heads broadcast)
+    add("attention_general", lambda: (lambda: fg.attention(q, k, v, causal=causal, bias=bias, out=o), 1, None))
 
     def make_native():
         """The prepared call of the signature of attention(q, k, v, out=o) (_core._prepared), run with

@@ -109,8 +109,8 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
         return _ops.attention(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                               window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
                               num_splits=num_splits, workspace=workspace, stream=stream)
-    if _core.plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream):  # a signature seen before?
-        r = _core.dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out)
+    if _core.plain_call(bias, sinks, alibi_slopes, num_splits, workspace):  # a signature seen before?
+        r = _core.dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out, stream)
         if r is not None:
             return r
     return _core.attention(q, k, v, layout="dense", causal=causal, scale=scale, bias=bias, return_lse=return_lse,

@@ -290,10 +290,11 @@ def mask_code(causal, window) -> tuple:
 
 # ---- attention -------------------------------------------------------------------
 
-# Plain dense torch calls (no bias, sinks, ALiBi, workspace, stream or num_splits),
+# Plain dense torch calls (no bias, sinks, ALiBi, workspace or num_splits),
 # prepared once per signature: the shapes, strides, dtypes and devices of q, k, v
 # (and out), the mask, window, scale, softcap and return_lse. A prepared call only
-# reads the four or five data pointers, allocates the outputs and launches
+# reads the four or five data pointers and the stream (the given one, else the
+# current one), allocates the outputs and launches
 # (_flashgen.PreparedCall: the library still checks every pointer; the plan is
 # remade at most every second and when the current CUDA context changes). False marks a
 # signature the library runs as a split-KV decode (the general path serves it).
@@ -337,32 +338,33 @@ def _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out):
 _PLAIN = (type(None), bool, int, float, str)
 
 
-def plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream) -> bool:
+def plain_call(bias, sinks, alibi_slopes, num_splits, workspace) -> bool:
     """Whether a dense call may be prepared: none of the arguments a signature does not fix."""
-    return (bias is None and sinks is None and alibi_slopes is None and num_splits is None and workspace is None
-            and stream is None)
+    return bias is None and sinks is None and alibi_slopes is None and num_splits is None and workspace is None
 
 
-def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out):
-    """A plain dense call (plain_call) of a prepared signature on the current device: O, or
-    (O, LSE); None when the general path must run it."""
+def dense_prepared(q, k, v, causal, scale, return_lse, window, softcap, out, stream):
+    """A plain dense call (plain_call) of a prepared signature on the current device, launched on
+    `stream` (None: the current one): O, or (O, LSE); None when the general path must run it."""
     if _raw_stream is None:
         return None
     key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
     prepared = None if key is None else _prepared.get(key)
-    return _run_prepared(prepared, key[9], q, k, v, return_lse, out) if prepared else None
+    return _run_prepared(prepared, key[9], q, k, v, return_lse, out, stream) if prepared else None
 
 
-def _run_prepared(prepared, dev, q, k, v, return_lse, out):
-    """Launches a prepared signature (dev: q's device index); None when it must take the general
-    path (another current device, or the library now runs it as a split-KV decode)."""
+def _run_prepared(prepared, dev, q, k, v, return_lse, out, stream):
+    """Launches a prepared signature (dev: q's device index) on `stream` (None: the current
+    stream); None when it must take the general path (another current device, or the library now
+    runs it as a split-KV decode)."""
     if dev != _cuda_device():
         return None
+    handle = _raw_stream(dev) if stream is None else _stream_handle(stream, None)
     call, o_shape, lse_shape = prepared
     o = q.new_empty(o_shape) if out is None else out
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None
     if not call.run(q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), 0 if lse is None else lse.data_ptr(),
-                    _raw_stream(dev)):
+                    handle):
         return None
     return (o, lse) if return_lse else o
 
@@ -374,12 +376,12 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
     """The one eager implementation behind attention / attention_varlen / attention_paged / decode
     (and, with _bind, flashgen.bind: everything checked and planned, nothing launched)."""
     memo_key = None
-    if (not _bind and layout == "dense" and plain_call(bias, sinks, alibi_slopes, num_splits, workspace, stream)
+    if (not _bind and layout == "dense" and plain_call(bias, sinks, alibi_slopes, num_splits, workspace)
             and _prepare_ready()):
         memo_key = _dense_key(q, k, v, causal, window, scale, softcap, return_lse, out)
         prepared = None if memo_key is None else _prepared.get(memo_key)
         if prepared:  # (the custom ops' way in: flashgen.attention tried it already)
-            r = _run_prepared(prepared, memo_key[9], q, k, v, return_lse, out)
+            r = _run_prepared(prepared, memo_key[9], q, k, v, return_lse, out, stream)
             if r is not None:
                 return r
         if prepared is not None:  # (False: a decode signature; or it could not run here)

@@ -844,7 +844,7 @@ def test_prepared_signatures():
     """The second plain call of a signature takes the prepared path (_core._prepared): fresh inputs
     and outputs each time, results against the reference; the library still checks every pointer
     (a misaligned q of the same shape and strides is refused, the output untouched); the current
-    stream is the one read at each call; a signature the library runs as a decode is marked and
+    stream (or the one given) is the one read at each call; a signature the library runs as a decode is marked and
     served by the general path."""
     B, S, H, D = 2, 150, 4, 64
     shape = (B, S, H, D)
@@ -894,6 +894,22 @@ def test_prepared_signatures():
         torch.cuda.synchronize()
         out.check_canaries()
         exp.check(out.view, None, "prepared path on a non-default current stream")
+        # The same signature with the stream given (a torch.cuda.Stream, then its int handle).
+        for given in (s, s.cuda_stream):
+            q_new = randn(*shape)
+            exp = Expected.of(q_new, k, v)
+            out.view.fill_(NAN)
+            torch.cuda.synchronize()
+            with torch.cuda.stream(s):
+                torch.cuda._sleep(100_000_000)
+                q.copy_(q_new)
+            flashgen.attention(q, k, v, out=out.view, stream=given)
+            torch.cuda.current_stream().wait_stream(s)
+            torch.cuda.synchronize()
+            out.check_canaries()
+            exp.check(out.view, None, f"prepared path, stream={type(given).__name__}")
+        with pytest.raises(flashgen.InvalidArgument, match="stream is a str"):
+            flashgen.attention(q, k, v, out=out.view, stream="s")
 
     # A decode-shaped signature (one query row, many keys; the library may run it as a split-KV
     # decode, then it is marked False and the general path serves it): right both times.
