@@ -1090,12 +1090,18 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
   } else if constexpr (ASYNC_COPY) {
     // PG: every pass's page number is read before the first copy is issued. The copies
     // are asm volatile with a memory clobber, so a table read between two of them would
-    // wait out its latency alone, once per pass.
-    int page[PASSES];
+    // wait out its latency alone, once per pass. Table entries and slots count from the
+    // tile's first page (`first`; the first key's slot `kslot`) in 32-bit unsigned
+    // arithmetic, and a row's offset is two unsigned 64-bit products (the same bits as
+    // the signed ones, without sign extensions).
+    u32 page[PASSES];
+    const u32 mask = (1u << pr.shift) - 1u, kslot = (u32)pr.key & mask;
+    const int* const first = pr.pages + (pr.key >> pr.shift);
+    const u16* const base = src + OFF + unit * 8;
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
       const int row = row0 + it * RSTEP;
-      page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? fg_page_of(pr, row) : 0;
+      page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[(kslot + row) >> pr.shift] : 0u;
     }
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
@@ -1103,7 +1109,10 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       if (UNITS % THREADS == 0 || row < ROWS) {
         const bool ok = row < valid_rows;
         fg_cp_async16(smem_at(it, row),
-                      ok ? (PG ? fg_page_at(pr, src, row, page[it]) + OFF + unit * 8 : g0 + it * gstep) : src + OFF,
+                      ok ? (PG ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
+                                           (unsigned long long)((kslot + row) & mask) * (unsigned long long)pr.stride_seq)
+                               : g0 + it * gstep)
+                         : src + OFF,
                       ok ? 16 : 0);
       }
     }
