@@ -157,19 +157,30 @@ def _empty_like_module(ref: _View, shape: tuple, dtype: str):
     return mod.empty(shape, dtype=np_dtype)
 
 
-def _stream_handle(stream, ref: _View) -> int:
-    """The CUDA stream of the call: `stream` if given, else the current stream of ref's library."""
+def _stream_handle(stream, ref: _View, device: int = -1) -> int:
+    """The CUDA stream of the call: `stream` if given, else the current stream of ref's library.
+    A given stream that names its device (torch's `device_index`) must be on the call's device
+    (ref's, else `device`)."""
     if stream is not None:
         if isinstance(stream, int) and not isinstance(stream, bool):
-            if not 0 <= stream < (1 << 64):
-                raise _C.InvalidArgument(f"stream is {stream}; a CUstream handle is an unsigned 64-bit value")
-            return stream
-        for attr in ("cuda_stream", "ptr", "handle"):
-            h = getattr(stream, attr, None)
-            if isinstance(h, int):
-                return h
-        if hasattr(stream, "__cuda_stream__"):
-            return int(stream.__cuda_stream__()[1])
+            h = stream
+        else:
+            h = None
+            for attr in ("cuda_stream", "ptr", "handle"):
+                a = getattr(stream, attr, None)
+                if isinstance(a, int) and not isinstance(a, bool):
+                    h = a
+                    break
+            if h is None and hasattr(stream, "__cuda_stream__"):
+                h = int(stream.__cuda_stream__()[1])
+            on = getattr(stream, "device_index", None)
+            dev = ref.device if ref is not None else device
+            if isinstance(on, int) and dev >= 0 and on != dev:
+                raise _C.InvalidArgument(f"stream is on CUDA device {on}; the tensors are on device {dev}")
+        if h is not None:
+            if not 0 <= h < (1 << 64):
+                raise _C.InvalidArgument(f"stream is {h}; a CUstream handle is an unsigned 64-bit value")
+            return h
         raise _C.InvalidArgument(f"stream is a {type(stream).__qualname__}; expected an int (CUstream), a "
                                  "torch.cuda.Stream, a cupy Stream or an object with __cuda_stream__")
     if ref.is_torch:
@@ -359,7 +370,7 @@ def _run_prepared(prepared, dev, q, k, v, return_lse, out, stream):
     runs it as a split-KV decode)."""
     if dev != _cuda_device():
         return None
-    handle = _raw_stream(dev) if stream is None else _stream_handle(stream, None)
+    handle = _raw_stream(dev) if stream is None else _stream_handle(stream, None, dev)
     call, o_shape, lse_shape = prepared
     o = q.new_empty(o_shape) if out is None else out
     lse = q.new_empty(lse_shape, dtype=torch.float32) if return_lse else None

@@ -388,13 +388,9 @@ struct FgPageRows {
   int key, shift;
   i64 stride_page, stride_seq;
 };
-// Row r in page `page` (= pr.pages[(pr.key + r) >> pr.shift], read by the caller).
-FG_DEVICE const u16* fg_page_at(const FgPageRows& pr, const u16* base, int r, int page) {
-  return base + (i64)page * pr.stride_page + (i64)((pr.key + r) & ((1 << pr.shift) - 1)) * pr.stride_seq;
-}
-FG_DEVICE int fg_page_of(const FgPageRows& pr, int r) { return pr.pages[(pr.key + r) >> pr.shift]; }
 FG_DEVICE const u16* fg_page_row(const FgPageRows& pr, const u16* base, int r) {
-  return fg_page_at(pr, base, r, fg_page_of(pr, r));
+  const int key = pr.key + r;
+  return base + (i64)pr.pages[key >> pr.shift] * pr.stride_page + (i64)(key & ((1 << pr.shift) - 1)) * pr.stride_seq;
 }
 // Whether ROWS keys from `key` lie in one page (then the tile is read as one
 // strided view from its first row).

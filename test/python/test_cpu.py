@@ -25,6 +25,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import types
 from pathlib import Path
 
 import pytest
@@ -889,6 +890,8 @@ def _expect_refused(match, fn, *args, **kw):
     ("k_host", r"k is on DLPack device type 1"),
     ("q_type", r"q is a builtins.list; expected a torch.Tensor or an array that supports DLPack"),
     ("stream", r"stream is a str; expected an int \(CUstream\)"),
+    ("stream_handle", r"stream is -1; a CUstream handle is an unsigned 64-bit value"),
+    ("stream_device", r"stream is on CUDA device 1; the tensors are on device 0"),
 ])
 def test_dense_shape_errors(guarded_native, case, match):
     q, k, v = dense()
@@ -941,6 +944,10 @@ def test_dense_shape_errors(guarded_native, case, match):
         q = [[1.0]]
     elif case == "stream":
         kw["stream"] = "default"
+    elif case == "stream_handle":  # a stream object whose handle is out of range
+        kw["stream"] = types.SimpleNamespace(cuda_stream=-1)
+    elif case == "stream_device":  # a torch-like stream of another device
+        kw["stream"] = types.SimpleNamespace(cuda_stream=1234, device_index=1)
     _expect_refused(match, flashgen.attention, q, k, v, **kw)
 
 

@@ -840,7 +840,7 @@ def test_cuda_graph(kind):
         exp.check(o, lse, f"CUDA graph ({kind}) replay {trial}")
 
 
-def test_prepared_signatures():
+def test_prepared_signatures(monkeypatch):
     """The second plain call of a signature takes the prepared path (_core._prepared): fresh inputs
     and outputs each time, results against the reference; the library still checks every pointer
     (a misaligned q of the same shape and strides is refused, the output untouched); the current
@@ -894,7 +894,11 @@ def test_prepared_signatures():
         torch.cuda.synchronize()
         out.check_canaries()
         exp.check(out.view, None, "prepared path on a non-default current stream")
-        # The same signature with the stream given (a torch.cuda.Stream, then its int handle).
+        # The same signature with the stream given (a torch.cuda.Stream, then its int handle),
+        # served by the prepared path alone (the general path fails the test if reached).
+        def general(*args, **kwargs):
+            raise AssertionError("the general path ran a prepared signature with stream=")
+        monkeypatch.setattr(flashgen._core, "attention", general)
         for given in (s, s.cuda_stream):
             q_new = randn(*shape)
             exp = Expected.of(q_new, k, v)
@@ -910,6 +914,7 @@ def test_prepared_signatures():
             exp.check(out.view, None, f"prepared path, stream={type(given).__name__}")
         with pytest.raises(flashgen.InvalidArgument, match="stream is a str"):
             flashgen.attention(q, k, v, out=out.view, stream="s")
+        monkeypatch.undo()
 
     # A decode-shaped signature (one query row, many keys; the library may run it as a split-KV
     # decode, then it is marked False and the general path serves it): right both times.
