@@ -1467,8 +1467,8 @@ FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS
 // Ping-pong (two consumer warpgroups): the warpgroups take turns issuing their
 // GEMMs, so that one's softmax runs while the other's GEMMs occupy the tensor
 // cores (FlashAttention-3, arXiv:2407.08608, section 3.1). Named barrier 3 + w
-// is warpgroup w's turn: it waits there (bar.sync, 256 = its 128 threads + the
-// other warpgroup's 128 arrivals) before its QK^T, and after committing its
+// is warpgroup w's turn: it waits there (bar.sync, THREADS = its 128 threads +
+// the other warpgroup's 128 arrivals) before its QK^T, and after committing its
 // P.V passes the turn (bar.arrive on the other's barrier; PTX ISA "bar.sync /
 // bar.arrive"). Warpgroup 1 passes once at the start, so warpgroup 0 goes
 // first. A turn window (wait .. pass) never contains a consumer-wide barrier
@@ -1479,14 +1479,14 @@ constexpr bool PINGPONG = WARPS == 8;
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 FG_DEVICE void fg_turn_wait(int wg) {
   if constexpr (PINGPONG) {
-    if (wg == 0) asm volatile("bar.sync 3, 256;" ::: "memory");
-    else asm volatile("bar.sync 4, 256;" ::: "memory");
+    if (wg == 0) asm volatile("bar.sync 3, %0;" ::"n"(THREADS) : "memory");
+    else asm volatile("bar.sync 4, %0;" ::"n"(THREADS) : "memory");
   }
 }
 FG_DEVICE void fg_turn_pass(int wg) {
   if constexpr (PINGPONG) {
-    if (wg == 0) asm volatile("bar.arrive 4, 256;" ::: "memory");
-    else asm volatile("bar.arrive 3, 256;" ::: "memory");
+    if (wg == 0) asm volatile("bar.arrive 4, %0;" ::"n"(THREADS) : "memory");
+    else asm volatile("bar.arrive 3, %0;" ::"n"(THREADS) : "memory");
   }
 }
 
@@ -1914,6 +1914,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           fg_consumer_sync();
         }
       }
+      // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
       if (!BAND) fg_turn_wait(wg);
       qk(ck);
       fg_rescale_o(o, corr);
