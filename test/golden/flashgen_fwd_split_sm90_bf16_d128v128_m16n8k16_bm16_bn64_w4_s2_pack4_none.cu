@@ -723,30 +723,19 @@ FG_DEVICE void fg_bias_mask(const FwdParams& p, const FgBlock& blk, int j, int r
   const int n_start = (KEYS_FROM_KEY0 ? blk.key0 : 0) + j * BLOCK_N;  // first key of the tile
   const int seqlen_q = blk.seqlen_q, seqlen_k = blk.seqlen_k;
   if (SOFTCAP) {
-    // tanh(|y|) = (1 - u) / (1 + u) with u = e^(-2|y|) in [0, 1]: one exp2
-    // (MUFU) per logit; the reciprocal of 1 + u in [1, 2] on the FMA pipe, a
-    // quadratic seed (relative error 1/99, the minimax one: 1 - d * seed(d) is
-    // T3(2d - 3) / 99) and two Newton steps r' = r + r (1 - d r) (error 1/99^4
-    // < 2^-26, then fp32 rounding). Two MUFU ops per logit with the softmax's
-    // exp2 instead of three, which the wgmma kernel's two warpgroups (one warp
-    // each per SMSP) were bound by (bench/NOTES.md step 38). +-inf give +-cap
-    // exactly (u = 0, r = 1), NaN stays NaN (u = NaN, copysign keeps it);
-    // elsewhere the error is ex2's relative error of u plus a few fp32 ulp of 1,
-    // times cap (absolute: cap * 2^-18 bounds it, test/reference.cpp). A
-    // normal cap keeps k finite (check_problem).
-    const float cap = (float)p.softcap, k = -2.f * LOG2E / cap;
+    // tanh(y) = 1 - 2 / (e^(2y) + 1): one exp2 and one approximate reciprocal
+    // per logit. +-inf give +-cap exactly (e = inf: 2 / inf = 0; e = 0: 1 - 2),
+    // NaN stays NaN; elsewhere the error is a few fp32 ulp of 1, times cap
+    // (absolute: cap * 2^-18 bounds it, test/reference.cpp). A normal cap keeps
+    // k finite (check_problem).
+    const float cap = (float)p.softcap, k = 2.f * LOG2E / cap;
 #pragma unroll
     for (int ms = 0; ms < M_SLICES; ++ms)
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-          const float x = s[ms][nt][i], u = fg_exp2(fabsf(x) * k), d = 1.f + u;
-          float r = fmaf(fmaf(d, 32.f / 99.f, -144.f / 99.f), d, 210.f / 99.f);
-          r = fmaf(r, fmaf(-d, r, 1.f), r);
-          r = fmaf(r, fmaf(-d, r, 1.f), r);
-          s[ms][nt][i] = copysignf(fmaf(-cap, u, cap) * r, x);
-        }
+        for (int i = 0; i < R; ++i)
+          s[ms][nt][i] = cap * (1.f - __fdividef(2.f, fg_exp2(s[ms][nt][i] * k) + 1.f));
   }
   if (BIAS_KIND != 0) {
 #pragma unroll
