@@ -108,6 +108,31 @@ FG_DEVICE void fg_reg_fence(float (&r)[1][N][4]) {
 }
 // Barrier 1 of the consumer threads only (the producer warpgroup never joins).
 FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
+// Ping-pong (two consumer warpgroups): the warpgroups take turns issuing their
+// GEMMs, so that one's softmax runs while the other's GEMMs occupy the tensor
+// cores (FlashAttention-3, arXiv:2407.08608, section 3.1). Named barrier 3 + w
+// is warpgroup w's turn: it waits there (bar.sync, THREADS = its 128 threads +
+// the other warpgroup's 128 arrivals) before its QK^T, and after committing its
+// P.V passes the turn (bar.arrive on the other's barrier; PTX ISA "bar.sync /
+// bar.arrive"). Warpgroup 1 passes once at the start, so warpgroup 0 goes
+// first. A turn window (wait .. pass) never contains a consumer-wide barrier
+// (fg_consumer_sync, fg_consumers_any): one warpgroup would hold the turn there
+// while the other waits for it. Tiles with such a barrier (the band) run
+// without turns, which only gives up the overlap on them.
+constexpr bool PINGPONG = WARPS == 8;
+// (Immediate barrier ids: with a register id ptxas reserves all 16.)
+FG_DEVICE void fg_turn_wait(int wg) {
+  if constexpr (PINGPONG) {
+    if (wg == 0) asm volatile("bar.sync 3, %0;" ::"n"(THREADS) : "memory");
+    else asm volatile("bar.sync 4, %0;" ::"n"(THREADS) : "memory");
+  }
+}
+FG_DEVICE void fg_turn_pass(int wg) {
+  if constexpr (PINGPONG) {
+    if (wg == 0) asm volatile("bar.arrive 4, %0;" ::"n"(THREADS) : "memory");
+    else asm volatile("bar.arrive 3, %0;" ::"n"(THREADS) : "memory");
+  }
+}
 
 // ---- mbarrier and TMA (PTX ISA: mbarrier.init / arrive / arrive.expect_tx /
 // try_wait.parity, cp.async.bulk.tensor, setmaxnreg, prefetch.tensormap) ----
@@ -386,7 +411,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int wg_row0 = (warp >> 2) * 64;  // first block row of this warpgroup
+  const int wg = warp >> 2, wg_row0 = wg * 64;  // this warpgroup, its first block row
+  if (PINGPONG && wg == 1) fg_turn_pass(wg);  // warpgroup 0 takes the first turn
   if (MASK != 0 && tid == 0) {  // (before the item loop's first barrier)
     if (WINDOW) {
 #pragma unroll
@@ -460,7 +486,9 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 
     if (n_tiles > 0) {
       fg_mbar_wait(full_k(c % STAGES), (c / STAGES) & 1);
+      fg_turn_wait(wg);
       qk(c);
+      fg_turn_pass(wg);
       fg_wgmma_wait<0>();
       fg_reg_fence(s);
       release(empty_k(c % STAGES));
@@ -481,13 +509,12 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       const bool next = j + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
-      qk(ck);
-      fg_rescale_o(o, corr);
       // VARLEN: the sequence's last tile may reach into the next sequence's
       // keys (the tensor map zero-fills only past the packed tensor); PAGED:
       // into a page's unused slots, or rows no box filled. Their weights are 0,
       // but a NaN or inf in V there would make 0 * V NaN, so those V rows are
-      // zeroed in shared memory before P.V reads them.
+      // zeroed in shared memory before P.V reads them (before the turn: the
+      // barrier spans both warpgroups).
       if ((VARLEN || PAGED) && j == n_tiles - 1) {
         const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - j * BLOCK_N;
         if (valid < BLOCK_N) {
@@ -497,6 +524,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           fg_consumer_sync();
         }
       }
+      // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
+      if (!BAND) fg_turn_wait(wg);
+      qk(ck);
+      fg_rescale_o(o, corr);
       // A tile the mask cuts for row 0 of the block: its V at the keys row 0
       // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
       // a tile the window cuts for some row, all of its V (scanning only the
@@ -540,6 +571,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
 @@PV@@
       fg_wgmma_commit();
+      if (!BAND) fg_turn_pass(wg);
       fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
       fg_reg_fence(s);
       if (next) {
