@@ -46,9 +46,14 @@ Timing: bench.py's method (median of --runs event-timed calls after a spin-up, t
 systems taking turns call by call, each call behind a spin kernel, inputs rotated
 over --sets independent random sets, each set's K/V larger than L2).
 
+--baseline OTHER/libflashgen.so times that build's paged path in the same loop (column
+"base", ratio paged/base < 1: ours faster): the clock moves the prefill rows by up to
+10 % from call to call, a build beside ours in one loop does not.
+
 usage: bench_paged.py --lib build/libflashgen.so [--runs 30] [--warmup 5] [--sets 3]
                       [--page-sizes 1,16,64,256] [--decode 8x16384] [--decode-q 1,4]
                       [--prefill 4x8192+2048] [--spare 0.125] [--dtype bf16] [--seed 0]
+                      [--baseline OTHER/libflashgen.so]
 """
 import argparse
 import ctypes
@@ -76,6 +81,9 @@ def parse_args():
                     help="unused pages (NaN) allocated beside the used ones, as a fraction of them (at least 1)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline", default="",
+                    help="another libflashgen.so (e.g. the commit before a loader change): its paged time joins "
+                         "the same loop, call by call, as the 'base' column and paged/base")
     args = ap.parse_args()
     try:
         args.page_sizes = [int(x) for x in args.page_sizes.split(",") if x]
@@ -128,10 +136,10 @@ def main():
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
     lib = load_lib(args.lib)
-    lib.flashgen_decode.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
-                                    ctypes.c_void_p]
-    lib.flashgen_decode_workspace_bytes.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                                    ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int)]
+    base = load_lib(args.baseline) if args.baseline else None
+    for path, L in ((args.lib, lib), (args.baseline, base)):
+        if L is not None and not hasattr(L, "flashgen_decode"):
+            sys.exit(f"bench_paged.py: {path} has no flashgen_decode (a build older than the decode and paged paths)")
     fa4 = fa4_function()
     fa4v = fa4_varlen_function()
     fa4_paged_note = ""
@@ -189,19 +197,20 @@ def main():
                   f"page_table .. num_pages (bench/capi.py's Problem does)?", file=sys.stderr)
         return s
 
-    def runner(problems, use_decode):
-        """fn(i) running problems[i] (decode: flashgen_decode with a workspace sized for problems[0],
-        allocated once, as a serving engine would; else flashgen_forward), and the number of splits."""
+    def runner(problems, use_decode, L=None):
+        """fn(i) running problems[i] through library L (default ours; decode: flashgen_decode with a
+        workspace sized for problems[0], allocated once, as a serving engine would; else
+        flashgen_forward), and the number of splits."""
+        L = L or lib
         if not use_decode:
-            return lambda i: check(lib, lib.flashgen_forward(ctypes.byref(problems[i]), stream), "forward"), None
+            return lambda i: check(L, L.flashgen_forward(ctypes.byref(problems[i]), stream), "forward"), None
         ws_bytes, splits = ctypes.c_int64(), ctypes.c_int()
-        check(lib, lib.flashgen_decode_workspace_bytes(ctypes.byref(problems[0]), arch, sms, 0, ctypes.byref(ws_bytes),
-                                                       ctypes.byref(splits)), "workspace")
+        check(L, L.flashgen_decode_workspace_bytes(ctypes.byref(problems[0]), arch, sms, 0, ctypes.byref(ws_bytes),
+                                                   ctypes.byref(splits)), "workspace")
         ws = torch.empty(max(ws_bytes.value, 256), dtype=torch.uint8, device="cuda")
 
         def run(i):
-            check(lib, lib.flashgen_decode(ctypes.byref(problems[i]), 0, ws.data_ptr(), ws_bytes.value, stream),
-                  "decode")
+            check(L, L.flashgen_decode(ctypes.byref(problems[i]), 0, ws.data_ptr(), ws_bytes.value, stream), "decode")
         return run, splits.value
 
     def reference(q, k, v, lens, causal):
@@ -361,6 +370,15 @@ def main():
                 failures += 1
                 err_p = diff = err_r = None
             notes = []
+            err_bp = None
+            if base is not None:
+                try:
+                    base_paged, _ = runner(paged_ps, use_decode, base)
+                    kept = failures  # (a baseline's mismatch is reported, not counted against ours)
+                    err_bp, _ = run_ours(base_paged, o0, ref, f"{label}: base paged, page {page_size}")
+                    failures = kept
+                except RuntimeError as e:
+                    print(f"  {label} page {page_size}: base paged refused: {first_line(e)}", flush=True)
 
             def fa4_paged(i):
                 q = sets[i][0]
@@ -376,6 +394,8 @@ def main():
                 names.append("paged"), fns.append(paged)
             if ok(err_c):
                 names.append("contig"), fns.append(contig)
+            if ok(err_bp):
+                names.append("base_paged"), fns.append(base_paged)
             if ok(err_fp):
                 names.append("fa4_paged"), fns.append(fa4_paged)
             if ok(err_fc):
@@ -389,7 +409,8 @@ def main():
             print(f"  {label} page {page_size}: ours paged {us(t.get('paged'))} us, contig {us(t.get('contig'))} us "
                   f"(paged/contig {ratio(t.get('paged'), t.get('contig'))}), FA4 paged {us(t.get('fa4_paged'))} us, "
                   f"contig {us(t.get('fa4_contig'))} us; max|ref| paged {er(err_p)} contig {er(err_c)} ragged "
-                  f"{er(err_r)}; ours paged: {spec_p}", flush=True)
+                  f"{er(err_r)}; base paged {us(t.get('base_paged'))} us (paged/base {ratio(t.get('paged'), t.get('base_paged'))}); "
+                  f"ours paged: {spec_p}", flush=True)
             del caches, paged_ps, paged
             torch.cuda.empty_cache()
         print(f"  {label}: ours contiguous: {spec_c}", flush=True)
@@ -420,11 +441,13 @@ def main():
                              tbs(t.get("contig")), ratio(t.get("paged"), t.get("contig")), verdict,
                              us(t.get("fa4_paged")), tbs(t.get("fa4_paged")), us(t.get("fa4_contig")),
                              ratio(t.get("fa4_paged"), t.get("fa4_contig")), ratio(t.get("fa4_paged"), t.get("paged")),
-                             f"{sp}/{sc}", f"{clock:.0f}" if clock else "n/a"])
+                             f"{sp}/{sc}", us(t.get("base_paged")), ratio(t.get("paged"), t.get("base_paged")),
+                             f"{clock:.0f}" if clock else "n/a"])
                 notes += [f"page {ps}: {x}" for x in nts]
             print()
             md_table(["page", "ours paged us", "TB/s", "ours contig us", "TB/s", "paged/contig", "target",
-                      "FA4 paged us", "TB/s", "FA4 contig us", "FA4 paged/contig", "ours/FA4", "splits p/c", "MHz"],
+                      "FA4 paged us", "TB/s", "FA4 contig us", "FA4 paged/contig", "ours/FA4", "splits p/c", "base us",
+                      "paged/base", "MHz"],
                      rows)
             print(f"\n{label}: TB/s = K/V bytes (2*B*Sk*Hkv*D*{torch.finfo(dtype).bits // 8} = {kv_bytes / 1e6:.1f} MB) / "
                   f"median time; paged/contig = ours paged time / ours contiguous time (targets: page >= 16 <= 1.10, "
@@ -451,11 +474,13 @@ def main():
                          ratio(t.get("paged"), t.get("contig")), ms(t.get("fa4_paged")), tf(t.get("fa4_paged")),
                          ms(t.get("fa4_contig")), tf(t.get("fa4_contig")),
                          ratio(t.get("fa4_paged"), t.get("fa4_contig")), ratio(t.get("fa4_paged"), t.get("paged")),
+                         ms(t.get("base_paged")), ratio(t.get("paged"), t.get("base_paged")),
                          f"{clock:.0f}" if clock else "n/a"])
             notes += [f"page {ps}: {x}" for x in nts]
         print()
         md_table(["page", "ours paged ms", "TFLOP/s", "ours contig ms", "TFLOP/s", "paged/contig", "FA4 paged ms",
-                  "TFLOP/s", "FA4 contig ms", "TFLOP/s", "FA4 paged/contig", "ours/FA4", "MHz"], rows)
+                  "TFLOP/s", "FA4 contig ms", "TFLOP/s", "FA4 paged/contig", "ours/FA4", "base ms", "paged/base", "MHz"],
+                 rows)
         print(f"\n{label}: TFLOP/s = 4*D*Hq*B*(Sq*(Sk-Sq) + Sq*(Sq+1)/2) / median time ({flops / 1e12:.3f} TFLOP); "
               f"paged/contig = ours paged time / ours contiguous time; ours/FA4 = FA4 paged time / ours paged time")
         for n in dict.fromkeys(notes):

@@ -9,9 +9,10 @@
 #   bench/bench_modifiers.py (windows, sinks, ALiBi), arguments in BENCH_MODIFIERS_ARGS; BENCH_VARLEN=1 /
 #   BENCH_VARLEN_ONLY=1: bench/bench_varlen.py (packed variable-length batches), arguments in BENCH_VARLEN_ARGS;
 #   BENCH_PAGED=1 / BENCH_PAGED_ONLY=1: bench/bench_paged.py (paged KV cache: decode and chunked prefill),
-#   arguments in BENCH_PAGED_ARGS; BENCH_HOST=1 / BENCH_HOST_ONLY=1: bench/bench_host.py (host overhead per call:
-#   the package, ctypes, SDPA, CUDA graphs), arguments in BENCH_HOST_ARGS, table in $OUT/bench-host.log and
-#   $OUT/bench-host.json; BENCH_HOST_ONLY=1 builds neither build/ nor runs the probe)
+#   arguments in BENCH_PAGED_ARGS, BENCH_BASELINE_SRC's first tree beside ours as its --baseline;
+#   BENCH_HOST=1 / BENCH_HOST_ONLY=1: bench/bench_host.py (host overhead per call: the package, ctypes, SDPA,
+#   CUDA graphs), arguments in BENCH_HOST_ARGS, table in $OUT/bench-host.log and $OUT/bench-host.json;
+#   BENCH_HOST_ONLY=1 builds neither build/ nor runs the probe)
 # The package (bench.py and bench_host.py import it) is installed offline into a
 # virtual environment that sees the machine's PyTorch (test/python/install_offline.sh,
 # log $OUT/install.log; FLASHGEN_VENV, default /tmp/flashgen-venv): carry .whl/py
@@ -136,7 +137,7 @@ fi
 # BENCH_PAGED=1: also the paged KV cache (decode and chunked prefill) against our contiguous cache and
 # FlashAttention-4's paged path (bench/bench_paged.py, arguments in BENCH_PAGED_ARGS); BENCH_PAGED_ONLY=1: only that.
 if [[ "${BENCH_PAGED:-0}" == 1 || "${BENCH_PAGED_ONLY:-0}" == 1 ]]; then
-  PYTHONUNBUFFERED=1 "$PY" bench/bench_paged.py --lib build/libflashgen.so ${BENCH_PAGED_ARGS:-} 2>&1 |
+  PYTHONUNBUFFERED=1 "$PY" bench/bench_paged.py --lib build/libflashgen.so "${baseline[@]}" ${BENCH_PAGED_ARGS:-} 2>&1 |
     tee "$OUT/bench-paged.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
