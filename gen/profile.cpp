@@ -344,22 +344,7 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
 }
 
 Profile load_profile_file(const std::string& path) {
-  // A directory opens as a stream that reads nothing (and would parse as an empty document).
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    throw IoError(fmt::format("cannot read profile file '{}': {}", path,
-                              S_ISDIR(st.st_mode) ? "it is a directory, not a YAML file" : "it is not a regular file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw IoError(fmt::format("cannot read profile file '{}': {}", path,
-                              err ? std::strerror(err) : "open failed"));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IoError(fmt::format("cannot read profile file '{}': read failed", path));
-  return parse_profile(ss.str(), path);
+  return parse_profile(gen::read_yaml_file(path, "profile file"), path);
 }
 
 const std::vector<Profile>& builtin_profiles() {

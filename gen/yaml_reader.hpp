@@ -5,13 +5,19 @@
 // characters, non-printable bytes as '?').
 #pragma once
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <limits>
 #include <map>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -22,6 +28,28 @@
 #include "flashgen/types.hpp"
 
 namespace flashgen::gen {
+
+// The whole text of the YAML file `path`; `what` names it in errors ("profile
+// file", "tune file", "problem file"). IoError "cannot read <what> '<path>':
+// <reason>" when it is missing or unreadable, or is not a regular file: a
+// directory reads as an empty document, and a device or FIFO (/dev/zero) may
+// never end.
+inline std::string read_yaml_file(const std::string& path, const char* what) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw IoError(fmt::format("cannot read {} '{}': {}", what, path,
+                              S_ISDIR(st.st_mode) ? "it is a directory, not a YAML file" : "it is not a regular file"));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    throw IoError(fmt::format("cannot read {} '{}': {}", what, path, err ? std::strerror(err) : "open failed"));
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(fmt::format("cannot read {} '{}': read failed", what, path));
+  return ss.str();
+}
 
 class YamlReader {
  public:

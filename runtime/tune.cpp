@@ -436,15 +436,7 @@ TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin
 }
 
 TuneFile load_tune_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    throw IoError(fmt::format("cannot read tune file '{}': {}", path, err ? std::strerror(err) : "open failed"));
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) throw IoError(fmt::format("cannot read tune file '{}': read failed", path));
-  return parse_tune_file(ss.str(), path);
+  return parse_tune_file(gen::read_yaml_file(path, "tune file"), path);
 }
 
 std::string format_tune_file(const TuneFile& file) {

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include "gen/yaml_reader.hpp"
 #include "tools/flashgen_cli.hpp"
 
 namespace flashgen::cli {
@@ -431,11 +432,7 @@ std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const s
 }
 
 std::vector<ProblemDesc> load_problem_set(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(fmt::format("cannot read problem file '{}': {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return parse_problem_set(ss.str(), path);
+  return parse_problem_set(gen::read_yaml_file(path, "problem file"), path);
 }
 
 // ---- progress ------------------------------------------------------------------

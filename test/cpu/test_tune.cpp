@@ -3,6 +3,7 @@
 // foreign ones with one notice; warmup(); the tile model of flashgen tune /
 // explain (tools/flashgen_model.cpp) and the CLI's problem parsing.
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -733,4 +734,32 @@ TEST_CASE("cli: problem text and problem-set files") {
                                               "p.yml"),
                        doctest::Contains("p.yml: key 'problems[0].x' is unknown"), InvalidArgument);
   CHECK_THROWS_WITH_AS(cli::parse_problem_set("items: []\n", "p.yml"), doctest::Contains("p.yml"), InvalidArgument);
+}
+
+TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory) are refused at once") {
+  // Before: /dev/zero or a FIFO as FLASHGEN_TUNE_FILE or --problems read forever, growing.
+  TempDir dir("flashgen-not-regular");
+  const std::string fifo = dir.path() + "/fifo.yml";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  for (const std::string& path : {std::string("/dev/zero"), fifo, dir.path()}) {
+    CAPTURE(path);
+    const char* why = path == dir.path() ? "it is a directory, not a YAML file" : "it is not a regular file";
+    CHECK_THROWS_WITH_AS(load_tune_file(path), ("cannot read tune file '" + path + "': " + why).c_str(), IoError);
+    CHECK_THROWS_WITH_AS(load_profile_file(path), ("cannot read profile file '" + path + "': " + why).c_str(),
+                         IoError);
+    CHECK_THROWS_WITH_AS(cli::load_problem_set(path), ("cannot read problem file '" + path + "': " + why).c_str(),
+                         IoError);
+  }
+  // plan() reads FLASHGEN_TUNE_FILE: a device there costs one warning and the default tile.
+  ScopedCache cache;
+  EnvGuard env("FLASHGEN_TUNE_FILE", std::string("/dev/zero"));
+  rt::tune_reset_for_tests();
+  const AttentionProblem p = cli::to_problem(llama());
+  StderrCapture err;
+  const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
+  const std::string warned = err.stop();
+  CHECK(s.tile == rt::plan_default(p, 90).tile);
+  CHECK(warned.find("tune file /dev/zero is not used") != std::string::npos);
+  CHECK(warned.find("it is not a regular file") != std::string::npos);
+  rt::tune_reset_for_tests();
 }
