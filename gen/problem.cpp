@@ -122,9 +122,26 @@ void check_head_dim(const char* name, int64_t v) {
   }
 }
 
+// The byte range [begin, end) a view spans (end = begin + largest byte offset).
+struct ByteRange {
+  const char* name;
+  uintptr_t begin;
+  uintptr_t end;
+};
+
+// `rule`: the sentence that says why the two must not share a byte.
+void check_disjoint(const ByteRange& out, const ByteRange& other,
+                    const char* rule = "the outputs of a merge must not overlap its inputs or each other") {
+  if (out.begin < other.end && other.begin < out.end) {
+    fail(fmt::format("{} (bytes [{:#x}, {:#x})) overlaps {} (bytes [{:#x}, {:#x})); {}", out.name, out.begin,
+                     out.end, other.name, other.begin, other.end, rule));
+  }
+}
+
 // Checks one of Q, K, V, O. `needed`: the tensor has at least one element the
 // kernel touches (so its pointer must be valid). `is_output`: no broadcasting.
-void check_tensor(const char* name, const TensorRef& t, bool needed, bool is_output, int64_t batch,
+// Returns the bytes the view spans from its data pointer (0 when not needed).
+int64_t check_tensor(const char* name, const TensorRef& t, bool needed, bool is_output, int64_t batch,
                   int64_t seqlen, const char* seqlen_name, int64_t heads, const char* heads_name,
                   int64_t dim, const char* dim_name) {
   const struct {
@@ -145,7 +162,7 @@ void check_tensor(const char* name, const TensorRef& t, bool needed, bool is_out
                        s.value, kStrideMultiple));
     }
   }
-  if (!needed) return;
+  if (!needed) return 0;
   if (t.data == nullptr) {
     fail(fmt::format("{}.data is null; a non-empty problem (batch {}, {} {}) needs a device pointer",
                      name, batch, seqlen_name, seqlen));
@@ -178,6 +195,7 @@ void check_tensor(const char* name, const TensorRef& t, bool needed, bool is_out
                            {"stride_head", t.stride_head, heads, heads_name}},
                           dim, dim_name);
   }
+  return bytes;
 }
 
 }  // namespace
@@ -380,7 +398,7 @@ void check_problem(const AttentionProblem& p) {
                "head_dim");
   check_tensor("v", p.v, has_keys, false, kv_batch, kv_rows, kv_rows_name, p.heads_kv, "heads_kv", p.head_dim_v,
                "head_dim_v");
-  check_tensor("o", p.o, has_rows, true, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim_v,
+  const int64_t o_bytes = check_tensor("o", p.o, has_rows, true, t_batch, rows_q, rows_q_name, p.heads_q, "heads_q", p.head_dim_v,
                "head_dim_v");
 
   // Bias [batch, heads_q, seqlen_q, seqlen_k].
@@ -506,6 +524,12 @@ void check_problem(const AttentionProblem& p) {
                             {{"stride_batch", l.stride_batch, t_batch, "batch"},
                              {"stride_head", l.stride_head, p.heads_q, "heads_q"}},
                             rows_q, rows_q_name);
+      // O and LSE are both written: a shared byte would lose one of them. (O is not compared
+      // with the inputs: docs/design.md, 3f.)
+      const auto o_begin = reinterpret_cast<uintptr_t>(p.o.data), l_begin = reinterpret_cast<uintptr_t>(l.data);
+      check_disjoint(ByteRange{"lse", l_begin, l_begin + static_cast<uintptr_t>(bytes)},
+                     ByteRange{"o", o_begin, o_begin + static_cast<uintptr_t>(o_bytes)},
+                     "the forward's two outputs must not overlap");
     }
   }
 }
@@ -513,21 +537,6 @@ void check_problem(const AttentionProblem& p) {
 // ---- MergeProblem ------------------------------------------------------------
 
 namespace {
-
-// The byte range [begin, end) a view spans (end = begin + largest byte offset).
-struct ByteRange {
-  const char* name;
-  uintptr_t begin;
-  uintptr_t end;
-};
-
-void check_disjoint(const ByteRange& out, const ByteRange& other) {
-  if (out.begin < other.end && other.begin < out.end) {
-    fail(fmt::format("{} (bytes [{:#x}, {:#x})) overlaps {} (bytes [{:#x}, {:#x})); the outputs of a merge must "
-                     "not overlap its inputs or each other",
-                     out.name, out.begin, out.end, other.name, other.begin, other.end));
-  }
-}
 
 void check_state_dtype(const char* name, StateDType d) {
   if (d != StateDType::f32 && d != StateDType::f16 && d != StateDType::bf16) {

@@ -133,7 +133,7 @@ TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
   p.bias.data = reinterpret_cast<const void*>(uintptr_t{0x50000});
   p.bias.stride_q = 120;
   p.bias.stride_k = 1;
-  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x60000});
+  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x8000000});
   p.lse.stride_head = 100;
   p.lse.stride_batch = 800;
   REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
@@ -143,6 +143,11 @@ TEST_CASE("c_api: plan matches the C++ plan and round-trips") {
   CHECK(s.has_lse);
   CHECK_FALSE(s.softcap);
   CHECK(std::string(spec).find("softcap") == std::string::npos);
+  // an LSE written over O is refused before anything is planned
+  p.lse.data = static_cast<float*>(const_cast<void*>(p.o.data));
+  CHECK(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(flashgen_last_error()).find("the forward's two outputs must not overlap") != std::string::npos);
+  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x8000000});
 
   // a softcap reaches the spec; a bad one is refused naming it
   p.softcap = 30.0f;
@@ -257,7 +262,7 @@ TEST_CASE("c_api: packed batches: cu_seqlens, seqused_k, total_q and total_k rea
   CHECK(std::string(spec) == plan(cpp, 80).canonical());
   // seqused_k and an LSE [heads_q, total_q] plan too (LSE is part of the spec, seqused_k is not).
   p.seqused_k = used;
-  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x60000});
+  p.lse.data = reinterpret_cast<float*>(uintptr_t{0x8000000});
   p.lse.stride_head = 150;
   p.lse.stride_batch = 0;
   REQUIRE(flashgen_plan(&p, 90, spec, sizeof spec) == FLASHGEN_OK);

@@ -444,13 +444,13 @@ TEST_CASE("check_problem: lse") {
     CHECK_NOTHROW(check_problem(p));
   }
   SUBCASE("valid lse") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_head = 100;
     p.lse.stride_batch = 800;
     CHECK_NOTHROW(check_problem(p));
   }
   SUBCASE("negative strides") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_batch = 800;
     p.lse.stride_head = -1;
     CHECK_REJECTED(p, "lse.stride_head (-1) must be >= 0");
@@ -462,7 +462,7 @@ TEST_CASE("check_problem: lse") {
     CHECK_REJECTED(p, "lse.data (0x60002) must be 4-byte aligned");
   }
   SUBCASE("an output cannot broadcast") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_head = 100;
     p.lse.stride_batch = 0;
     CHECK_REJECTED(p, "lse.stride_batch (0) must be positive when batch (2) > 1");
@@ -531,20 +531,34 @@ TEST_CASE("check_problem: outputs that overlap themselves") {
     CHECK_NOTHROW(check_problem(p));
   }
   SUBCASE("lse.stride_head smaller than seqlen_q") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_head = 99;
     p.lse.stride_batch = 800;
     CHECK_REJECTED(p, "lse.stride_head (99) is smaller than the 100 elements it must step over "
                       "(seqlen_q = 100)");
   }
   SUBCASE("lse.stride_batch smaller than the heads it steps over") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_head = 100;
     p.lse.stride_batch = 700;
     CHECK_REJECTED(p, "lse.stride_batch (700) is smaller than the 800 elements it must step over");
   }
-  SUBCASE("lse with batch innermost is fine; overlapping it is not") {
+  SUBCASE("lse sharing bytes with o is refused; next to it is fine") {
+    // o spans [0x40000, 0x72000): 2 x 100 x 8 x 64 f16 elements
+    p.lse.stride_head = 100;
+    p.lse.stride_batch = 800;  // 1600 floats, 6400 bytes
     p.lse.data = reinterpret_cast<float*>(0x60000);
+    CHECK_REJECTED(p, "lse (bytes [0x60000, 0x61900)) overlaps o (bytes [0x40000, 0x72000)); the forward's two "
+                      "outputs must not overlap");
+    p.lse.data = reinterpret_cast<float*>(0x40000 - 6400 + 4);  // its last element on o's first
+    CHECK_REJECTED(p, "overlaps o (bytes [0x40000, 0x72000))");
+    p.lse.data = reinterpret_cast<float*>(0x40000 - 6400);  // ends where o begins
+    CHECK_NOTHROW(check_problem(p));
+    p.lse.data = reinterpret_cast<float*>(0x72000);  // begins where o ends
+    CHECK_NOTHROW(check_problem(p));
+  }
+  SUBCASE("lse with batch innermost is fine; overlapping it is not") {
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_batch = 100;
     p.lse.stride_head = 200;
     CHECK_NOTHROW(check_problem(p));
@@ -578,7 +592,7 @@ TEST_CASE("check_problem: 64-bit offset overflow") {
     CHECK_REJECTED(p, "bias: the largest offset");
   }
   SUBCASE("lse") {
-    p.lse.data = reinterpret_cast<float*>(0x60000);
+    p.lse.data = reinterpret_cast<float*>(0x8000000);
     p.lse.stride_head = 100;
     p.lse.stride_batch = int64_t{1} << 62;
     CHECK_REJECTED(p, "lse: the largest offset");
@@ -617,7 +631,7 @@ TEST_CASE("check_problem: packed (varlen) batches") {
   p.seqused_k = reinterpret_cast<const int32_t*>(uintptr_t{0x70200});
   CHECK_NOTHROW(check_problem(p));
   // LSE [heads_q, total_q]: stride_batch 0, stride_head >= total_q.
-  p.lse.data = reinterpret_cast<float*>(0x60000);
+  p.lse.data = reinterpret_cast<float*>(0x8000000);
   p.lse.stride_head = 250;
   p.lse.stride_batch = 0;
   CHECK_NOTHROW(check_problem(p));
