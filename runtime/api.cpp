@@ -300,18 +300,23 @@ KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const Profile& 
                       const std::function<std::string()>& device_name) {
   KernelSpec spec = rt::plan_default(problem, arch, profile);
   const auto tuned = rt::find_tuned_tile_lazy(problem_class(problem), arch, profile, device_name);
-  if (!tuned) return spec;
-  KernelSpec t = spec;
-  t.tile = tuned->tile;
-  const std::vector<std::string> broken = validate(t, profile);
-  if (!broken.empty()) {
-    rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
-                                     "profile {}: {}",
-                                     tuned->file, problem_class(problem).str(), tuned->tile.str(), profile.name,
-                                     join(broken, " ")));
-    return spec;
+  if (tuned) {
+    KernelSpec t = spec;
+    t.tile = tuned->tile;
+    const std::vector<std::string> broken = validate(t, profile);
+    if (broken.empty()) {
+      spec = t;
+    } else {
+      rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
+                                       "profile {}: {}",
+                                       tuned->file, problem_class(problem).str(), tuned->tile.str(), profile.name,
+                                       join(broken, " ")));
+    }
   }
-  return t;
+  // A problem this kernel cannot launch (32-bit row counts, the grid's x limit) is refused
+  // here, before forward() or a caller compiles and loads the kernel.
+  check_launch_limits(problem, spec);
+  return spec;
 }
 
 }  // namespace

@@ -416,6 +416,7 @@ flashgen_status flashgen_launch_spec(const char* spec, const flashgen_problem* p
       require_valid(s, profile_for_arch(s.arch));
       return;  // empty problem: nothing to launch, no GPU needed
     }
+    check_launch_limits(p, s);  // (before the kernel is compiled or loaded)
     Kernel k = load_kernel(s);
     launch(k, p, stream);
   });

@@ -275,11 +275,13 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
  * its canonical spec string, NUL-terminated, to spec_out (capacity
  * spec_out_len bytes; 256 is ample for every spec today). The string can be passed
  * to flashgen_generate and flashgen_launch_spec.
- * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (bad problem; NULL arguments;
- * buffer too small, the message then says how many bytes are needed and
- * spec_out is left untouched), FLASHGEN_ERROR_UNSUPPORTED (no profile for
- * arch, or the profile cannot serve the problem), FLASHGEN_ERROR_UNAVAILABLE /
- * FLASHGEN_ERROR_DRIVER (arch 0 without a usable GPU). */
+ * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (bad problem, including O and LSE
+ * sharing bytes; a problem one launch cannot run: seqlen_q or seqlen_k above
+ * 2^31 - 257, or more than 2^31 - 1 work items; NULL arguments; buffer too
+ * small, the message then says how many bytes are needed and spec_out is left
+ * untouched), FLASHGEN_ERROR_UNSUPPORTED (no profile for arch, or the profile
+ * cannot serve the problem), FLASHGEN_ERROR_UNAVAILABLE / FLASHGEN_ERROR_DRIVER
+ * (arch 0 without a usable GPU). */
 flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* spec_out,
                               size_t spec_out_len);
 

@@ -57,8 +57,10 @@ bool gpu_available();
 /// GPU current in this thread (or device 0) when its arch is `arch`; without
 /// such a GPU, tune entries are ignored with one notice. An entry of another
 /// device, arch or profile version, or with a tile invalid for the profile, is
-/// ignored with one notice on stderr. Checks the problem (check_problem) and
-/// the spec (validate). Needs no GPU. Throws InvalidArgument / Unsupported.
+/// ignored with one notice on stderr. Checks the problem (check_problem), the
+/// spec (validate) and that the spec can launch the problem (check_launch_limits),
+/// so nothing is compiled for a problem that cannot run. Needs no GPU. Throws
+/// InvalidArgument / Unsupported.
 KernelSpec plan(const AttentionProblem& problem, int arch);
 /// plan(problem, arch) with `profile` instead of profile_for_arch(arch), so a
 /// test or a binding chooses the hardware description without the process-wide
@@ -126,8 +128,9 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
 /// The limits of one forward launch of `spec` that check_problem does not
 /// know: seqlen_q and seqlen_k at most 2^31 - 257 (the kernels count rows and
 /// keys in 32 bits) and ceil(seqlen_q / block_m) * heads_q * batch at most
-/// 2^31 - 1 work items (a grid's x dimension). launch() checks them before
-/// any driver call; `flashgen explain` reports them. An empty problem
+/// 2^31 - 1 work items (a grid's x dimension). plan() and launch() check them
+/// (launch() before any driver call; forward() and flashgen_launch_spec before
+/// compiling or loading); `flashgen explain` reports them. An empty problem
 /// (nothing to launch) passes. Throws InvalidArgument naming the numbers.
 void check_launch_limits(const AttentionProblem& problem, const KernelSpec& spec);
 

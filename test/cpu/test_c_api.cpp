@@ -506,8 +506,21 @@ TEST_CASE("c++: launch refuses sequence lengths beyond the kernels' 32-bit count
                                          kV, kO);
   p.k.stride_seq = p.v.stride_seq = 0;
   p.k.stride_batch = p.v.stride_batch = 0;
+  // plan() refuses it (so forward() compiles nothing), and so does the C ABI's launch of a
+  // spec before it compiles or loads the kernel (no GPU and no NVRTC are reached here).
+  CHECK_THROWS_WITH_AS(plan(p, 80), doctest::Contains("seqlen_k (8589934592) must be at most 2^31 - 257"),
+                       InvalidArgument);
+  AttentionProblem small = p;
+  small.seqlen_k = 10;
   Kernel k;
-  k.spec = plan(p, 80);
+  k.spec = plan(small, 80);
+  flashgen_problem c;
+  REQUIRE(flashgen_problem_init_bshd(&c, FLASHGEN_DTYPE_F16, 1, 10, 10, 2, 2, 64, 64, FLASHGEN_MASK_NONE, kQ, kK,
+                                     kV, kO) == FLASHGEN_OK);
+  c.seqlen_k = int64_t{1} << 33;
+  c.k.stride_seq = c.v.stride_seq = c.k.stride_batch = c.v.stride_batch = 0;
+  CHECK(flashgen_launch_spec(k.spec.canonical().c_str(), &c, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "seqlen_k (8589934592) must be at most 2^31 - 257"));
   k.function = reinterpret_cast<void*>(uintptr_t{0x1234});
   try {
     launch(k, p, nullptr);

@@ -30,6 +30,7 @@
 #include "flashgen/flashgen.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/nvrtc.hpp"
+#include "runtime/tune_internal.hpp"
 #include "test/cpu/rt_test_util.hpp"
 #include "tools/flashgen_cli.hpp"
 #include "tools/flashgen_cmds.hpp"
@@ -1657,7 +1658,10 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   const cli::ProblemDesc d = cli::parse_problem_text(huge);
   const double n = 1099511627776.0;
   CHECK(cli::problem_flops(d) == doctest::Approx(2.0 * n * (n + 1) / 2 * 128).epsilon(1e-12));
-  const cli::TileModel m = cli::model_tile(plan(cli::to_problem(d), 80), d, profile_for_arch(80), cli::DeviceShape{});
+  // (plan() refuses it, as launch() would; the model takes the profile's default spec)
+  CHECK_THROWS_WITH_AS(plan(cli::to_problem(d), 80), doctest::Contains("must be at most 2^31 - 257"), InvalidArgument);
+  const cli::TileModel m =
+      cli::model_tile(rt::plan_default(cli::to_problem(d), 80), d, profile_for_arch(80), cli::DeviceShape{});
   CHECK(m.blocks == 1099511627776 / 128);
   CHECK(m.padding_efficiency > 0.99);  // a causal block pads at most one diagonal block of keys
   TempDir work("flashgen-cli-huge");
