@@ -196,6 +196,12 @@ CLI::Validator number_in(double lo, double hi, const std::string& meaning) {
       "NUMBER in " + range_text(lo, hi));
 }
 
+CLI::Validator non_empty_path(const std::string& instead) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string { return text.empty() ? "an empty path; " + instead : std::string(); },
+      "PATH");
+}
+
 CLI::Validator arch_number() {
   return integer_in(gen::kMinArch, gen::kMaxArch, "a compute capability 10 * major + minor, e.g. 90 for sm_90");
 }
@@ -271,7 +277,8 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--tune-file", o.tune_file, "read tune entries from this file (as FLASHGEN_TUNE_FILE)");
   c->add_option("--out", o.out,
                 "write into this bundle directory (created 0755, files 0644) instead of the user cache; ship it and "
-                "point FLASHGEN_CACHE_PATH at it");
+                "point FLASHGEN_CACHE_PATH at it")
+      ->check(non_empty_path("leave --out out to write into the user cache"));
   c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
       ->check(integer_in(0, kMaxJobs, "0: one per core"));
   c->add_flag("--list", o.list, "print the specs and exit (nothing is compiled)");

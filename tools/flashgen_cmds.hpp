@@ -123,6 +123,9 @@ bool parse_tile_text(const std::string& what, const std::string& text, Tile* til
 CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning = "");
 /// The same for a finite decimal number in [lo, hi] (real_in_range).
 CLI::Validator number_in(double lo, double hi, const std::string& meaning = "");
+/// A path option given as "" is refused ("an empty path; <instead>"): without the
+/// option the command uses a default, and "" must not quietly mean that default.
+CLI::Validator non_empty_path(const std::string& instead);
 /// integer_in for --arch: a compute capability in [gen::kMinArch, gen::kMaxArch]
 /// (gen/limits.hpp, the range profile_for_arch() takes).
 CLI::Validator arch_number();

@@ -377,7 +377,8 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
       ->check(CLI::ExistingFile);
   c->add_option("--out", o.out,
                 "tune file to write (merged with its entries; default: $FLASHGEN_TUNE_FILE, else tune.yml in the "
-                "user cache)");
+                "user cache)")
+      ->check(non_empty_path("leave --out out for $FLASHGEN_TUNE_FILE, else tune.yml in the user cache"));
   c->add_option("--top", o.top, "candidates to time, besides the profile's default tile")
       ->capture_default_str()
       ->check(integer_in(1, 64, "candidates"));

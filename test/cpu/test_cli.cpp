@@ -1727,3 +1727,18 @@ TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML")
   CHECK(msg.find("key key") == std::string::npos);
 }
 
+
+TEST_CASE("cli: an empty --out is refused, not taken as the default destination") {
+  TempDir work("flashgen-cli-empty-out");
+  const auto env = base_env(work.path() + "/c");
+  const Run p = run_cli({"pregen", "--arch", "90", "--head-dims", "64", "--out", ""}, env);
+  CHECK(p.rc == 2);
+  CHECK(contains(p.err, "--out: an empty path; leave --out out to write into the user cache"));
+  const Run t = run_cli({"tune", "--compile-only", "--arch", "90", "--problem", "dtype=f16,seqlen=128,heads=1,head_dim=64",
+                         "--out", ""},
+                        env);
+  CHECK(t.rc == 2);
+  CHECK(contains(t.err, "--out: an empty path; leave --out out for $FLASHGEN_TUNE_FILE"));
+  const std::string cache = work.path() + "/c";  // nothing compiled into the user cache
+  CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
+}
