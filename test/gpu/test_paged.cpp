@@ -223,7 +223,8 @@ AttentionProblem make_pproblem(const PCase& c, DType dt, const PLayout& L, const
 Bases fake_bases(const PCase& c) {
   const uintptr_t f = 0x10000000u;
   Bases a;
-  a.q = a.k = a.v = a.o = a.lse = a.table = f;
+  a.q = a.k = a.v = a.o = a.table = f;
+  a.lse = fgtest::kFakeLse;
   a.used = c.seqused ? f : 0;
   a.cu_q = c.packed_q ? f : 0;
   return a;

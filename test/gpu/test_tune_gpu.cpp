@@ -123,7 +123,7 @@ TEST_CASE("tune: tiles from a tune file are planned for this device and match th
     const Geometry g = geometry(it.c);
     const uintptr_t fake = 0x10000000u;
     const AttentionProblem p = make_problem(it.c, g, fake, fake, fake, fake, it.c.bias != BiasKind::none ? fake : 0,
-                                            it.c.lse ? fake : 0);
+                                            it.c.lse ? fgtest::kFakeLse : 0);
     const flashgen::KernelSpec planned = flashgen::plan(p);
     CHECK(planned == specs[i]);
     // ... and its kernel is right.

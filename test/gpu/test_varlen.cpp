@@ -286,7 +286,7 @@ Bases fake_bases(const VCase& c) {
   const uintptr_t f = 0x10000000u;
   Bases a;
   a.q = a.k = a.v = a.o = a.cu_q = a.cu_k = f;
-  a.lse = c.lse ? f : 0;
+  a.lse = c.lse ? fgtest::kFakeLse : 0;
   a.bias = c.bias ? f : 0;
   a.sinks = c.sinks ? f : 0;
   a.alibi = c.alibi ? f : 0;
