@@ -11,8 +11,10 @@
 //
 // Without a GPU nothing can run: the kernels are still generated and compiled,
 // for --arch if given, else for a default arch (sm_90), and the program says
-// so. Exit status 0 when every check passed (or there is no GPU to run on),
-// 1 when a check failed, 2 on an error.
+// so. --arch takes the compute capabilities the library has a profile for
+// (the built-in profiles': sm_70 to sm_121; --help lists them) and refuses
+// others with that list. Exit status 0 when every check passed (or there is
+// no GPU to run on), 1 when a check failed, 2 on an error (a usage error too).
 //
 //   attention [--arch N] [--dtype f16|bf16] [--shape llama|allegro|all]
 //
@@ -30,10 +32,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <random>
@@ -51,6 +55,40 @@ using flashgen::MaskKind;
 
 /// The default target when there is no GPU to ask (and no --arch).
 constexpr int kDefaultArch = 90;
+
+/// The compute capabilities of the built-in profiles ("sm_70, sm_72, ...").
+std::string known_archs_text() {
+  std::vector<int> archs;
+  for (const flashgen::Profile& p : flashgen::builtin_profiles())
+    archs.insert(archs.end(), p.archs.begin(), p.archs.end());
+  std::sort(archs.begin(), archs.end());
+  std::string out;
+  for (int a : archs) out += fmt::format("{}sm_{}", out.empty() ? "" : ", ", a);
+  return out;
+}
+
+/// The --arch check: "" for an arch the library has a profile for (a built-in
+/// one, or the FLASHGEN_PROFILE file's), else why not and which archs it knows.
+std::string arch_refusal(std::string& text) {
+  int64_t arch = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), arch);
+  if (text.empty() || end != text.data() + text.size() || (ec != std::errc() && ec != std::errc::result_out_of_range))
+    return fmt::format("'{}' is not a compute capability 10*major+minor (e.g. 90 for sm_90)", text);
+  std::string why;
+  if (ec == std::errc() && arch >= 0 && arch <= std::numeric_limits<int>::max()) {
+    try {
+      (void)flashgen::profile_for_arch(static_cast<int>(arch));
+      return "";
+    } catch (const flashgen::Error& e) {
+      why = e.what();
+    }
+  }
+  const char* env = std::getenv("FLASHGEN_PROFILE");
+  if (env != nullptr && *env != '\0' && !why.empty()) return why;  // it names the file and the archs it lists
+  return fmt::format("{} is not a compute capability libflashgen has a profile for; allowed: {} (FLASHGEN_PROFILE "
+                     "names a profile file of your own for another)",
+                     text, known_archs_text());
+}
 
 struct Shape {
   const char* key;
@@ -375,12 +413,19 @@ int main(int argc, char** argv) {
   int arch_opt = 0;
   std::string dtype_text = "f16", shape_text = "all";
   app.add_option("--arch", arch_opt,
-                 fmt::format("target compute capability, 10*major+minor (default: the GPU's; without a GPU {})",
-                             kDefaultArch))
-      ->check(CLI::Range(10, 1000));
+                 fmt::format("target compute capability, 10*major+minor, one the library has a profile for: {} "
+                             "(default: the GPU's; without a GPU {})",
+                             known_archs_text(), kDefaultArch))
+      ->check(CLI::Validator(arch_refusal, "ARCH"));
   app.add_option("--dtype", dtype_text, "element type of Q, K, V, O")->check(CLI::IsMember({"f16", "bf16"}));
   app.add_option("--shape", shape_text, "which shape to run")->check(CLI::IsMember({"llama", "allegro", "all"}));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+    std::fprintf(stderr, "attention: error: %s; see attention --help\n", e.what());
+    return 2;  // a usage error is an error (exit status 2, as documented above)
+  }
 
   try {
     const DType dtype = flashgen::parse_dtype(dtype_text, "--dtype");

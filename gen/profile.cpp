@@ -42,6 +42,12 @@ using gen::kMaxWarps;
 using gen::kMaxArch;
 using gen::kMinArch;
 constexpr std::string_view kBuiltinPrefix = "<builtin>/";
+// resources: ranges (see parse_profile).
+constexpr int64_t kMaxSmemBytes = int64_t{16} << 20;
+constexpr int64_t kMinRegistersPerSm = 128 * 128;
+constexpr int64_t kMaxRegistersPerSm = int64_t{1} << 20;
+constexpr int64_t kMinThreadsPerSm = 128;
+constexpr int64_t kMaxThreadsPerSm = 65536;
 
 std::string arch_list(const std::vector<int>& archs) {
   std::vector<std::string> names;
@@ -229,12 +235,25 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
   {
     auto res = r.fields(top["resources"], "resources",
                         {"smem_per_block", "smem_per_sm", "registers_per_sm", "max_threads_per_sm"});
-    p.smem_per_block = r.positive(res["smem_per_block"], "resources.smem_per_block");
-    p.smem_per_sm = r.positive(res["smem_per_sm"], "resources.smem_per_sm");
-    p.registers_per_sm = r.positive(res["registers_per_sm"], "resources.registers_per_sm");
+    // Each in a range a real SM can have (the upper bounds generous), so that
+    // a typo cannot make every tile "fit" or none: at least one block of 128
+    // threads at 128 registers each, whole warps.
+    p.smem_per_block = r.integer(res["smem_per_block"], "resources.smem_per_block", 1, kMaxSmemBytes,
+                                 fmt::format("a positive integer in [1, {}] (bytes; at most 16 MiB)", kMaxSmemBytes));
+    p.smem_per_sm = r.integer(res["smem_per_sm"], "resources.smem_per_sm", 1, kMaxSmemBytes,
+                              fmt::format("a positive integer in [1, {}] (bytes; at most 16 MiB)", kMaxSmemBytes));
+    p.registers_per_sm = r.integer(
+        res["registers_per_sm"], "resources.registers_per_sm", kMinRegistersPerSm, kMaxRegistersPerSm,
+        fmt::format("an integer in [{}, {}] (32-bit registers; at least a block of 128 threads x 128 registers)",
+                    kMinRegistersPerSm, kMaxRegistersPerSm));
     p.max_threads_per_sm = static_cast<int>(
-        r.positive(res["max_threads_per_sm"], "resources.max_threads_per_sm",
-                   std::numeric_limits<int>::max()));
+        r.integer(res["max_threads_per_sm"], "resources.max_threads_per_sm", kMinThreadsPerSm, kMaxThreadsPerSm,
+                  fmt::format("a multiple of 32 in [{}, {}]", kMinThreadsPerSm, kMaxThreadsPerSm)));
+    if (p.max_threads_per_sm % 32 != 0) {
+      r.fail("resources.max_threads_per_sm",
+             fmt::format("has value {}: must be a multiple of 32 in [{}, {}] (whole warps)", p.max_threads_per_sm,
+                         kMinThreadsPerSm, kMaxThreadsPerSm));
+    }
     if (p.smem_per_block > p.smem_per_sm) {
       r.fail("resources.smem_per_block",
              fmt::format("has value {}: must be at most resources.smem_per_sm ({})",

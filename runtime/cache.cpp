@@ -103,6 +103,7 @@ struct CacheState {
   std::string dir_candidate;  // what the user cache would be ("" if none)
   std::string dir_origin;     // where dir_candidate came from
   std::string dir_problem;    // why dir_candidate is not used
+  bool dir_absent = false;    // dir_candidate does not exist yet: the first write creates it (ensure_dir_locked)
   std::vector<Bundle> bundles;
   bool warned = false;        // the one memory-only warning was printed
   std::map<std::string, MemoryEntry> memory;
@@ -174,6 +175,39 @@ std::string home_dir() {
   return "";
 }
 
+// Checks the user cache candidate (s.dir_candidate) and sets s.dir (usable)
+// or s.dir_problem. A candidate that does not exist is created (mode 0700, a
+// bundle being written 0755, parents included) only with `create`; without
+// it, s.dir_absent is set instead: looking entries up and inspecting the
+// layers never create a directory.
+void settle_dir_locked(CacheState& s, bool create) {
+  const bool bundle_mode = s.has_override && s.override_.bundle_mode;
+  const std::string& dir = s.dir_candidate;
+  s.dir.clear();
+  s.dir_problem.clear();
+  s.dir_absent = false;
+  if (dir.empty()) {
+    s.dir_problem = "there is no kernel cache directory (FLASHGEN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset "
+                    "and the user has no home directory)";
+    return;
+  }
+  struct stat st {};
+  if (!create && ::stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
+    s.dir_absent = true;
+    return;
+  }
+  std::string why = make_dirs(dir, bundle_mode ? 0755 : 0700);
+  if (why.empty()) {
+    why = untrusted_dir_reason(dir, bundle_mode);
+    if (!why.empty()) why = "it " + why;
+  }
+  if (!why.empty()) {
+    s.dir_problem = fmt::format("the kernel cache directory {} ({}) cannot be used: {}", dir, s.dir_origin, why);
+    return;
+  }
+  s.dir = dir;
+}
+
 void resolve_locked(CacheState& s) {
   if (s.resolved) return;
   s.resolved = true;
@@ -224,25 +258,16 @@ void resolve_locked(CacheState& s) {
     }
   }
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
-  s.dir.clear();
   s.dir_candidate = dir;
   s.dir_origin = origin;
-  s.dir_problem.clear();
-  if (dir.empty()) {
-    s.dir_problem = "there is no kernel cache directory (FLASHGEN_CACHE_DIR, XDG_CACHE_HOME and HOME are unset "
-                    "and the user has no home directory)";
-    return;
-  }
-  std::string why = make_dirs(dir, bundle_mode ? 0755 : 0700);
-  if (why.empty()) {
-    why = untrusted_dir_reason(dir, bundle_mode);
-    if (!why.empty()) why = "it " + why;
-  }
-  if (!why.empty()) {
-    s.dir_problem = fmt::format("the kernel cache directory {} ({}) cannot be used: {}", dir, origin, why);
-    return;
-  }
-  s.dir = dir;
+  settle_dir_locked(s, /*create=*/false);
+}
+
+// The user cache for a write (a store, a claim, a dump): created now if it
+// did not exist when it was resolved.
+void ensure_dir_locked(CacheState& s) {
+  resolve_locked(s);
+  if (s.dir_absent) settle_dir_locked(s, /*create=*/true);
 }
 
 struct Snapshot {
@@ -251,10 +276,12 @@ struct Snapshot {
   bool bundle_mode = false;
 };
 
-Snapshot snapshot() {
+// The layers as resolved; `for_write` creates the user cache first when it does not exist.
+Snapshot snapshot(bool for_write = false) {
   CacheState& s = cache_state();
   std::lock_guard<std::mutex> lock(s.mu);
-  resolve_locked(s);
+  if (for_write) ensure_dir_locked(s);
+  else resolve_locked(s);
   return Snapshot{s.dir, s.bundles, s.has_override && s.override_.bundle_mode};
 }
 
@@ -474,7 +501,7 @@ std::optional<CacheHit> lookup_impl(const std::string& kernel_name, const std::s
 
 std::string store_impl(const std::string& kernel_name, const EntryIdentity& id, const std::vector<char>& cubin,
                        const std::string& source, const std::string& log) {
-  Snapshot snap = snapshot();
+  Snapshot snap = snapshot(/*for_write=*/true);
   CacheState& s = cache_state();
   if (!snap.dir.empty()) {
     // Source and log first, so that a visible .cubin always has them beside it.
@@ -739,7 +766,7 @@ std::string cache_store(const std::string& kernel_name, const std::string& key, 
   return store_impl(kernel_name, current_identity(key, 0, NvrtcVersion{}), cubin, source, log);
 }
 
-std::string cache_dir() { return snapshot().dir; }
+std::string cache_dir() { return snapshot(/*for_write=*/true).dir; }
 
 // ---- compile claims ------------------------------------------------------------
 
@@ -814,7 +841,7 @@ bool is_lock_file_name(const std::string& name) {
 
 CacheClaim cache_claim(const std::string& kernel_name, const std::string& key) {
   CacheClaim claim;
-  const Snapshot snap = snapshot();
+  const Snapshot snap = snapshot(/*for_write=*/true);
   if (snap.dir.empty()) return claim;  // memory-only: nothing to share with other processes
   const std::string path = cache_entry_path(snap.dir, kernel_name, key, ".lock");
   const double limit = cache_claim_wait_limit_s();
@@ -858,7 +885,7 @@ CacheClaim cache_claim(const std::string& kernel_name, const std::string& key) {
 }
 
 std::string dump_dir() {
-  const Snapshot snap = snapshot();
+  const Snapshot snap = snapshot(/*for_write=*/true);
   if (!snap.dir.empty() && !snap.bundle_mode) return snap.dir;  // never litter a bundle being written
   std::string tmp = env("TMPDIR");
   while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
@@ -876,9 +903,12 @@ std::vector<CacheLayer> cache_layers() {
                              s.has_override && s.override_.bundles ? "the tool's bundle list" : "FLASHGEN_CACHE_PATH",
                              b.usable, b.problem});
   }
-  out.push_back(CacheLayer{CacheLayer::Kind::user, s.dir_candidate, s.dir_origin, !s.dir.empty(), s.dir_problem});
-  out.push_back(CacheLayer{CacheLayer::Kind::memory, "", "this process", s.dir.empty(),
-                           s.dir.empty() ? "" : "used only when the user cache cannot be"});
+  // (A user cache that does not exist yet is usable: the first write creates it.)
+  const bool user_usable = !s.dir.empty() || s.dir_absent;
+  out.push_back(CacheLayer{CacheLayer::Kind::user, s.dir_candidate, s.dir_origin, user_usable, s.dir_problem,
+                           !s.dir_absent});
+  out.push_back(CacheLayer{CacheLayer::Kind::memory, "", "this process", !user_usable,
+                           user_usable ? "used only when the user cache cannot be" : ""});
   return out;
 }
 
@@ -1059,6 +1089,7 @@ void cache_reset_for_tests() {
   s.dir_candidate.clear();
   s.dir_origin.clear();
   s.dir_problem.clear();
+  s.dir_absent = false;
   s.bundles.clear();
   s.warned = false;
   s.memory.clear();

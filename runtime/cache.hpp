@@ -12,7 +12,10 @@
 //      (`flashgen pregen --out DIR`). Never written.
 //   2. the writable user cache: $FLASHGEN_CACHE_DIR, else
 //      $XDG_CACHE_HOME/flashgen, else $HOME/.cache/flashgen, else the home
-//      directory of the passwd entry (created mode 0700, parents included).
+//      directory of the passwd entry (created mode 0700, parents included, by
+//      the first write: cache_store, cache_claim, cache_dir, dump_dir; a
+//      lookup or cache_layers never creates it, and a user cache that does
+//      not exist yet holds no entries).
 //   3. memory, used only when the user cache cannot be used (unset, not
 //      creatable, not writable, untrusted, or a write fails). One warning on
 //      stderr per process, printed when the first kernel is kept in memory only.
@@ -135,9 +138,9 @@ std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const Entry
 /// Same with the key only (identity of this library, arch/NVRTC unchecked).
 std::optional<CacheHit> cache_lookup(const std::string& kernel_name, const std::string& key, bool report = true);
 
-/// Store an entry in the user cache (or in memory when it is not usable).
-/// Returns the entry path, or "" when the entry went to memory. Never throws
-/// for cache problems.
+/// Store an entry in the user cache (created when it does not exist yet), or
+/// in memory when it is not usable. Returns the entry path, or "" when the
+/// entry went to memory. Never throws for cache problems.
 std::string cache_store(const std::string& kernel_name, const EntryIdentity& id,
                         const std::vector<char>& cubin, const std::string& source,
                         const std::string& log);
@@ -203,11 +206,13 @@ void set_cache_claim_wait_limit_s(double seconds);
 /// True for a claim's lock file name ("<kernel>-<key16>.lock").
 bool is_lock_file_name(const std::string& file_name);
 
-/// The writable user cache directory, "" when memory-only.
+/// The writable user cache directory, "" when memory-only. For writers: it
+/// creates the directory when it does not exist yet.
 std::string cache_dir();
 
 /// A directory for dumping failed sources: the user cache if writable (not a
-/// bundle being written), else $TMPDIR, else /tmp.
+/// bundle being written; created when it does not exist yet), else $TMPDIR,
+/// else /tmp.
 std::string dump_dir();
 
 /// One layer as resolved for this process (flashgen info, cache ls).
@@ -218,9 +223,13 @@ struct CacheLayer {
   std::string origin;   ///< "FLASHGEN_CACHE_PATH", "FLASHGEN_CACHE_DIR", "$HOME/.cache/flashgen", ...
   bool usable = false;  ///< searched (bundles) / searched and written (user)
   std::string problem;  ///< why not usable (missing, untrusted, not writable, ...)
+  /// User cache: false when its directory does not exist yet (usable then
+  /// means that the first write will create it; it holds no entries).
+  bool exists = true;
 };
 /// Bundles in search order, then the user cache (or, when it is not usable,
-/// its candidate path with the problem), then the memory layer.
+/// its candidate path with the problem), then the memory layer. Creates
+/// nothing (a user cache that does not exist is reported with exists false).
 std::vector<CacheLayer> cache_layers();
 
 /// For tools (flashgen pregen --out): use `store_dir` as the writable layer

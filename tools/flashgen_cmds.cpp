@@ -385,11 +385,13 @@ int run_pregen(const PregenOptions& o) {
   std::set<std::string> seen;
   std::vector<std::string> planning_errors;
   size_t skipped = 0;
+  std::set<std::string> skipped_why;  // "bf16 on volta (sm_70)"
   for (int arch : archs) {
     const Profile& profile = profile_for_arch(arch);  // Unsupported names the nearest profiles
     for (const ProblemDesc& p : problems) {
       if (!profile.supports_dtype(p.dtype) && o.problems_file.empty()) {
         ++skipped;  // a flag combination this profile cannot run
+        skipped_why.insert(fmt::format("{} on {} (sm_{})", to_string(p.dtype), profile.name, arch));
         continue;
       }
       for (const auto& tile : tiles) {
@@ -420,6 +422,16 @@ int run_pregen(const PregenOptions& o) {
       }
     }
   }
+  // An empty set is bad input, not a success: nothing would be compiled or listed.
+  if (jobs.empty() && planning_errors.empty()) {
+    throw InvalidArgument(
+        problems.empty()
+            ? std::string("the set yields no kernels: the flags give no problem (--head-dims, --dtypes, --masks "
+                          "and --bias each need at least one value); nothing to compile")
+            : fmt::format("the set yields no kernels: all {} flag combinations were skipped (dtype not supported by "
+                          "the profile: {}); nothing to compile (choose --dtypes the profiles take, or other archs)",
+                          skipped, join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", ")));
+  }
   if (o.list) {
     for (const Job& j : jobs) std::printf("%s\n", j.spec.canonical().c_str());
     for (const std::string& e : planning_errors) std::fprintf(stderr, "flashgen pregen: not planned: %s\n", e.c_str());
@@ -434,6 +446,7 @@ int run_pregen(const PregenOptions& o) {
     ov.bundle_mode = true;
     rt::cache_override(ov);
   }
+  (void)rt::cache_dir();  // pregen writes: the user cache (or --out) is created here when it does not exist yet
   std::string target;
   for (const rt::CacheLayer& l : rt::cache_layers()) {
     if (l.kind != rt::CacheLayer::Kind::user) continue;
@@ -1070,6 +1083,8 @@ int run_cache(const CacheOptions& o) {
   };
   std::vector<Dir> dirs;
   std::string user_dir;
+  // A user cache that does not exist yet: no entries, nothing to prune (inspection creates nothing).
+  std::string absent_user_dir;
   // Layers that are configured but cannot be used (ls and verify fail on them).
   size_t unusable = 0;
   if (!o.dir.empty()) {
@@ -1091,7 +1106,9 @@ int run_cache(const CacheOptions& o) {
           ++unusable;
         }
       } else if (l.kind == rt::CacheLayer::Kind::user) {
-        if (l.usable) {
+        if (l.usable && !l.exists) {
+          absent_user_dir = l.path;
+        } else if (l.usable) {
           dirs.push_back(Dir{l.path, false, "user cache"});
           user_dir = l.path;
         } else {
@@ -1104,6 +1121,10 @@ int run_cache(const CacheOptions& o) {
 
   if (o.action == "ls" || o.action == "verify") {
     size_t total = 0, bad = 0, foreign = 0;
+    if (!absent_user_dir.empty()) {
+      std::printf("user cache %s: 0 entries, does not exist (the first compiled kernel creates it)\n",
+                  absent_user_dir.c_str());
+    }
     for (const Dir& dir : dirs) {
       const auto reports = rt::cache_scan(dir.path, dir.bundle, nvrtc);
       uint64_t bytes = 0;
@@ -1140,6 +1161,11 @@ int run_cache(const CacheOptions& o) {
   }
 
   // prune / clear: the user cache (or --dir) only; bundles are read-only.
+  if (!absent_user_dir.empty()) {
+    std::printf("%s: 0 files; the user cache %s does not exist, nothing to remove\n", o.action.c_str(),
+                absent_user_dir.c_str());
+    return 0;
+  }
   if (user_dir.empty()) {
     // Like ls/verify on a cache that cannot be used: a failure (exit 1), not a usage error.
     std::fprintf(stderr, "flashgen cache %s: error: there is no usable user cache directory to %s (see above)\n",
@@ -1237,9 +1263,10 @@ int run_info(const InfoOptions& o) {
       text = l.usable ? "in use (nothing is written to disk)" : "unused (the user cache is writable)";
     } else {
       text = fmt::format("{} ({}): {}", l.path.empty() ? "-" : l.path, l.origin,
-                         l.usable ? (l.kind == rt::CacheLayer::Kind::bundle ? "searched first, read-only"
-                                                                            : "searched, written")
-                                  : "not used: " + l.problem);
+                         !l.usable                                  ? "not used: " + l.problem
+                         : l.kind == rt::CacheLayer::Kind::bundle ? std::string("searched first, read-only")
+                         : l.exists                                 ? std::string("searched, written")
+                                    : std::string("does not exist (the first compiled kernel creates it)"));
     }
     row(fmt::format("cache {}", kind).c_str(), text);
   }

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "flashgen/flashgen.hpp"
+#include "runtime/cache.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tune_internal.hpp"
 #include "tools/flashgen_cli.hpp"
@@ -468,6 +469,7 @@ int run_tune(const TuneOptions& o) {
       continue;
     }
     const KernelSpec def = fgrt::plan_default(ap, arch);
+    check_launch_limits(ap, def);  // a problem no launch takes (plan() refuses it too): exit 2, as check_problem
     std::vector<TileModel> ranked = rank_tiles(p, arch, profile, shape);
     std::printf("   %zu tiles fit the profile's shared-memory and register budgets\n", ranked.size());
 
@@ -620,6 +622,7 @@ int run_tune(const TuneOptions& o) {
     out = env != nullptr && *env != '\0' ? env : default_tune_file_path();
   }
   if (out.empty()) throw IoError("no tune file path: give --out FILE (there is no user cache directory)");
+  if (out == default_tune_file_path()) (void)fgrt::cache_dir();  // the user cache, created if it does not exist yet
   TuneFile file;
   struct stat st {};
   if (::stat(out.c_str(), &st) == 0) file = load_tune_file(out);

@@ -45,10 +45,10 @@ struct Profile {
   /// (sm_90a), used instead of `flash` and `matrix_unit` for head dims that are
   /// multiples of 16 up to the last row's bound; same fields, block_m = 16 * warps.
   std::vector<FlashTile> wgmma_flash;
-  int64_t smem_per_block = 0;       ///< bytes of shared memory one block may opt into
-  int64_t smem_per_sm = 0;          ///< bytes of shared memory per SM
-  int64_t registers_per_sm = 0;     ///< 32-bit registers per SM
-  int max_threads_per_sm = 0;
+  int64_t smem_per_block = 0;       ///< bytes of shared memory one block may opt into; in [1, 16 MiB], <= smem_per_sm
+  int64_t smem_per_sm = 0;          ///< bytes of shared memory per SM; in [1, 16 MiB]
+  int64_t registers_per_sm = 0;     ///< 32-bit registers per SM; in [16384, 2^20]
+  int max_threads_per_sm = 0;       ///< a multiple of 32 in [128, 65536]
   int64_t mma_flop_per_clock_per_sm = 0;  ///< dense FLOP per clock per SM of matrix_unit (mma.sync), not of wgmma
   int64_t smem_bytes_per_clock_per_sm = 0;  ///< shared-memory bandwidth, bytes per SM clock per SM
   double dram_bytes_per_clock_per_sm = 0;   ///< device-memory bandwidth / (SMs x SM clock), bytes

@@ -287,6 +287,51 @@ TEST_CASE("cache: the directory is created with mode 0700, parents included") {
   rt::cache_reset_for_tests();
 }
 
+TEST_CASE("cache: a lookup, the layer list and plan() create no directory; the first compile does") {
+  TempDir root("flashgen-cachedir-lazy");
+  const std::string dir = root.path() + "/a/b/flashgen";
+  EnvGuard env("FLASHGEN_CACHE_DIR", dir);
+  EnvGuard bundles("FLASHGEN_CACHE_PATH", std::nullopt);
+  EnvGuard tune("FLASHGEN_TUNE_FILE", std::nullopt);
+  rt::cache_reset_for_tests();
+  const KernelSpec spec = test::simple_spec(80, 16);
+  const rt::CompileInputs in = rt::compile_inputs(spec);
+  CHECK_FALSE(rt::cache_lookup(in.name, in.key).has_value());
+  const auto user_layer = [] {
+    for (const rt::CacheLayer& l : rt::cache_layers())
+      if (l.kind == rt::CacheLayer::Kind::user) return l;
+    FAIL("no user layer");
+    return rt::CacheLayer{};
+  };
+  const rt::CacheLayer absent = user_layer();
+  CHECK(absent.path == dir);
+  CHECK(absent.usable);  // the first write creates it
+  CHECK_FALSE(absent.exists);
+  CHECK(absent.problem.empty());
+  for (const rt::CacheLayer& l : rt::cache_layers())
+    if (l.kind == rt::CacheLayer::Kind::memory) CHECK_FALSE(l.usable);
+  CHECK(default_tune_file_path() == dir + "/tune.yml");
+  AttentionProblem p = make_bshd_problem(DType::f16, 1, 128, 128, 2, 2, 16, 16, MaskKind::none,
+                                         reinterpret_cast<const void*>(uintptr_t{0x10000000}),
+                                         reinterpret_cast<const void*>(uintptr_t{0x10000000}),
+                                         reinterpret_cast<const void*>(uintptr_t{0x10000000}),
+                                         reinterpret_cast<void*>(uintptr_t{0x10000000}));
+  (void)plan(p, 80);  // reads the tune files, among them <user cache>/tune.yml
+  CHECK_FALSE(std::filesystem::exists(root.path() + "/a"));
+
+  // A compile writes: the directory is created then, mode 0700, and the entry is stored in it.
+  const CompiledKernel k = compile(spec);
+  CHECK_FALSE(k.from_cache);
+  CHECK(k.cache_path.rfind(dir + "/", 0) == 0);
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  CHECK(user_layer().exists);
+  CHECK(user_layer().usable);
+  CHECK(compile(spec).from_cache);
+  rt::cache_reset_for_tests();
+}
+
 TEST_CASE("cache: XDG_CACHE_HOME and HOME fallbacks") {
   TempDir root("flashgen-xdg");
   EnvGuard no_dir("FLASHGEN_CACHE_DIR", std::nullopt);

@@ -3,7 +3,8 @@
 // without any NVRTC call; explain for a supported and an unsupported problem;
 // show; cache ls / verify / prune; info; tune without a GPU and its dry run;
 // tune files through --device; progress output on a pseudo-terminal and on a
-// pipe; --help on every subcommand and errors on stderr with a non-zero exit.
+// pipe; --help on every subcommand and errors on stderr with a non-zero exit;
+// the example program's --arch check (FLASHGEN_EXAMPLE).
 #include <doctest/doctest.h>
 #include <fcntl.h>
 #include <pty.h>
@@ -67,16 +68,19 @@ void apply_env(const std::vector<std::string>& env) {
   }
 }
 
-[[noreturn]] void exec_cli(const std::vector<std::string>& args) {
-  std::vector<const char*> argv = {FLASHGEN_CLI};
+[[noreturn]] void exec_program(const char* program, const std::vector<std::string>& args) {
+  std::vector<const char*> argv = {program};
   for (const auto& a : args) argv.push_back(a.c_str());
   argv.push_back(nullptr);
-  ::execv(FLASHGEN_CLI, const_cast<char* const*>(argv.data()));
+  ::execv(program, const_cast<char* const*>(argv.data()));
   ::_exit(127);
 }
 
-// Runs the CLI with stdout and stderr redirected to files (a pipe for both).
-Run run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env) {
+[[noreturn]] void exec_cli(const std::vector<std::string>& args) { exec_program(FLASHGEN_CLI, args); }
+
+// Runs `program` (the CLI unless given) with stdout and stderr redirected to files.
+Run run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env,
+            const char* program = FLASHGEN_CLI) {
   TempDir tmp("flashgen-cli-run");
   const std::string out = tmp.path() + "/out", err = tmp.path() + "/err";
   const pid_t pid = ::fork();
@@ -86,7 +90,7 @@ Run run_cli(const std::vector<std::string>& args, const std::vector<std::string>
     const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(o, 1);
     ::dup2(e, 2);
-    exec_cli(args);
+    exec_program(program, args);
   }
   Run r;
   int status = 0;
@@ -214,7 +218,7 @@ TEST_CASE("cli: pregen into a bundle; another process finds every kernel there w
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(contains(read_text(work.path() + "/child.log"), "1 passed"));
-  CHECK(test::list_dir(user).empty());  // nothing compiled, nothing written
+  CHECK((!std::filesystem::exists(user) || test::list_dir(user).empty()));  // nothing compiled, nothing written
 
   // Pregen again: everything already present.
   const Run again = run_cli(with({"pregen"}, with(kPregenSet, {"--out", bundle})), env);
@@ -267,7 +271,8 @@ TEST_CASE("cli: explain a supported problem") {
   CHECK((contains(r.out, "compute-bound") || contains(r.out, "memory-bound")));
   CHECK(contains(r.out, "not cached"));
   CHECK(contains(r.out, "not stored"));
-  CHECK(test::list_dir(work.path() + "/cache").empty());  // a dry run writes nothing
+  // A dry run writes nothing (it does not even create the cache directory).
+  CHECK((!std::filesystem::exists(work.path() + "/cache") || test::list_dir(work.path() + "/cache").empty()));
 
   // Once compiled, explain says where the entry is.
   REQUIRE(run_cli({"pregen", "--arch", "90", "--head-dims", "96", "--dtypes", "f16", "--masks", "causaltl"}, env).rc ==
@@ -1588,7 +1593,7 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
     CHECK(info.rc == 2);
     CHECK(contains(info.out, "profile      configuration error: FLASHGEN_PROFILE=" + c.path));
     for (const std::string& part : c.reason) CHECK(contains(info.out, part));
-    CHECK(test::list_dir(cache).empty());  // nothing compiled
+    CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));  // nothing compiled
   }
 }
 
@@ -1630,7 +1635,7 @@ TEST_CASE("cli configuration: FLASHGEN_NVRTC_LIBRARY that is not a usable NVRTC 
     // What needs no NVRTC still works: listing specs, printing sources.
     CHECK(run_cli({"pregen", "--arch", "80", "--head-dims", "64", "--list"}, env).rc == 0);
     CHECK(run_cli({"show", "--problem", p, "--arch", "80"}, env).rc == 0);
-    CHECK(test::list_dir(cache).empty());
+    CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
   }
 }
 
@@ -1742,3 +1747,155 @@ TEST_CASE("cli: an empty --out is refused, not taken as the default destination"
   const std::string cache = work.path() + "/c";  // nothing compiled into the user cache
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
 }
+
+TEST_CASE("cli: inspection commands create no user cache directory; cache ls / verify report it absent") {
+  TempDir work("flashgen-cli-no-mkdir");
+  const std::string dir = work.path() + "/missing/cache";
+  const auto env = base_env(dir);
+  const auto absent = [&] { return !std::filesystem::exists(work.path() + "/missing"); };
+  for (const char* action : {"ls", "verify"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 0);
+    CHECK(contains(r.out, "user cache " + dir + ": 0 entries, does not exist"));
+    CHECK(contains(r.out, "0 entries: 0 ok"));
+    CHECK(absent());
+  }
+  for (const char* action : {"prune", "clear"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 0);
+    CHECK(contains(r.out, std::string(action) + ": 0 files; the user cache " + dir + " does not exist"));
+    CHECK(absent());
+  }
+  const Run info = run_cli({"info", "--arch", "80"}, env);
+  INFO("info:\n", info.out);
+  CHECK(info.rc == 0);
+  CHECK(contains(info.out, "cache user cache " + dir + " (FLASHGEN_CACHE_DIR): does not exist"));
+  CHECK(absent());
+  const std::string problem = "dtype=f16,seqlen=128,heads=1,head_dim=16";
+  CHECK(run_cli({"explain", "--arch", "80", "--no-compile", "--problem", problem}, env).rc == 0);
+  CHECK(absent());
+  CHECK(run_cli({"explain", "--arch", "80", "--problem", problem}, env).rc == 0);  // compiled for the report only
+  CHECK(absent());
+  CHECK(run_cli({"tune", "--dry-run", "--arch", "80", "--problem", problem}, env).rc == 0);
+  CHECK(absent());
+  CHECK(run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "--list"}, env)
+            .rc == 0);
+  CHECK(absent());
+  // --dir names a directory that must exist (unchanged).
+  CHECK(run_cli({"cache", "ls", "--dir", dir}, env).rc == 1);
+  CHECK(absent());
+
+  // A command that writes creates it, mode 0700.
+  const Run made = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none"}, env);
+  INFO("stdout:\n", made.out, "\nstderr:\n", made.err);
+  CHECK(made.rc == 0);
+  struct stat st {};
+  REQUIRE(::stat(dir.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0700);
+  const Run ls = run_cli({"cache", "ls"}, env);
+  CHECK(ls.rc == 0);
+  CHECK(contains(ls.out, "user cache " + dir + ": 1 entries"));
+}
+
+TEST_CASE("cli: pregen of a set that yields no kernels fails (exit 2) and says why") {
+  TempDir work("flashgen-cli-pregen-empty");
+  const std::string cache = work.path() + "/cache";
+  const auto env = base_env(cache);
+  for (const bool list : {true, false}) {
+    CAPTURE(list);
+    // (turing: its m16n8k8 unit takes f16 only; an NVRTC of CUDA 13 compiles for it, unlike volta)
+    std::vector<std::string> args = {"pregen", "--profile", "turing", "--dtypes", "bf16", "--head-dims", "64"};
+    if (list) args.push_back("--list");
+    const Run r = run_cli(args, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(contains(r.err, "flashgen pregen: error: the set yields no kernels: all"));
+    CHECK(contains(r.err, "bf16 on turing (sm_75)"));
+    CHECK(contains(r.err, "nothing to compile"));
+  }
+  for (const std::string& masks : {std::string(""), std::string(",")}) {
+    CAPTURE(masks);
+    const Run r = run_cli({"pregen", "--arch", "80", "--masks", masks}, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "the set yields no kernels: the flags give no problem"));
+  }
+  CHECK_FALSE(std::filesystem::exists(cache));  // nothing was written
+  // A set that yields kernels for some arch is not empty: the bf16 combinations turing cannot run are skipped.
+  const Run some = run_cli({"pregen", "--profile", "turing", "--arch", "80", "--dtypes", "bf16", "--head-dims", "64",
+                            "--masks", "none", "--list"},
+                           env);
+  CHECK(some.rc == 0);
+  CHECK(lines(some.out).size() == 1);
+}
+
+TEST_CASE("cli: problems beyond the kernels' limits: tune refuses them with exit 2, as show does") {
+  TempDir work("flashgen-cli-limits");
+  const std::string cache = work.path() + "/cache";
+  const auto env = base_env(cache);
+  const std::string long_seq = "dtype=f16,seqlen=3000000000,heads=1,head_dim=64";
+  const std::string big_grid = "dtype=f16,batch=4096,seqlen=2000000000,heads=64,head_dim=64";
+  for (const char* mode : {"--dry-run", "--compile-only"}) {
+    CAPTURE(mode);
+    const Run r = run_cli({"tune", mode, "--arch", "80", "--problem", long_seq}, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen tune: error: launch: seqlen_q (3000000000) and seqlen_k (3000000000) must be at "
+                          "most 2^31 - 257"));
+  }
+  const Run grid = run_cli({"tune", "--dry-run", "--arch", "80", "--problem", big_grid}, env);
+  CHECK(grid.rc == 2);
+  CHECK(contains(grid.err, "more than the 2^31-1 a grid's x dimension allows"));
+  CHECK(run_cli({"show", "--arch", "80", "--problem", long_seq}, env).rc == 2);
+  CHECK_FALSE(std::filesystem::exists(cache));  // nothing was compiled
+
+  // Values the problem syntax itself refuses (a length sum past int32, a size past 2^40): exit 2 in every command.
+  const std::string sum = "dtype=f16,seqlens_q=2000000000:2000000000,seqlens_k=5:5,heads=1,head_dim=64";
+  const std::string huge = "dtype=f16,seqlen=1099511627777,heads=1,head_dim=64";
+  std::ofstream(work.path() + "/sum.yml")
+      << "problems:\n  - {dtype: f16, seqlens_q: 2000000000:2000000000, seqlens_k: 5:5, heads: 1, head_dim: 64}\n";
+  for (const auto& [args, needle] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"explain", "--arch", "80", "--no-compile", "--problem", sum}, "add up to 4000000000, more than"},
+           {{"tune", "--dry-run", "--arch", "80", "--problem", sum}, "add up to 4000000000, more than"},
+           {{"pregen", "--arch", "80", "--list", "--problems", work.path() + "/sum.yml"}, "add up to 4000000000"},
+           {{"explain", "--arch", "80", "--no-compile", "--problem", huge}, "must be an integer in [0, 1099511627776]"},
+           {{"tune", "--dry-run", "--arch", "80", "--problem", huge}, "must be an integer in [0, 1099511627776]"},
+       }) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: "));
+    CHECK(contains(r.err, needle));
+  }
+}
+
+#ifdef FLASHGEN_EXAMPLE
+TEST_CASE("example: --arch takes the compute capabilities the library has a profile for; others exit 2") {
+  TempDir work("flashgen-example-arch");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string allowed = "allowed: sm_70, sm_72, sm_75, sm_80, sm_86, sm_87, sm_89, sm_90, sm_100, sm_103, "
+                              "sm_120, sm_121";
+  for (const char* arch : {"95", "50", "9", "0", "1000", "-1", "99999999999"}) {
+    CAPTURE(arch);
+    const Run r = run_cli({"--arch", arch}, env, FLASHGEN_EXAMPLE);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());  // refused before anything is planned or compiled
+    CHECK(contains(r.err, std::string("attention: error: --arch: ") + arch + " is not a compute capability"));
+    CHECK(contains(r.err, allowed));
+  }
+  const Run text = run_cli({"--arch", "sm_90"}, env, FLASHGEN_EXAMPLE);
+  CHECK(text.rc == 2);
+  CHECK(contains(text.err, "'sm_90' is not a compute capability 10*major+minor"));
+  const Run help = run_cli({"--help"}, env, FLASHGEN_EXAMPLE);
+  CHECK(help.rc == 0);
+  CHECK(contains(help.out, "sm_70, sm_72"));
+  CHECK_FALSE(std::filesystem::exists(work.path() + "/cache"));
+}
+#endif

@@ -283,6 +283,47 @@ TEST_CASE("parse_profile: bad values") {
   check_rejected(replace("  - {head_dim_le: 64", "  - 3\n  - {head_dim_le: 64"), {"key 'flash[0]'", "mapping"});
 }
 
+TEST_CASE("parse_profile: resources out of range name the key, its value and the allowed range") {
+  const std::string regs = "[16384, 1048576]", threads = "a multiple of 32 in [128, 65536]",
+                    smem = "positive integer in [1, 16777216]";
+  for (const char* bad : {"1", "0", "16383", "1048577", "-65536"}) {
+    CAPTURE(bad);
+    check_rejected(replace("registers_per_sm: 65536", std::string("registers_per_sm: ") + bad),
+                   {"key 'resources.registers_per_sm'", std::string("'") + bad + "'", regs, "128 registers"});
+  }
+  for (const char* bad : {"1", "0", "96", "65568", "-1024"}) {
+    CAPTURE(bad);
+    check_rejected(replace("max_threads_per_sm: 1024", std::string("max_threads_per_sm: ") + bad),
+                   {"key 'resources.max_threads_per_sm'", std::string("'") + bad + "'", threads});
+  }
+  for (const char* bad : {"1000", "2047", "130"}) {  // in range, not whole warps
+    CAPTURE(bad);
+    check_rejected(replace("max_threads_per_sm: 1024", std::string("max_threads_per_sm: ") + bad),
+                   {"key 'resources.max_threads_per_sm'", std::string("has value ") + bad, threads, "whole warps"});
+  }
+  check_rejected(replace("smem_per_sm: 65536", "smem_per_sm: 0"), {"key 'resources.smem_per_sm'", "'0'", smem});
+  check_rejected(replace("smem_per_sm: 65536", "smem_per_sm: 16777217"),
+                 {"key 'resources.smem_per_sm'", "'16777217'", smem});
+  check_rejected(replace("smem_per_block: 65536", "smem_per_block: 16777217"),
+                 {"key 'resources.smem_per_block'", "'16777217'", smem});
+  // smem_per_sm below smem_per_block.
+  check_rejected(replace("smem_per_sm: 65536", "smem_per_sm: 1024"),
+                 {"key 'resources.smem_per_block'", "65536", "at most resources.smem_per_sm (1024)"});
+  // The bounds themselves are accepted.
+  CHECK_NOTHROW(parse_profile(replace("registers_per_sm: 65536", "registers_per_sm: 16384"), kOrigin));
+  CHECK_NOTHROW(parse_profile(replace("registers_per_sm: 65536", "registers_per_sm: 1048576"), kOrigin));
+  CHECK_NOTHROW(parse_profile(replace("max_threads_per_sm: 1024", "max_threads_per_sm: 128"), kOrigin));
+  CHECK_NOTHROW(parse_profile(replace("max_threads_per_sm: 1024", "max_threads_per_sm: 65536"), kOrigin));
+  CHECK_NOTHROW(parse_profile(replace("smem_per_sm: 65536", "smem_per_sm: 16777216"), kOrigin));
+  // Every built-in profile lies inside them.
+  for (const Profile& p : builtin_profiles()) {
+    CAPTURE(p.name);
+    CHECK(p.registers_per_sm >= 16384);
+    CHECK(p.max_threads_per_sm % 32 == 0);
+    CHECK(p.smem_per_block <= p.smem_per_sm);
+  }
+}
+
 TEST_CASE("parse_profile: unsorted or duplicate flash rows") {
   const std::string swapped = replace(
       "  - {head_dim_le: 64, block_m: 64, block_n: 64, warps: 4, stages: 2}\n"
