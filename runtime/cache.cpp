@@ -136,6 +136,43 @@ std::vector<std::string> split_path_list(const std::string& text) {
 }
 
 // mkdir -p; every directory it creates gets exactly `mode`. "" on success.
+// Why an existing `path` is not a directory this process can write ("" when it is).
+std::string usable_dir_reason(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return fmt::format("stat failed: {}", errno_text(errno));
+  if (!S_ISDIR(st.st_mode)) return "it exists and is not a directory";
+  if (::access(path.c_str(), W_OK | X_OK) != 0)
+    return fmt::format("it is not writable by this process: {}", errno_text(errno));
+  return "";
+}
+
+// Why `path`, which does not exist, could not be created by make_dirs ("" when
+// its nearest existing ancestor is a directory this process can write). Reads only.
+std::string uncreatable_dir_reason(const std::string& path) {
+  for (size_t pos = 0; pos < path.size();) {
+    const size_t next = std::min(path.find('/', pos), path.size());
+    if (next - pos > NAME_MAX)
+      return fmt::format("it cannot be created: a path component is {} bytes long, more than NAME_MAX ({})", next - pos,
+                         NAME_MAX);
+    pos = next + 1;
+  }
+  std::string cur = path;
+  while (true) {
+    const size_t slash = cur.find_last_of('/');
+    if (slash == std::string::npos) cur = ".";
+    else cur = slash == 0 ? "/" : cur.substr(0, slash);
+    struct stat st {};
+    if (::stat(cur.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) return fmt::format("it cannot be created: {} is not a directory", cur);
+      if (::access(cur.c_str(), W_OK | X_OK) != 0)
+        return fmt::format("it cannot be created: {} is not writable by this process: {}", cur, errno_text(errno));
+      return "";
+    }
+    if (errno != ENOENT) return fmt::format("it cannot be created: stat {} failed: {}", cur, errno_text(errno));
+    if (cur == "/" || cur == ".") return "";
+  }
+}
+
 std::string make_dirs(const std::string& path, mode_t mode) {
   if (path.empty()) return "the path is empty";
   size_t pos = 0;
@@ -151,12 +188,7 @@ std::string make_dirs(const std::string& path, mode_t mode) {
       return fmt::format("mkdir {} failed: {}", cur, errno_text(errno));
     }
   }
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return fmt::format("stat failed: {}", errno_text(errno));
-  if (!S_ISDIR(st.st_mode)) return "it exists and is not a directory";
-  if (::access(path.c_str(), W_OK | X_OK) != 0)
-    return fmt::format("it is not writable by this process: {}", errno_text(errno));
-  return "";
+  return usable_dir_reason(path);
 }
 
 void warn_memory_only_locked(CacheState& s, const std::string& what) {
@@ -191,12 +223,19 @@ void settle_dir_locked(CacheState& s, bool create) {
                     "and the user has no home directory)";
     return;
   }
+  std::string why;
   struct stat st {};
-  if (!create && ::stat(dir.c_str(), &st) != 0 && errno == ENOENT) {
-    s.dir_absent = true;
-    return;
+  if (!create && ::stat(dir.c_str(), &st) != 0) {
+    // Inspecting creates nothing: a missing directory is absent (if it could be
+    // created), any other failure is the directory's problem.
+    why = errno == ENOENT ? uncreatable_dir_reason(dir) : fmt::format("stat failed: {}", errno_text(errno));
+    if (why.empty()) {
+      s.dir_absent = true;
+      return;
+    }
+  } else {
+    why = create ? make_dirs(dir, bundle_mode ? 0755 : 0700) : usable_dir_reason(dir);
   }
-  std::string why = make_dirs(dir, bundle_mode ? 0755 : 0700);
   if (why.empty()) {
     why = untrusted_dir_reason(dir, bundle_mode);
     if (!why.empty()) why = "it " + why;

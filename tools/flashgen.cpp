@@ -13,7 +13,9 @@
 // a configuration error).
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <string>
 
@@ -57,7 +59,17 @@ int main(int argc, char** argv) {
   }
 
   try {
-    return run_parsed_command(app, commands);
+    const int rc = run_parsed_command(app, commands);
+    // Output that could not be written (a full disk, a closed pipe or stdout)
+    // is a failure, not a success with nothing said.
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      const int err = errno;
+      std::fprintf(stderr, "%s: error: writing the output to stdout failed%s%s\n", command.c_str(), err ? ": " : "",
+                   err ? std::strerror(err) : "");
+      return rc != 0 ? rc : 1;
+    }
+    return rc;
   } catch (const ConfigError& e) {
     // Once, with the whole reason, before any kernel was attempted.
     std::fflush(stdout);

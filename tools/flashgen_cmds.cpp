@@ -1043,14 +1043,16 @@ CLI::App* add_cache(CLI::App& app, CacheOptions& o) {
   c->add_option("action", o.action, "ls | verify | prune | clear")
       ->required()
       ->check(CLI::IsMember({"ls", "verify", "prune", "clear"}));
-  c->add_option("--dir", o.dir, "work on this directory instead of the cache layers");
+  c->add_option("--dir", o.dir, "work on this directory instead of the cache layers")
+      ->check(non_empty_path("leave --dir out to work on the cache layers"));
   c->add_flag("--dry-run", o.dry_run, "prune/clear: list what would be removed");
   c->add_option("--older-than", o.older_than_days, "prune: also remove entries not modified for this many days")
       ->check(number_in(0, kMaxAgeDays, "days"));
   c->add_option("--temp-age", o.temp_age_s,
                 "prune: remove temp files and orphaned sources older than this many seconds (default 600; younger "
                 "ones may belong to a live writer)")
-      ->check(number_in(0, kMaxAgeSeconds, "seconds"));
+      ->check(number_in(0, kMaxAgeSeconds, "seconds"))
+      ->each([&o](const std::string&) { o.temp_age_given = true; });
   return c;
 }
 
@@ -1073,6 +1075,19 @@ std::string unlistable_dir_reason(const std::string& path) {
 }  // namespace
 
 int run_cache(const CacheOptions& o) {
+  // An option another action takes is a usage error, not ignored: `clear --older-than 30`
+  // would otherwise remove every entry.
+  {
+    std::string wrong;
+    if (o.action != "prune" && o.older_than_days >= 0) wrong = "--older-than applies to prune only";
+    else if (o.action != "prune" && o.temp_age_given) wrong = "--temp-age applies to prune only";
+    else if ((o.action == "ls" || o.action == "verify") && o.dry_run) wrong = "--dry-run applies to prune and clear only";
+    if (!wrong.empty()) {
+      std::fprintf(stderr, "flashgen cache: error: %s (the action is %s); see flashgen cache --help\n", wrong.c_str(),
+                   o.action.c_str());
+      return 2;
+    }
+  }
   // ls, verify and prune judge entries by the NVRTC that would compile them.
   if (o.action != "clear") check_nvrtc_config({}, false);
   const rt::NvrtcForArch nvrtc = rt::loaded_nvrtc_for_arch();

@@ -79,6 +79,7 @@ struct CacheOptions {
   bool dry_run = false;
   double older_than_days = -1;
   double temp_age_s = 600;
+  bool temp_age_given = false;  // --temp-age was on the command line
 };
 CLI::App* add_cache(CLI::App& app, CacheOptions& o);
 int run_cache(const CacheOptions& o);

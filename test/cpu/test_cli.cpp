@@ -79,14 +79,15 @@ void apply_env(const std::vector<std::string>& env) {
 [[noreturn]] void exec_cli(const std::vector<std::string>& args) { exec_program(FLASHGEN_CLI, args); }
 
 // Runs `program` (the CLI unless given) with stdout and stderr redirected to files.
+// (stdout_to: a file to send stdout to instead, e.g. /dev/full; then r.out is empty)
 Run run_cli(const std::vector<std::string>& args, const std::vector<std::string>& env,
-            const char* program = FLASHGEN_CLI) {
+            const char* program = FLASHGEN_CLI, const char* stdout_to = nullptr) {
   TempDir tmp("flashgen-cli-run");
   const std::string out = tmp.path() + "/out", err = tmp.path() + "/err";
   const pid_t pid = ::fork();
   if (pid == 0) {
     apply_env(env);
-    const int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int o = stdout_to != nullptr ? ::open(stdout_to, O_WRONLY) : ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     const int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(o, 1);
     ::dup2(e, 2);
@@ -1788,6 +1789,30 @@ TEST_CASE("cli: inspection commands create no user cache directory; cache ls / v
   // --dir names a directory that must exist (unchanged).
   CHECK(run_cli({"cache", "ls", "--dir", dir}, env).rc == 1);
   CHECK(absent());
+  // A path stat() cannot resolve for another reason than a missing last part
+  // (a component longer than NAME_MAX; a component that is a file): reported, nothing created.
+  const std::string long_name(300, 'b');
+  std::string long_path = work.path() + "/long";  // 22 components of 200 bytes: more than PATH_MAX
+  for (int i = 0; i < 22; ++i) long_path += "/" + std::string(200, 'p');
+  std::ofstream(work.path() + "/afile") << "x";
+  for (const std::string& odd : {work.path() + "/long/" + long_name + "/c", long_path, work.path() + "/afile/sub"}) {
+    CAPTURE(odd);
+    for (const std::vector<std::string>& args : {std::vector<std::string>{"info", "--arch", "80"},
+                                                 std::vector<std::string>{"cache", "ls"}}) {
+      const Run r = run_cli(args, base_env(odd));
+      INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+      CHECK(contains(r.out + r.err, "cannot be used"));
+    }
+    CHECK_FALSE(std::filesystem::exists(work.path() + "/long"));
+  }
+  // A missing directory whose parent cannot be written is not "created by the first kernel".
+  if (::geteuid() != 0) {
+    std::filesystem::create_directory(work.path() + "/ro");
+    ::chmod((work.path() + "/ro").c_str(), 0555);
+    const Run ro = run_cli({"info", "--arch", "80"}, base_env(work.path() + "/ro/cache"));
+    CHECK(contains(ro.out, "cannot be created"));
+    ::chmod((work.path() + "/ro").c_str(), 0755);
+  }
 
   // A command that writes creates it, mode 0700.
   const Run made = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none"}, env);
@@ -1898,4 +1923,57 @@ TEST_CASE("example: --arch takes the compute capabilities the library has a prof
   CHECK(contains(help.out, "sm_70, sm_72"));
   CHECK_FALSE(std::filesystem::exists(work.path() + "/cache"));
 }
+
+TEST_CASE("example: kernels that cannot be compiled are an error (exit 2), never reported as compiled") {
+  TempDir work("flashgen-example-nvrtc");
+  auto env = base_env(work.path() + "/cache");
+  env.push_back("FLASHGEN_NVRTC_LIBRARY=" + work.path() + "/no-such-nvrtc.so");
+  const Run r = run_cli({"--shape", "llama"}, env, FLASHGEN_EXAMPLE);
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  CHECK(r.rc == 2);
+  CHECK(contains(r.out, "not every kernel was compiled"));
+  CHECK_FALSE(contains(r.out, "no GPU: compiled for"));
+}
 #endif
+
+TEST_CASE("cli: output that cannot be written (stdout on a full device) is a failure, not exit 0") {
+  if (!std::filesystem::exists("/dev/full")) return;  // (Linux)
+  TempDir work("flashgen-cli-full");
+  const auto env = base_env(work.path() + "/cache");
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"show", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64"},
+        std::vector<std::string>{"explain", "--arch", "80", "--no-compile", "--problem",
+                                 "dtype=f16,seqlen=128,heads=8,head_dim=64"},
+        std::vector<std::string>{"info"}}) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env, FLASHGEN_CLI, "/dev/full");
+    INFO("stderr:\n", r.err);
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: writing the output to stdout failed"));
+  }
+}
+
+TEST_CASE("cli: cache options another action takes are refused (exit 2), not ignored; --dir '' is refused") {
+  TempDir work("flashgen-cli-cache-opts");
+  const auto env = base_env(work.path() + "/cache");
+  const std::vector<std::pair<std::vector<std::string>, std::string>> refused = {
+      {{"cache", "clear", "--older-than", "1"}, "--older-than applies to prune only (the action is clear)"},
+      {{"cache", "clear", "--dry-run", "--older-than", "1"}, "--older-than applies to prune only"},
+      {{"cache", "ls", "--older-than", "5"}, "--older-than applies to prune only (the action is ls)"},
+      {{"cache", "verify", "--temp-age", "3"}, "--temp-age applies to prune only (the action is verify)"},
+      {{"cache", "clear", "--temp-age", "3"}, "--temp-age applies to prune only"},
+      {{"cache", "ls", "--dry-run"}, "--dry-run applies to prune and clear only (the action is ls)"},
+      {{"cache", "ls", "--dir", ""}, "--dir"},
+  };
+  for (const auto& [args, needle] : refused) {
+    CAPTURE(args[1]);
+    CAPTURE(needle);
+    const Run r = run_cli(args, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, needle));
+    CHECK(r.out.empty());
+  }
+  CHECK(run_cli({"cache", "prune", "--dry-run", "--older-than", "1", "--temp-age", "3"}, env).rc == 0);
+  CHECK(run_cli({"cache", "clear", "--dry-run"}, env).rc == 0);
+}
