@@ -135,7 +135,6 @@ std::vector<std::string> split_path_list(const std::string& text) {
   return out;
 }
 
-// mkdir -p; every directory it creates gets exactly `mode`. "" on success.
 // Why an existing `path` is not a directory this process can write ("" when it is).
 std::string usable_dir_reason(const std::string& path) {
   struct stat st {};
@@ -173,6 +172,7 @@ std::string uncreatable_dir_reason(const std::string& path) {
   }
 }
 
+// mkdir -p; every directory it creates gets exactly `mode`. "" on success.
 std::string make_dirs(const std::string& path, mode_t mode) {
   if (path.empty()) return "the path is empty";
   size_t pos = 0;
