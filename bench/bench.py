@@ -11,7 +11,7 @@ launches and at least 200 ms of back-to-back calls (the SM clock idles at
 finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py [--ceiling-f16 T] [--ceiling-bf16 T] [--runs 30] [--warmup 5] [--sets 3]
-                [--shapes all|quick] [--baseline OTHER/libflashgen.so] [--unit m16n8k16|m16n8k8|m8n8k4]
+                [--shapes all|quick] [--baseline OTHER/libflashgen.so[,ANOTHER.so]] [--unit m16n8k16|m16n8k8|m8n8k4]
                 [--tiles BMxBNxWxS,...] [--lib LIBFLASHGEN.so]
 
 Ours is flashgen.attention(q, k, v, causal="top_left" or None, out=o): the
@@ -37,7 +37,9 @@ GPU tier's units do the same), for ours and the baseline alike.
 kernel change) on the same inputs, through its C ABI (flashgen_forward,
 ctypes, a problem struct per input set), its calls taking turns with ours call
 by call (a clock change then hits both alike): the table gains its TFLOP/s
-("base") and ours/base.
+("base") and ours/base. Several builds, separated by commas, all take turns in
+the one loop; the table gains a pair of columns for each ("base1", "ours/base1",
+...), in the order given.
 
 The helpers below (input_sets, median_ms_pair, fa4_function, sm_clock_mhz, ...)
 are shared by the other bench scripts; the package is imported only by main(),
@@ -218,7 +220,8 @@ def main():
                     help="all, quick (D128 and D64), or comma-separated indices into the shape list (0-7)")
     ap.add_argument("--dtypes", default="f16,bf16")
     ap.add_argument("--masks", default="none,causal")
-    ap.add_argument("--baseline", default="", help="another libflashgen.so to time beside ours (its C ABI, ctypes)")
+    ap.add_argument("--baseline", default="",
+                    help="other libflashgen.so builds, comma-separated, to time beside ours (their C ABI, ctypes)")
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
                          "(flashgen_launch_spec of --lib); printed per shape, not in the table")
@@ -237,13 +240,14 @@ def main():
     if args.lib and not lib_tiles:
         print("note: --lib is read by --tiles only; ours is the flashgen package", file=sys.stderr)
     lib = load_lib(args.lib or default_library(repo)) if lib_tiles else None
-    base = load_lib(args.baseline) if args.baseline else None
+    bases = [load_lib(b) for b in args.baseline.split(",") if b]
+    base_names = ["base"] if len(bases) == 1 else [f"base{i + 1}" for i in range(len(bases))]
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
           f"{args.sets} rotated input sets")
     print(f"ours: flashgen {fg.__version__} (flashgen.attention; {package_library() or 'its libflashgen not found'})"
           + (f"; tiles: {args.lib or default_library(repo)}" if lib else "")
-          + (f"; baseline: {args.baseline}" if base else ""))
+          + "".join(f"; {n}: {b}" for n, b in zip(base_names, args.baseline.split(",")) if b))
     if args.shapes == "all":
         shapes = SHAPES
     elif args.shapes == "quick":
@@ -268,23 +272,29 @@ def main():
                 causal_arg = "top_left" if causal else None  # SDPA's is_causal=True (S_q = S_k: either alignment)
                 spec = str(fg.plan(dtype=dname, batch=B, seqlen=S, heads_q=Hq, heads_kv=Hkv, head_dim=D,
                                    mask="causaltl" if causal else "none"))
-                # C ABI problems (one per input set) for the baseline and the tiles.
-                problems = []
-                cl = lib if lib is not None else base
-                for (q, k, v, o) in (sets if cl is not None else []):
-                    p = Problem()
-                    check(cl, cl.flashgen_problem_init_bshd(
-                        ctypes.byref(p), 0 if dtype == torch.float16 else 1, B, S, S, Hq, Hkv, D, D,
-                        1 if causal else 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
-                    problems.append(p)
+                # C ABI problems (one per input set), each library filling its own structs.
+                def c_problems(cl):
+                    problems = []
+                    for (q, k, v, o) in sets:
+                        p = Problem()
+                        check(cl, cl.flashgen_problem_init_bshd(
+                            ctypes.byref(p), 0 if dtype == torch.float16 else 1, B, S, S, Hq, Hkv, D, D,
+                            1 if causal else 0, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()), "init")
+                        problems.append(p)
+                    return problems
+                problems = c_problems(lib) if lib is not None else []
+                base_problems = [c_problems(b) for b in bases]
                 stream = torch.cuda.current_stream().cuda_stream
 
                 def ours(i):
                     q, k, v, o = sets[i]
                     fg.attention(q, k, v, causal=causal_arg, out=o)
 
-                def baseline(i):
-                    check(base, base.flashgen_forward(ctypes.byref(problems[i]), stream), "baseline forward")
+                def baseline_fn(b):
+                    def baseline(i):
+                        check(bases[b], bases[b].flashgen_forward(ctypes.byref(base_problems[b][i]), stream),
+                              f"{base_names[b]} forward")
+                    return baseline
 
                 idx = list(range(len(sets)))
                 # Correctness against the flash backend on the first set (poisoned output first).
@@ -300,17 +310,21 @@ def main():
                 failures += 0 if ok else 1
 
                 res = {}
-                if base is not None:
-                    o.fill_(float("nan"))
-                    baseline(0)
-                    torch.cuda.synchronize()
-                    e_base = (o.float() - ref.float()).abs().max().item()
-                    if not (e_base == e_base and e_base < (2e-2 if dtype == torch.bfloat16 else 4e-3)):
-                        failures += 1
-                        print(f"  baseline MISMATCH {e_base:.2e}", flush=True)
+                if bases:
+                    for b in range(len(bases)):
+                        o.fill_(float("nan"))
+                        baseline_fn(b)(0)
+                        torch.cuda.synchronize()
+                        e_base = (o.float() - ref.float()).abs().max().item()
+                        if not (e_base == e_base and e_base < (2e-2 if dtype == torch.bfloat16 else 4e-3)):
+                            failures += 1
+                            print(f"  {base_names[b]} MISMATCH {e_base:.2e}", flush=True)
                     # Interleaved with ours, call by call.
-                    t_ours, t_base = median_ms_pair([ours, baseline], idx, args.warmup, args.runs)
-                    res["base"] = flops / (t_base * 1e-3) / 1e12
+                    t_all = median_ms_pair([ours] + [baseline_fn(b) for b in range(len(bases))], idx,
+                                           args.warmup, args.runs)
+                    t_ours = t_all[0]
+                    for n, t_base in zip(base_names, t_all[1:]):
+                        res[n] = flops / (t_base * 1e-3) / 1e12
                 else:
                     t_ours = median_ms(ours, idx, args.warmup, args.runs)
                 clock = sm_clock_mhz()
@@ -343,7 +357,7 @@ def main():
                 rows.append(((B, Hq, Hkv, S, D), "f16" if dtype == torch.float16 else "bf16",
                              "causal" if causal else "none", ours_tf, res, ceiling, err, ok, spec))
                 r = rows[-1]
-                vs_base = f", base {res['base']:.1f} (ours/base {ours_tf / res['base']:.3f})" if "base" in res else ""
+                vs_base = "".join(f", {n} {res[n]:.1f} (ours/{n} {ours_tf / res[n]:.3f})" for n in base_names)
                 print(f"  B{B} H{Hq}/{Hkv} S{S} D{D} {r[1]} {r[2]}: ours {ours_tf:.1f} TFLOP/s "
                       f"({t_ours:.3f} ms){vs_base}, max|ours-flash| {err:.2e} {'ok' if ok else 'MISMATCH'}; {r[8]}",
                       flush=True)
@@ -377,7 +391,7 @@ def main():
     print()
     print(f"{'shape (B, Hq/Hkv, S, D)':26} {'dtype':5} {'mask':6} {'ours':>7} {'flash':>7} {'cudnn':>7} "
           f"{'effic.':>7} {'fa4':>7} {'ours/flash':>10} {'ours/fa4':>8} {'ours/cudnn':>10} {'% mma':>6} {'% peak':>6} "
-          f"{'% clk':>6} {'MHz':>5}" + (f" {'base':>7} {'ours/base':>9}" if base else ""))
+          f"{'% clk':>6} {'MHz':>5}" + "".join(f" {n:>7} {'ours/' + n:>9}" for n in base_names))
     below = []
     for (shape, dt, mask, ours_tf, res, ceiling, err, ok, spec) in rows:
         B, Hq, Hkv, S, D = shape
@@ -393,7 +407,7 @@ def main():
               f"{fmt(res.get('cudnn'))} {fmt(res.get('efficient'))} {fmt(res.get('fa4'))} "
               f"{(f'{ratio:10.2f}' if ratio else '       n/a')} {vs('fa4', 8)} {vs('cudnn', 10)} "
               f"{(f'{pct:5.1f}%' if pct else '   n/a')} {peak} {at_clk} {(f'{clk:5.0f}' if clk else '  n/a')}" +
-              (f" {fmt(res.get('base'))} {ours_tf / res['base']:9.3f}" if base else ""))
+              "".join(f" {fmt(res.get(n))} {ours_tf / res[n]:9.3f}" for n in base_names))
     print(f"\nmma.sync m16n8k16 ceiling measured in this run: f16 {args.ceiling_f16:.1f}, bf16 {args.ceiling_bf16:.1f} "
           f"TFLOP/s; TFLOP/s = 4*B*Hq*Sq*Sk*D (/2 causal) / median time")
     print(f"rows below 1.2x the flash backend: {len(below)} of {len(rows)}; output mismatches: {failures}")

@@ -20,7 +20,8 @@
 # older than 3.25. Every bench then runs with that venv's python.
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
-# .deps) and time it beside ours in the same loop (bench.py --baseline).
+# .deps) and time it beside ours in the same loop (bench.py --baseline); several
+# trees, separated by ':', all take turns in that one loop.
 # FlashAttention-4 joins the tables when .anchor/whl (from
 # ../shared/anchors/fa4-carry.sh .anchor) is in this tree and
 # /tmp/libs-cu13.tar.xz on the machine: send .anchor/cdsl in a first command
@@ -41,10 +42,10 @@ done
 if [[ "$host_only" != 1 && ( ! -x build/tools/mma_probe || ! -f build/libflashgen.so ) ]]; then
   ./dev.sh test -N >/dev/null || { echo "bench/run.sh: build failed" >&2; exit 1; }
 fi
-baseline=()
-decode_baseline=()
+first_baseline=()
+all_baselines=()
 if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
-  # (several trees separated by ':' for bench_decode.py; bench.py takes the first)
+  # (several trees separated by ':' for bench.py and bench_decode.py, all in one loop; bench_paged.py takes the first)
   deps_args=()
   [[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
   libs=()
@@ -56,8 +57,8 @@ if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
       { echo "bench/run.sh: baseline build of $tree failed" >&2; exit 1; }
     libs+=("$tree/build/libflashgen.so")
   done
-  baseline=(--baseline "${libs[0]}")
-  decode_baseline=(--baseline "$(IFS=,; echo "${libs[*]}")")
+  first_baseline=(--baseline "${libs[0]}")
+  all_baselines=(--baseline "$(IFS=,; echo "${libs[*]}")")
 fi
 # (the libraries also come in two halves, for a tree that with them would pass the 64 MiB a
 # command carries: `split -n 2 -d .anchor/cdsl/libs-cu13.tar.xz part` into .anchor/cdsl_a/part00
@@ -96,7 +97,7 @@ if [[ "$host_only" != 1 ]]; then
   c32=$(awk '/^achieved/ {print $2}' "$OUT/probe-bf16.txt")
 fi
 if [[ "$main_bench" == 1 ]]; then
-PYTHONUNBUFFERED=1 "$PY" bench/bench.py --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${baseline[@]}" "$@" \
+PYTHONUNBUFFERED=1 "$PY" bench/bench.py --ceiling-f16 "${c16:-0}" --ceiling-bf16 "${c32:-0}" "${all_baselines[@]}" "$@" \
   2>&1 | tee "$OUT/bench.log"
 rc=${PIPESTATUS[0]}
 fi
@@ -109,7 +110,7 @@ fi
 # BENCH_DECODE=1: also the split-KV decode table (bench/bench_decode.py);
 # BENCH_DECODE_ONLY=1: only that.
 if [[ "${BENCH_DECODE:-0}" == 1 || "${BENCH_DECODE_ONLY:-0}" == 1 ]]; then
-  PYTHONUNBUFFERED=1 "$PY" bench/bench_decode.py --lib build/libflashgen.so "${decode_baseline[@]}" ${BENCH_DECODE_ARGS:-} 2>&1 |
+  PYTHONUNBUFFERED=1 "$PY" bench/bench_decode.py --lib build/libflashgen.so "${all_baselines[@]}" ${BENCH_DECODE_ARGS:-} 2>&1 |
     tee "$OUT/bench-decode.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
@@ -137,7 +138,7 @@ fi
 # BENCH_PAGED=1: also the paged KV cache (decode and chunked prefill) against our contiguous cache and
 # FlashAttention-4's paged path (bench/bench_paged.py, arguments in BENCH_PAGED_ARGS); BENCH_PAGED_ONLY=1: only that.
 if [[ "${BENCH_PAGED:-0}" == 1 || "${BENCH_PAGED_ONLY:-0}" == 1 ]]; then
-  PYTHONUNBUFFERED=1 "$PY" bench/bench_paged.py --lib build/libflashgen.so "${baseline[@]}" ${BENCH_PAGED_ARGS:-} 2>&1 |
+  PYTHONUNBUFFERED=1 "$PY" bench/bench_paged.py --lib build/libflashgen.so "${first_baseline[@]}" ${BENCH_PAGED_ARGS:-} 2>&1 |
     tee "$OUT/bench-paged.log"
   rc=$(( ${rc:-0} | ${PIPESTATUS[0]} ))
 fi
