@@ -38,8 +38,8 @@ kernel change) on the same inputs, through its C ABI (flashgen_forward,
 ctypes, a problem struct per input set), its calls taking turns with ours call
 by call (a clock change then hits both alike): the table gains its TFLOP/s
 ("base") and ours/base. Several builds, separated by commas, all take turns in
-the one loop; the table gains a pair of columns for each ("base1", "ours/base1",
-...), in the order given.
+the one loop; the table gains a pair of columns for each ("base", "ours/base",
+"base2", ...), in the order given.
 
 The helpers below (input_sets, median_ms_pair, fa4_function, sm_clock_mhz, ...)
 are shared by the other bench scripts; the package is imported only by main(),
@@ -241,7 +241,7 @@ def main():
         print("note: --lib is read by --tiles only; ours is the flashgen package", file=sys.stderr)
     lib = load_lib(args.lib or default_library(repo)) if lib_tiles else None
     bases = [load_lib(b) for b in args.baseline.split(",") if b]
-    base_names = ["base"] if len(bases) == 1 else [f"base{i + 1}" for i in range(len(bases))]
+    base_names = ["base" if i == 0 else f"base{i + 1}" for i in range(len(bases))]
     dev = torch.cuda.get_device_name()
     print(f"device {dev}, torch {torch.__version__}, runs {args.runs} (median), warm-up {args.warmup}, "
           f"{args.sets} rotated input sets")

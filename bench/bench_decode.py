@@ -63,6 +63,8 @@ def main():
 
     def load_decode(path):
         lib = load_lib(path)
+        if not hasattr(lib, "flashgen_decode"):
+            return None
         lib.flashgen_decode.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_void_p, ctypes.c_int64,
                                         ctypes.c_void_p]
         lib.flashgen_decode_workspace_bytes.argtypes = [ctypes.POINTER(Problem), ctypes.c_int, ctypes.c_int,
@@ -71,7 +73,14 @@ def main():
         return lib
 
     lib = load_decode(args.lib)
-    bases = [load_decode(b) for b in args.baseline.split(",") if b]
+    if lib is None:
+        sys.exit(f"bench_decode.py: {args.lib} has no flashgen_decode")
+    bases = []
+    for b in (b for b in args.baseline.split(",") if b):
+        bases.append(load_decode(b))
+        if bases[-1] is None:  # (a library from before split-KV decode)
+            print(f"note: baseline {b} has no flashgen_decode; left out", file=sys.stderr)
+            bases.pop()
     base_names = ["base" if k == 0 else f"base{k + 1}" for k in range(len(bases))]
     base = bases[0] if bases else None
     props = torch.cuda.get_device_properties(0)
