@@ -11,7 +11,7 @@ launches and at least 200 ms of back-to-back calls (the SM clock idles at
 finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py [--ceiling-f16 T] [--ceiling-bf16 T] [--runs 30] [--warmup 5] [--sets 3]
-                [--shapes all|quick] [--baseline OTHER/libflashgen.so[,ANOTHER.so]] [--unit m16n8k16|m16n8k8|m8n8k4]
+                [--shapes all|quick] [--baseline OTHER/libflashgen.so[,ANOTHER.so]] [--ours-last] [--unit m16n8k16|m16n8k8|m8n8k4]
                 [--tiles BMxBNxWxS,...] [--lib LIBFLASHGEN.so]
 
 Ours is flashgen.attention(q, k, v, causal="top_left" or None, out=o): the
@@ -37,7 +37,8 @@ GPU tier's units do the same), for ours and the baseline alike.
 kernel change) on the same inputs, through its C ABI (flashgen_forward,
 ctypes, a problem struct per input set), its calls taking turns with ours call
 by call (a clock change then hits both alike): the table gains its TFLOP/s
-("base") and ours/base. Several builds, separated by commas, all take turns in
+("base") and ours/base; ours takes the first turn of each round, or the last
+with --ours-last. Several builds, separated by commas, all take turns in
 the one loop; the table gains a pair of columns for each ("base", "ours/base",
 "base2", ...), in the order given.
 
@@ -225,6 +226,8 @@ def main():
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
                          "(flashgen_launch_spec of --lib); printed per shape, not in the table")
+    ap.add_argument("--ours-last", action="store_true",
+                    help="with --baseline: ours takes the last turn of each round instead of the first")
     ap.add_argument("--unit", default="", choices=["", *UNIT_PROFILES],
                     help="run this matrix unit's kernel (mma.sync) instead of the one the device's profile picks")
     args = ap.parse_args()
@@ -320,10 +323,11 @@ def main():
                             failures += 1
                             print(f"  {base_names[b]} MISMATCH {e_base:.2e}", flush=True)
                     # Interleaved with ours, call by call.
-                    t_all = median_ms_pair([ours] + [baseline_fn(b) for b in range(len(bases))], idx,
-                                           args.warmup, args.runs)
-                    t_ours = t_all[0]
-                    for n, t_base in zip(base_names, t_all[1:]):
+                    fns = [baseline_fn(b) for b in range(len(bases))]
+                    fns = fns + [ours] if args.ours_last else [ours] + fns
+                    t_all = median_ms_pair(fns, idx, args.warmup, args.runs)
+                    t_ours = t_all.pop(-1 if args.ours_last else 0)
+                    for n, t_base in zip(base_names, t_all):
                         res[n] = flops / (t_base * 1e-3) / 1e12
                 else:
                     t_ours = median_ms(ours, idx, args.warmup, args.runs)
