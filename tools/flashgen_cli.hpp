@@ -117,8 +117,9 @@ AttentionProblem to_problem(const ProblemDesc& d);
 /// must equal it), seqlen_q / seqlen_k default to the largest length (explicit ones
 /// are the bounds, max_seqlen_q / max_seqlen_k, and must be at least that);
 /// seqused_k=1 needs them (or page_size). page_size=N (a power of two in [1, 256]) makes
-/// the KV cache paged, dense or packed. Throws InvalidArgument naming the key, its value and what
-/// is allowed.
+/// the KV cache paged, dense or packed. An empty text or an empty field (a trailing, leading or
+/// doubled ',') is refused. Throws InvalidArgument naming the key (or the empty field), its value
+/// and what is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
 /// A YAML problem set ("problems seen in production"):

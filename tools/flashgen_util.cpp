@@ -352,15 +352,20 @@ ProblemDesc parse_problem_text(const std::string& text) {
   ProblemDesc d;
   std::map<std::string, bool> seen;
   const std::string where = fmt::format("--problem '{}': key", text);
+  if (text.empty()) throw InvalidArgument("--problem '' is empty (expected key=value,key=value,...)");
   size_t pos = 0;
-  while (pos <= text.size()) {
+  for (size_t field = 1; pos <= text.size(); ++field) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
     const std::string item = text.substr(pos, comma - pos);
     pos = comma + 1;
     if (item.empty()) {
-      if (comma == text.size()) break;
-      throw InvalidArgument(fmt::format("--problem '{}': empty item (expected key=value,key=value,...)", text));
+      // A trailing ',' (or ",,") is a field with nothing in it, not the end of the list.
+      throw InvalidArgument(fmt::format("--problem '{}': field {} is empty ({}; expected key=value,key=value,...)",
+                                        text, field,
+                                        comma == text.size() ? "a trailing ','"
+                                        : field == 1         ? "a leading ','"
+                                                             : "two ',' in a row"));
     }
     const size_t eq = item.find('=');
     if (eq == std::string::npos)

@@ -997,6 +997,15 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
   size_t timed = 0;
   for (const std::string& l : lines(co.out)) timed += l.rfind("   time ", 0) == 0 ? 1 : 0;
   CHECK(timed == 2);  // the best by the model and the profile's default
+  // --dry-run (the model only, nothing compiled) and --compile-only (compile, then re-rank) are two different
+  // stops: given together, neither is dropped without a word.
+  const Run both = run_cli({"tune", "--dry-run", "--compile-only", "--arch", "80", "--problem",
+                            "dtype=f16,seqlen=256,heads=2,head_dim=32"},
+                           env);
+  INFO("both:\n", both.out, both.err);
+  CHECK(both.rc == 2);
+  CHECK(contains(both.err, "flashgen tune: error: --dry-run and --compile-only exclude each other"));
+  CHECK(both.out.empty());
 
   // A tune file made on "CLI Test GPU" for this class.
   const std::string tune = work.path() + "/tune.yml";
@@ -1238,7 +1247,16 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"--tiles has value", "WARPS '99999999999' must be an integer in [1, 16]"}},
            {{"pregen", "--arch", "80", "--list", "--tiles", "128x64x4"}, {"not BLOCK_MxBLOCK_NxWARPSxSTAGES"}},
            {{"pregen", "--arch", "80", "--list", "--head-dims", "99999999999"},
-            {"--head-dims has value '99999999999'", "in [0, 1048576]"}},
+            {"--head-dims has value '99999999999'", "multiples of 8 in [16, 256]"}},
+           // Head dims no kernel takes: refused as values (exit 2), before any planning.
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "100"},
+            {"--head-dims has value '100': must be D or D:DV (e.g. 96 or 192:128) with D and DV multiples of 8 in [16, "
+             "256]"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64,320"}, {"--head-dims has value '320'", "[16, 256]"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "128:100"}, {"--head-dims has value '128:100'"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "8"}, {"--head-dims has value '8'"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "0"}, {"--head-dims has value '0'"}},
+           {{"pregen", "--arch", "80", "--head-dims", "100"}, {"--head-dims has value '100'"}},
            {{"pregen", "--arch", "80", "--list", "--head-dims", "64:-99999999999"}, {"'64:-99999999999'"}},
            {{"pregen", "--arch", "80", "--list", "-j", "-1"}, {"--jobs", "'-1'", "[0, 4096]"}},
            {{"pregen", "--arch", "80", "--list", "--softcap", "maybe"}, {"--softcap: 'maybe' is not one of no, yes"}},
@@ -1598,6 +1616,34 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
   }
 }
 
+TEST_CASE("cli configuration: pregen --profile (built-in profiles) wins over FLASHGEN_PROFILE") {
+  TempDir work("flashgen-cli-profile-option");
+  const std::string cache = work.path() + "/cache";
+  const std::string turing = work.path() + "/turing.yml";  // lists sm_75 only
+  std::ofstream(turing) << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
+  auto env = base_env(cache);
+  env.push_back("FLASHGEN_PROFILE=" + turing);
+  const std::vector<std::string> set = {"--head-dims", "64", "--dtypes", "f16", "--masks", "none", "--list"};
+  // The option names hopper: its kernel, planned with the built-in profile; a note says the variable is not used.
+  const Run r = run_cli(with({"pregen", "--profile", "hopper"}, set), env);
+  INFO("stdout: ", r.out, "\nstderr: ", r.err);
+  CHECK(r.rc == 0);
+  const auto builtin = std::find_if(builtin_profiles().begin(), builtin_profiles().end(),
+                                    [](const Profile& x) { return x.name == "hopper"; });
+  REQUIRE(builtin != builtin_profiles().end());
+  const KernelSpec hopper =
+      plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64")), 90, *builtin);
+  CHECK(r.out == hopper.canonical() + "\n");
+  CHECK(contains(r.err, "flashgen pregen: note: --profile hopper names built-in profiles; FLASHGEN_PROFILE=" + turing +
+                            " is not used in this run"));
+  // Without --profile the variable still decides: it does not list sm_90.
+  expect_config_error(with({"pregen", "--arch", "90"}, set), env, "FLASHGEN_PROFILE", {"does not list compute capability "
+                                                                                       "sm_90"});
+  CHECK(run_cli(with({"pregen", "--arch", "75"}, set), env).rc == 0);
+  // The help says so.
+  CHECK(contains(run_cli({"pregen", "--help"}, env).out, "FLASHGEN_PROFILE is not used"));
+}
+
 TEST_CASE("cli configuration: FLASHGEN_NVRTC_LIBRARY that is not a usable NVRTC is one configuration error") {
   TempDir work("flashgen-cli-nvrtc-config");
   const std::string cache = work.path() + "/cache";
@@ -1733,6 +1779,37 @@ TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML")
   CHECK(msg.find("key key") == std::string::npos);
 }
 
+TEST_CASE("cli problems: an empty field in --problem (a trailing, leading or doubled ',') is refused, naming it") {
+  const std::string p = "dtype=f16,batch=1,seqlen=128,heads=8,head_dim=64";
+  CHECK_NOTHROW(cli::parse_problem_text(p));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {p + ",", "field 6 is empty (a trailing ','"},
+           {"," + p, "field 1 is empty (a leading ','"},
+           {"dtype=f16,,batch=1,seqlen=128,heads=8,head_dim=64", "field 2 is empty (two ',' in a row"},
+           {p + ",,", "field 6 is empty (two ',' in a row"},
+           {"", "--problem '' is empty (expected key=value"},
+       }) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_text(text),
+                         doctest::Contains((text.empty() ? why : "--problem '" + text + "': " + why).c_str()),
+                         InvalidArgument);
+  }
+  // Through the binary: exit 2 before anything is planned, in every command that takes --problem.
+  TempDir work("flashgen-cli-trailing-comma");
+  const auto env = base_env(work.path() + "/cache");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"explain", "--arch", "80", "--no-compile", "--problem", p + ","},
+           {"show", "--arch", "80", "--problem", p + ","},
+           {"tune", "--dry-run", "--arch", "80", "--problem", p + ","}}) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: --problem '" + p + ",': field 6 is empty (a trailing ','"));
+    CHECK(r.out.empty());
+  }
+}
+
 
 TEST_CASE("cli: an empty --out is refused, not taken as the default destination") {
   TempDir work("flashgen-cli-empty-out");
@@ -1747,6 +1824,60 @@ TEST_CASE("cli: an empty --out is refused, not taken as the default destination"
   CHECK(contains(t.err, "--out: an empty path; leave --out out for $FLASHGEN_TUNE_FILE"));
   const std::string cache = work.path() + "/c";  // nothing compiled into the user cache
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
+}
+
+TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, and a --tune-file that cannot be used, "
+          "are refused (exit 2), not taken as the default") {
+  TempDir work("flashgen-cli-empty-values");
+  const std::string cache = work.path() + "/c";
+  const auto env = base_env(cache);
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  std::ofstream(work.path() + "/not-a-tune-file.yml") << "entries: []\n";
+  const std::vector<std::string> pregen = {"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
+                                           "--masks", "none", "--list"};
+  struct Bad {
+    std::vector<std::string> args;
+    std::vector<std::string> err;  // parts of stderr
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", ""},
+            {"--tile: an empty tile; give BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default', or leave --tile "
+             "out"}},
+           {{"show", "--problem", p, "--arch", "80", "--tile", ""}, {"--tile: an empty tile; give BLOCK_Mx"}},
+           {with(pregen, {"--tiles", ""}), {"--tiles has no value (''): give 'default' or tiles"}},
+           {with(pregen, {"--tiles", ","}), {"--tiles has no value (','"}},
+           {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--device", ""},
+            {"--device: an empty device name; give a device name as tune files record it (e.g. \"NVIDIA H200\"), or "
+             "leave --device out"}},
+           {with(pregen, {"--device", ""}), {"--device: an empty device name"}},
+           {{"pregen", "--head-dims", "64", "--list", "--profile", ""}, {"--profile has no value (''): give built-in "
+                                                                         "profile names"}},
+           {with(pregen, {"--tune-file", ""}),
+            {"--tune-file: an empty path; leave --tune-file out for $FLASHGEN_TUNE_FILE, else tune.yml in the user "
+             "cache"}},
+           {with(pregen, {"--tune-file", work.path() + "/missing.yml"}),
+            {"--tune-file: value '" + work.path() + "/missing.yml' is not allowed: no such file (it must name a tune "
+             "file written by flashgen tune)"}},
+           {with(pregen, {"--tune-file", work.path()}),
+            {"--tune-file: value '" + work.path() + "' is not allowed: it is a directory, not a tune file"}},
+           {with(pregen, {"--tune-file", work.path() + "/not-a-tune-file.yml"}),
+            {"--tune-file has value '" + work.path() + "/not-a-tune-file.yml', which is not a usable tune file: ",
+             "key 'version' is missing"}},
+       }) {
+    CAPTURE(b.args[0]);
+    CAPTURE(b.args[b.args.size() - 2]);
+    const Run r = run_cli(b.args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
+    for (const std::string& part : b.err) CHECK(contains(r.err, part));
+    CHECK(r.out.empty());
+  }
+  CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
+  // Given a value, the same options run.
+  CHECK(run_cli({"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "default", "--device", "X"}, env)
+            .rc == 0);
+  CHECK(run_cli(with(pregen, {"--tiles", "default", "--device", "X", "--profile", "ampere"}), env).rc == 0);
 }
 
 TEST_CASE("cli: inspection commands create no user cache directory; cache ls / verify report it absent") {
