@@ -1103,6 +1103,22 @@ TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-ze
   }
 }
 
+TEST_CASE("cli: --version prints the library's version (the project's in CMakeLists.txt) and exits 0") {
+  TempDir work("flashgen-cli-version");
+  const std::string cmake = read_text(FLASHGEN_SOURCE_DIR "/CMakeLists.txt");
+  std::smatch m;
+  REQUIRE(std::regex_search(cmake, m, std::regex(R"(project\(flashgen VERSION ([0-9]+\.[0-9]+\.[0-9]+))")));
+  const std::string version = m[1];
+  const Run r = run_cli({"--version"}, base_env(work.path() + "/cache"));
+  INFO("stdout: ", r.out, "\nstderr: ", r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.rfind("flashgen " + version + " (libflashgen " + version + "; code generator " + kGeneratorVersion +
+                        ", kernel cache format " + std::to_string(rt::kCacheFormatVersion) + ")\n",
+                    0) == 0);
+  CHECK(r.err.empty());
+  CHECK(contains(run_cli({"--help"}, base_env(work.path() + "/cache")).out, "--version"));
+}
+
 // ---------------------------------------------------------------------------
 // Numbers, aliases, cache directories and configuration errors (issue 11,
 // items 4-6). The family: every numeric option of every subcommand, found by
