@@ -1478,6 +1478,51 @@ TEST_CASE("cli problems: an alias and a key it sets are refused together, in eit
   CHECK(contains(r.err, "key 'problems[0].seqlen_k' cannot be combined with key 'seqlen'"));
 }
 
+TEST_CASE("cli problems: a problem file names the key of a bad value, is one YAML document, and at most 16 MiB") {
+  const std::string row = "dtype: f16, seqlen: 128, heads: 1, head_dim: 64";
+  // A value that is not one scalar: the message names the row and the key.
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"problems:\n  - {" + row + "}\n  - {dtype: [f16], seqlen: 128, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[1].dtype' has value a sequence: must be a single value"},
+           {"problems:\n  - {dtype: f16, seqlen: {q: 1}, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[0].seqlen' has value a mapping: must be a single value"},
+           {"problems:\n  - {" + row + ", lse: }\n", "p.yml: key 'problems[0].lse' has no value: must be a single value"},
+           {"problems:\n  - {dtype: f16, seqlens_q: {a: 1}, seqlens_k: 1, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[0].seqlens_q' has value a mapping: must be \"L1:L2:...\" or a sequence of integers"},
+           {"problems:\n  - {" + row + ", [a]: 1}\n", "p.yml: key 'problems[0]' has a key that is a sequence, not a name"},
+           // A second document would be dropped unread.
+           {"problems:\n  - {" + row + "}\n---\nproblems:\n  - {" + row + "}\n",
+            "p.yml: has 2 YAML documents (separated by '---'); a problem file is one document"},
+       }) {
+    CAPTURE(yaml);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_set(yaml, "p.yml"), doctest::Contains(message.c_str()), InvalidArgument);
+  }
+  // One document, with or without its markers (an empty one after a trailing "---" holds nothing).
+  for (const std::string& yaml : {"---\nproblems:\n  - {" + row + "}\n...\n", "problems:\n  - {" + row + "}\n---\n"}) {
+    CAPTURE(yaml);
+    CHECK(cli::parse_problem_set(yaml, "p.yml").size() == 1);
+  }
+  // Through the binary: exit 2, naming the file, its size and the limit, without reading it (a sparse 4 GiB file).
+  TempDir work("flashgen-cli-problem-file");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string big = work.path() + "/big.yml";
+  std::ofstream(big).close();
+  REQUIRE(::truncate(big.c_str(), int64_t{4} << 30) == 0);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"pregen", "--arch", "80", "--list", "--problems", big}, {"tune", "--dry-run", "--arch", "80", "--problems", big}}) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: cannot read problem file '" + big +
+                              "': it is 4294967296 bytes, more than the 16777216 bytes (16 MiB) a YAML file may have"));
+  }
+  std::ofstream(work.path() + "/two.yml") << "problems:\n  - {" + row + "}\n---\nproblems:\n  - {" + row + "}\n";
+  const Run two = run_cli({"pregen", "--arch", "80", "--list", "--problems", work.path() + "/two.yml"}, env);
+  CHECK(two.rc == 2);
+  CHECK(contains(two.err, "has 2 YAML documents"));
+}
+
 TEST_CASE("cli: pregen of a decode-shaped problem lists the split-KV kernels forward() runs, and the forward's") {
   TempDir work("flashgen-cli-pregen-decode");
   std::ofstream(work.path() + "/p.yml")
