@@ -52,7 +52,16 @@ std::string join_ints(const std::vector<int>& v, const char* sep) {
   return out;
 }
 
-std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+// "512 bytes", "12.3 KiB", "4.0 MiB", "1.5 GiB": a small size is not "0.0 MiB".
+std::string size_text(double bytes) {
+  if (bytes < 1024.0) return fmt::format("{:.0f} byte{}", bytes, bytes == 1.0 ? "" : "s");
+  if (bytes < 1024.0 * 1024.0) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+// "1 kernel", "2 kernels".
+std::string count_of(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
@@ -530,14 +539,14 @@ int run_pregen(const PregenOptions& o) {
   std::vector<KernelSpec> specs;
   for (const Job& j : jobs) specs.push_back(j.spec);
   const int used_threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(1, specs.size()))));
-  std::fprintf(stderr, "flashgen pregen: %zu kernels for %s into %s on %d threads\n", specs.size(),
+  std::fprintf(stderr, "flashgen pregen: %s for %s into %s on %s\n", count_of(specs.size(), "kernel").c_str(),
                [&] {
                  std::vector<std::string> a;
                  for (int x : archs) a.push_back(fmt::format("sm_{}", x));
                  return join(a, ", ");
                }()
                    .c_str(),
-               target.c_str(), used_threads);
+               target.c_str(), count_of(static_cast<size_t>(used_threads), "thread").c_str());
   Progress progress("pregen", specs.size(), stderr, is_terminal(stderr));
   const auto results = warmup(specs, threads, [&](const WarmupProgress& w) {
     const WarmupResult& r = *w.last;
@@ -571,13 +580,16 @@ int run_pregen(const PregenOptions& o) {
     struct stat st {};
     if (!r.cache_path.empty() && ::stat(r.cache_path.c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
   }
-  std::printf("pregen: %zu kernels in %s (wall) on %d threads: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
+  std::printf("pregen: %s in %s (wall) on %s: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
               "already present, %zu failed%s\n",
-              results.size(), Progress::duration(wall).c_str(), used_threads, compiled, nvrtc_seconds,
+              count_of(results.size(), "kernel").c_str(), Progress::duration(wall).c_str(),
+              count_of(static_cast<size_t>(used_threads), "thread").c_str(), compiled, nvrtc_seconds,
               wall > 0 ? static_cast<double>(compiled + present) / wall : 0.0, present, failed + planning_errors.size(),
-              skipped ? fmt::format("; {} flag combinations skipped (dtype not supported by the profile)", skipped).c_str()
+              skipped ? fmt::format("; {} skipped (dtype not supported by the profile)",
+                                    count_of(skipped, "flag combination"))
+                            .c_str()
                       : "");
-  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), mib(static_cast<double>(bytes)).c_str());
+  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
   if (!o.out.empty()) {
     std::printf("pregen: use the bundle with FLASHGEN_CACHE_PATH=%s (read-only; files must not be writable by "
                 "others)\n",
@@ -1012,7 +1024,7 @@ int run_explain(const ExplainOptions& o) {
                                                       : ""));
   row("bytes", fmt::format("{} unique (Q, K, V, O{}{}); per block {:.0f} from global memory, {:.0f} of shared-memory "
                            "traffic",
-                           mib(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",
+                           size_text(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",
                            m.tile_global_bytes, m.tile_smem_bytes));
   row("intensity",
       fmt::format("{:.1f} FLOP/byte of unique memory traffic vs the profile's ridge point {:.1f} ({} FLOP / {:.4g} "
@@ -1217,7 +1229,7 @@ int run_cache(const CacheOptions& o) {
       uint64_t bytes = 0;
       for (const auto& r : reports) bytes += r.bytes;
       std::printf("%s %s: %zu entries, %s\n", dir.label.c_str(), dir.path.c_str(), reports.size(),
-                  mib(static_cast<double>(bytes)).c_str());
+                  size_text(static_cast<double>(bytes)).c_str());
       for (const auto& r : reports) {
         ++total;
         if (!r.valid) ++bad;
@@ -1268,7 +1280,7 @@ int run_cache(const CacheOptions& o) {
   for (const std::string& f : r.removed) std::printf("%s %s\n", o.dry_run ? "would remove" : "removed", f.c_str());
   for (const std::string& e : r.errors) std::fprintf(stderr, "flashgen cache %s: %s\n", o.action.c_str(), e.c_str());
   std::printf("%s: %zu files, %s %s in %s\n", o.action.c_str(), r.removed.size(),
-              mib(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
+              size_text(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
   return r.errors.empty() ? 0 : 1;
 }
 

@@ -679,7 +679,7 @@ TEST_CASE("cli: pregen --varlen builds the packed-batch kernels") {
                         env);
   INFO(r.out, r.err);
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
   CHECK(contains(r.out, "1 compiled"));
   const KernelSpec expected =
       plan(cli::to_problem(cli::parse_problem_text(
@@ -864,7 +864,7 @@ TEST_CASE("cli: pregen --paged builds the paged-KV kernels") {
                         env);
   INFO(r.out, r.err);
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
   CHECK(contains(r.out, "1 compiled"));
   const KernelSpec expected =
       plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64,mask=causalbr,page_size=16")),
@@ -1065,6 +1065,38 @@ TEST_CASE("cli: progress is a bar on a terminal and plain lines on a pipe") {
   CHECK_FALSE(contains(pipe.err, "\r"));
   CHECK_FALSE(contains(pipe.err, "\033"));
   CHECK(contains(pipe.out, "pregen: 2 kernels in"));
+}
+
+TEST_CASE("cli: pregen's summary says 1 kernel, 1 thread, and gives a small size in KiB, not 0.0 MiB") {
+  REQUIRE(rt::nvrtc_available());
+  TempDir work("flashgen-cli-summary");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string bundle = work.path() + "/bundle";
+  const Run r = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "-j",
+                         "1", "--out", bundle},
+                        env);
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.err, "flashgen pregen: 1 kernel for sm_80 into bundle " + bundle + " on 1 thread\n"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
+  CHECK(contains(r.out, " (wall) on 1 thread: 1 compiled"));
+  CHECK_FALSE(contains(r.out, "pregen: 1 kernels"));  // (the rate, e.g. "2.21 kernels/s", stays plural)
+  CHECK_FALSE(contains(r.out, "on 1 threads"));
+  // One small cubin: its size in KiB (a d16 kernel is tens of KiB), as the files add up.
+  uint64_t bytes = 0;
+  for (const std::string& f : test::list_dir(bundle))
+    if (f.ends_with(".cubin")) bytes += std::filesystem::file_size(bundle + "/" + f);
+  REQUIRE(bytes >= 1024);
+  REQUIRE(bytes < 1024 * 1024);
+  CHECK(contains(r.out, fmt::format("pregen: into bundle {} ({:.1f} KiB of cubins)", bundle, bytes / 1024.0)));
+  CHECK_FALSE(contains(r.out, "0.0 MiB"));
+  // Present the second time: the same words.
+  const Run again = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "-j",
+                             "1", "--out", bundle},
+                            env);
+  CHECK(again.rc == 0);
+  CHECK(contains(again.out, "pregen: 1 kernel in "));
+  CHECK(contains(again.out, "1 already present"));
 }
 
 TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-zero exit") {
