@@ -885,7 +885,12 @@ int run_explain(const ExplainOptions& o) {
         std::printf("  - %s\n      -> %s\n", a.what.c_str(), s.kernel_name().c_str());
       }
     }
-    return 1;
+    // Unsupported input, as show and tune treat it: exit 2 (the report above says why).
+    std::fflush(stdout);
+    std::fprintf(stderr, "flashgen explain: error: the problem is unsupported on sm_%d: %zu rule%s broken (listed "
+                 "above)\n",
+                 arch, rules.size(), rules.size() == 1 ? "" : "s");
+    return 2;
   }
 
   const Profile& profile = profile_for_arch(arch);

@@ -303,13 +303,13 @@ TEST_CASE("cli: explain reports what launch refuses: sequences past 2^31 - 257, 
       run_cli({"explain", "--problem", "dtype=f16,seqlen_q=1,seqlen_k=4294967296,heads=1,head_dim=64", "--arch", "80"},
               env);
   INFO("stdout:\n", keys.out, "\nstderr:\n", keys.err);
-  CHECK(keys.rc == 1);
+  CHECK(keys.rc == 2);
   CHECK(contains(keys.out, "seqlen_k (4294967296) must be at most 2^31 - 257"));
   const Run grid = run_cli({"explain", "--problem", "dtype=f16,batch=1048576,seqlen=4096,heads=1024,head_dim=64",
                             "--arch", "80", "--sms", "108"},
                            env);
   INFO("stdout:\n", grid.out, "\nstderr:\n", grid.err);
-  CHECK(grid.rc == 1);
+  CHECK(grid.rc == 2);
   CHECK(contains(grid.out, "= 32 * 1024 * 1048576 blocks, more than the 2^31-1"));
 }
 
@@ -319,7 +319,8 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   const Run r = run_cli(
       {"explain", "--problem", "dtype=bf16,seqlen=100,heads_q=12,heads_kv=5,head_dim=100", "--arch", "75"}, env);
   INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);  // unsupported input, as show says it (below)
+  CHECK(contains(r.err, "flashgen explain: error: the problem is unsupported on sm_75: 4 rules broken (listed above)"));
   CHECK(contains(r.out, "unsupported: 4 rules broken"));
   CHECK(contains(r.out, "heads_q (12) must be a multiple of heads_kv (5)"));
   CHECK(contains(r.out, "head_dim (100) must be a multiple of 8"));
@@ -339,9 +340,23 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   const Run no_tile = run_cli({"explain", "--problem", "dtype=f16,seqlen=100,heads=2,head_dim=256", "--arch", "90",
                                "--tile", "256x128x4x4"},
                               env);
-  CHECK(no_tile.rc == 1);
+  CHECK(no_tile.rc == 2);
   CHECK(contains(no_tile.out, "smem_bytes"));
   CHECK(contains(no_tile.out, "the profile's tile"));
+
+  // explain and show exit alike for a problem no kernel supports (2: unsupported input), explain after its report.
+  for (const std::string& problem : {std::string("dtype=f16,seqlen=128,heads=8,head_dim=100"),
+                                     std::string("dtype=bf16,seqlen=128,heads=8,head_dim=64"),
+                                     std::string("dtype=f16,seqlen=128,heads_q=12,heads_kv=5,head_dim=64")}) {
+    CAPTURE(problem);
+    const Run ex = run_cli({"explain", "--problem", problem, "--arch", "75", "--no-compile"}, env);
+    const Run show = run_cli({"show", "--problem", problem, "--arch", "75"}, env);
+    INFO("explain:\n", ex.out, ex.err, "\nshow:\n", show.err);
+    CHECK(ex.rc == 2);
+    CHECK(show.rc == 2);
+    CHECK(contains(ex.out, "unsupported: "));
+    CHECK(contains(show.err, "flashgen show: error: "));
+  }
 }
 
 TEST_CASE("cli: a softcap in the problem syntax reaches the spec") {
@@ -479,7 +494,7 @@ TEST_CASE("cli: window sizes, sinks and alibi in the problem syntax reach the pr
       run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=64,mask=causalbr,window_left=4", "--arch",
                "80", "--no-compile"},
               env);
-  CHECK(wrong.rc == 1);
+  CHECK(wrong.rc == 2);
   CHECK(contains(wrong.out, "window_left (4) must be -1 with mask causalbr"));
 }
 
@@ -645,7 +660,7 @@ TEST_CASE("cli: seqlens_q / seqlens_k in the problem syntax make a packed batch"
                            "--arch", "80", "--no-compile"},
                           env);
   INFO(bad.out, bad.err);
-  CHECK(bad.rc == 1);
+  CHECK(bad.rc == 2);
   CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
   CHECK(contains(bad.out, "_varlen\n"));
 }
@@ -830,7 +845,7 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
                            "80", "--no-compile"},
                           env);
   INFO(bad.out, bad.err);
-  CHECK(bad.rc == 1);
+  CHECK(bad.rc == 2);
   CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
   CHECK(contains(bad.out, "_paged\n"));
 }
@@ -1812,7 +1827,7 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   TempDir work("flashgen-cli-huge");
   const Run r = run_cli({"explain", "--problem", huge, "--arch", "80", "--no-compile"}, base_env(work.path() + "/c"));
   // The model answers, and explain says what launch() would: one launch covers seqlen up to 2^31 - 257.
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);
   CHECK(contains(r.out, "seqlen_q (1099511627776) and seqlen_k (1099511627776) must be at most 2^31 - 257"));
 }
 
