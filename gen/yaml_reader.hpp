@@ -29,26 +29,44 @@
 
 namespace flashgen::gen {
 
+/// Largest YAML file the library and the tool read (profiles, tune files,
+/// problem files): far above any real one (a built-in profile is a few KiB, a
+/// tune entry a few hundred bytes), far below what hurts (a 4 GiB problem file
+/// took 42 s and 8 GB of memory to read).
+inline constexpr int64_t kMaxYamlFileBytes = int64_t{16} << 20;
+
 // The whole text of the YAML file `path`; `what` names it in errors ("profile
 // file", "tune file", "problem file"). IoError "cannot read <what> '<path>':
 // <reason>" when it is missing or unreadable, or is not a regular file: a
 // directory reads as an empty document, and a device or FIFO (/dev/zero) may
-// never end.
+// never end; or when it is larger than kMaxYamlFileBytes (checked before
+// reading, and again while reading, for a file that grows).
 inline std::string read_yaml_file(const std::string& path, const char* what) {
+  const auto too_large = [&](const std::string& size) {
+    return IoError(fmt::format("cannot read {} '{}': it is {}, more than the {} bytes (16 MiB) a YAML file may have",
+                               what, path, size, kMaxYamlFileBytes));
+  };
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    throw IoError(fmt::format("cannot read {} '{}': {}", what, path,
-                              S_ISDIR(st.st_mode) ? "it is a directory, not a YAML file" : "it is not a regular file"));
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode)) {
+      throw IoError(fmt::format("cannot read {} '{}': {}", what, path,
+                                S_ISDIR(st.st_mode) ? "it is a directory, not a YAML file" : "it is not a regular file"));
+    }
+    if (st.st_size > kMaxYamlFileBytes) throw too_large(fmt::format("{} bytes", st.st_size));
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
     throw IoError(fmt::format("cannot read {} '{}': {}", what, path, err ? std::strerror(err) : "open failed"));
   }
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  std::string text;
+  char chunk[65536];
+  while (in.read(chunk, sizeof chunk) || in.gcount() > 0) {
+    text.append(chunk, static_cast<size_t>(in.gcount()));
+    if (static_cast<int64_t>(text.size()) > kMaxYamlFileBytes) throw too_large("over that (it grew while being read)");
+  }
   if (in.bad()) throw IoError(fmt::format("cannot read {} '{}': read failed", what, path));
-  return ss.str();
+  return text;
 }
 
 class YamlReader {

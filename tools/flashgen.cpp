@@ -6,11 +6,13 @@
 //   flashgen show     the generated CUDA source of a problem or spec
 //   flashgen cache    ls | verify | prune | clear
 //   flashgen info     device, profile, NVRTC and driver versions, cache layers, tune files
+//   flashgen --version  the version of the tool and the library
 //
 // Every subcommand has --help. Errors go to stderr with a non-zero exit status
 // (1: some kernels failed / entries are bad / a cache directory cannot be
 // listed, 2: the command could not run: a usage error, a value out of range,
-// a configuration error).
+// a problem no kernel supports (show, tune; explain after its report of the
+// broken rules), a configuration error).
 #include <CLI/CLI.hpp>
 
 #include <cerrno>
@@ -19,6 +21,10 @@
 #include <exception>
 #include <string>
 
+#include <fmt/format.h>
+
+#include "flashgen/version.hpp"
+#include "runtime/cache.hpp"
 #include "tools/flashgen_cmds.hpp"
 
 int main(int argc, char** argv) {
@@ -31,6 +37,12 @@ int main(int argc, char** argv) {
       "  --problem dtype=f16,batch=1,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr\n"
       "Environment: FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH, FLASHGEN_TUNE_FILE, FLASHGEN_NVRTC_LIBRARY,\n"
       "FLASHGEN_PROFILE (see README.md).");
+
+  app.set_version_flag("--version",
+                       fmt::format("flashgen {} (libflashgen {}; code generator {}, kernel cache format {})",
+                                   FLASHGEN_LIBRARY_VERSION, FLASHGEN_LIBRARY_VERSION, flashgen::kGeneratorVersion,
+                                   flashgen::rt::kCacheFormatVersion),
+                       "print the version of flashgen and libflashgen and exit");
 
   Commands commands;
   add_commands(app, commands);

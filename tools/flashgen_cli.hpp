@@ -117,8 +117,9 @@ AttentionProblem to_problem(const ProblemDesc& d);
 /// must equal it), seqlen_q / seqlen_k default to the largest length (explicit ones
 /// are the bounds, max_seqlen_q / max_seqlen_k, and must be at least that);
 /// seqused_k=1 needs them (or page_size). page_size=N (a power of two in [1, 256]) makes
-/// the KV cache paged, dense or packed. Throws InvalidArgument naming the key, its value and what
-/// is allowed.
+/// the KV cache paged, dense or packed. An empty text or an empty field (a trailing, leading or
+/// doubled ',') is refused. Throws InvalidArgument naming the key (or the empty field), its value
+/// and what is allowed.
 ProblemDesc parse_problem_text(const std::string& text);
 
 /// A YAML problem set ("problems seen in production"):
@@ -131,8 +132,12 @@ ProblemDesc parse_problem_text(const std::string& text);
 /// head_dim_v (= head_dim), mask (none), bias (none), lse (false), softcap (0),
 /// window_left (-1), window_right (-1), sinks (false), alibi (false), seqlens_q and
 /// seqlens_k ("L1:L2:..." or a sequence [L1, L2, ...]), seqused_k (false), page_size (0: not paged).
-/// Unknown keys are errors. Throws InvalidArgument "<origin>: key '<path>' <reason>".
+/// Unknown keys are errors, and so is a second YAML document (empty ones aside). Throws
+/// InvalidArgument "<origin>: key '<path>' <reason>" (e.g. "key 'problems[2].dtype' has value a
+/// sequence: ...").
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin);
+/// parse_problem_set of the file `path` (gen::read_yaml_file: IoError for a file that is
+/// missing, not a regular file, or larger than 16 MiB).
 std::vector<ProblemDesc> load_problem_set(const std::string& path);
 
 // ---- progress ------------------------------------------------------------------

@@ -52,7 +52,16 @@ std::string join_ints(const std::vector<int>& v, const char* sep) {
   return out;
 }
 
-std::string mib(double bytes) { return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0)); }
+// "512 bytes", "12.3 KiB", "4.0 MiB", "1.5 GiB": a small size is not "0.0 MiB".
+std::string size_text(double bytes) {
+  if (bytes < 1024.0) return fmt::format("{:.0f} byte{}", bytes, bytes == 1.0 ? "" : "s");
+  if (bytes < 1024.0 * 1024.0) return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  if (bytes < 1024.0 * 1024.0 * 1024.0) return fmt::format("{:.1f} MiB", bytes / (1024.0 * 1024.0));
+  return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
+}
+
+// "1 kernel", "2 kernels".
+std::string count_of(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
@@ -202,9 +211,39 @@ CLI::Validator non_empty_path(const std::string& instead) {
       "PATH");
 }
 
+CLI::Validator non_empty(const std::string& what, const std::string& instead) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string { return text.empty() ? "an empty " + what + "; " + instead : std::string(); },
+      "");
+}
+
+CLI::Validator existing_file(const std::string& what, const std::string& instead) {
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        if (text.empty()) return "an empty path; " + instead;
+        struct stat st {};
+        if (::stat(text.c_str(), &st) != 0) {
+          const int err = errno;
+          return fmt::format("value '{}' is not allowed: {} (it must name {})", text,
+                             err == ENOENT ? std::string("no such file") : std::strerror(err), what);
+        }
+        if (!S_ISREG(st.st_mode))
+          return fmt::format("value '{}' is not allowed: it is {}, not {}", text,
+                             S_ISDIR(st.st_mode) ? "a directory" : "not a regular file", what);
+        return {};
+      },
+      "FILE");
+}
+
 CLI::Validator arch_number() {
   return integer_in(gen::kMinArch, gen::kMaxArch, "a compute capability 10 * major + minor, e.g. 90 for sm_90");
 }
+
+// What to give instead of an empty --device / --tile.
+const char* const kDeviceInstead =
+    "give a device name as tune files record it (e.g. \"NVIDIA H200\"), or leave --device out for this machine's GPU";
+const char* const kTileInstead =
+    "give BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default', or leave --tile out for the planned tile";
 
 void check_profile_config(const std::vector<int>& archs) {
   const char* env = std::getenv("FLASHGEN_PROFILE");
@@ -239,7 +278,10 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--arch", o.archs, "target compute capabilities, e.g. 80,90 (10*major+minor)")
       ->delimiter(',')
       ->check(arch_number());
-  c->add_option("--profile", o.profiles, "every arch of these built-in profiles, e.g. ampere,hopper")->delimiter(',');
+  c->add_option("--profile", o.profiles,
+                "every arch of these built-in profiles, e.g. ampere,hopper; given, the built-in profiles serve the "
+                "whole run and FLASHGEN_PROFILE is not used")
+      ->delimiter(',');
   c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
       ->capture_default_str();
   c->add_option("--dtypes", o.dtypes, "f16, bf16 (combinations a profile cannot run are skipped)")
@@ -273,8 +315,12 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
                 "replaces the feature flags")
       ->check(CLI::ExistingFile);
   c->add_option("--device", o.device,
-                "plan with the tune entries of this device name (e.g. \"NVIDIA H200\"), for a GPU that is not here");
-  c->add_option("--tune-file", o.tune_file, "read tune entries from this file (as FLASHGEN_TUNE_FILE)");
+                "plan with the tune entries of this device name (e.g. \"NVIDIA H200\"), for a GPU that is not here")
+      ->check(non_empty("device name", kDeviceInstead));
+  c->add_option("--tune-file", o.tune_file,
+                "read tune entries from this file (as FLASHGEN_TUNE_FILE); it must exist and be a valid tune file")
+      ->check(existing_file("a tune file written by flashgen tune",
+                            "leave --tune-file out for $FLASHGEN_TUNE_FILE, else tune.yml in the user cache"));
   c->add_option("--out", o.out,
                 "write into this bundle directory (created 0755, files 0644) instead of the user cache; ship it and "
                 "point FLASHGEN_CACHE_PATH at it")
@@ -286,7 +332,28 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
 }
 
 int run_pregen(const PregenOptions& o) {
-  if (!o.tune_file.empty()) ::setenv("FLASHGEN_TUNE_FILE", o.tune_file.c_str(), 1);
+  if (!o.tune_file.empty()) {
+    // Named on the command line: a file that cannot be used is a usage error, not a notice and the default tiles.
+    try {
+      (void)load_tune_file(o.tune_file);
+    } catch (const Error& e) {
+      throw InvalidArgument(fmt::format("--tune-file has value '{}', which is not a usable tune file: {}", o.tune_file,
+                                        e.what()));
+    }
+    ::setenv("FLASHGEN_TUNE_FILE", o.tune_file.c_str(), 1);
+  }
+  if (!o.profiles.empty() && items(o.profiles).empty())
+    throw InvalidArgument(fmt::format("--profile has no value ('{}'): give built-in profile names, e.g. ampere,hopper, "
+                                      "or leave --profile out",
+                                      join(o.profiles, ",")));
+  // --profile names built-in profiles: it wins over FLASHGEN_PROFILE, which is then not used in this run.
+  if (const char* env = std::getenv("FLASHGEN_PROFILE"); !o.profiles.empty() && env != nullptr && *env != '\0') {
+    std::fprintf(stderr,
+                 "flashgen pregen: note: --profile %s names built-in profiles; FLASHGEN_PROFILE=%s is not used in this "
+                 "run\n",
+                 join(items(o.profiles), ",").c_str(), env);
+    ::unsetenv("FLASHGEN_PROFILE");
+  }
   // Archs.
   std::vector<int> archs = o.archs;
   for (const std::string& name : items(o.profiles)) {
@@ -311,9 +378,6 @@ int run_pregen(const PregenOptions& o) {
   }
   std::sort(archs.begin(), archs.end());
   archs.erase(std::unique(archs.begin(), archs.end()), archs.end());
-  // A broken configuration fails every kernel the same way: say it once, before planning.
-  check_profile_config(archs);
-  if (!o.list) check_nvrtc_config(archs, true);
 
   // Problems: from the file, or the cross product of the flags.
   std::vector<ProblemDesc> problems;
@@ -324,12 +388,17 @@ int run_pregen(const PregenOptions& o) {
     for (const std::string& t : items(o.head_dims)) {
       const size_t colon = t.find(':');
       const std::string d_text = t.substr(0, colon), dv_text = colon == std::string::npos ? d_text : t.substr(colon + 1);
-      const std::optional<int64_t> d = int_in_range(d_text, 0, kMaxHeadDimArg);
-      const std::optional<int64_t> dv = int_in_range(dv_text, 0, kMaxHeadDimArg);
+      // Every kernel takes the multiples of 8 in [16, 256] (gen/limits.hpp); nothing else would plan.
+      const auto head_dim = [](const std::string& text) -> std::optional<int64_t> {
+        const std::optional<int64_t> v = int_in_range(text, gen::kMinHeadDim, gen::kMaxHeadDim);
+        return v && *v % gen::kHeadDimMultiple == 0 ? v : std::nullopt;
+      };
+      const std::optional<int64_t> d = head_dim(d_text);
+      const std::optional<int64_t> dv = head_dim(dv_text);
       if (!d || !dv) {
         throw InvalidArgument(fmt::format("--head-dims has value '{}': must be D or D:DV (e.g. 96 or 192:128) with "
-                                          "integers D, DV in [0, {}]",
-                                          t, kMaxHeadDimArg));
+                                          "D and DV multiples of {} in [{}, {}] (the head dims the kernels take)",
+                                          t, gen::kHeadDimMultiple, gen::kMinHeadDim, gen::kMaxHeadDim));
       }
       dims.emplace_back(static_cast<int>(*d), static_cast<int>(*dv));
     }
@@ -378,7 +447,16 @@ int run_pregen(const PregenOptions& o) {
     if (parse_tile_text("--tiles", t, &ts)) tiles.emplace_back(ts);
     else tiles.emplace_back(std::nullopt);
   }
-  if (tiles.empty()) tiles.emplace_back(std::nullopt);
+  if (tiles.empty()) {  // --tiles '' must not quietly mean the default
+    throw InvalidArgument(fmt::format("--tiles has no value ('{}'): give 'default' or tiles BLOCK_MxBLOCK_NxWARPSxSTAGES "
+                                      "(e.g. 128x64x8x2), or leave --tiles out for the default",
+                                      join(o.tiles, ",")));
+  }
+
+  // A broken configuration fails every kernel the same way: say it once, before planning
+  // (and after the options: a usage error is reported as such).
+  check_profile_config(archs);
+  if (!o.list) check_nvrtc_config(archs, true);
 
   // Specs.
   std::vector<Job> jobs;
@@ -461,14 +539,14 @@ int run_pregen(const PregenOptions& o) {
   std::vector<KernelSpec> specs;
   for (const Job& j : jobs) specs.push_back(j.spec);
   const int used_threads = std::max(1, std::min<int>(threads, static_cast<int>(std::max<size_t>(1, specs.size()))));
-  std::fprintf(stderr, "flashgen pregen: %zu kernels for %s into %s on %d threads\n", specs.size(),
+  std::fprintf(stderr, "flashgen pregen: %s for %s into %s on %s\n", count_of(specs.size(), "kernel").c_str(),
                [&] {
                  std::vector<std::string> a;
                  for (int x : archs) a.push_back(fmt::format("sm_{}", x));
                  return join(a, ", ");
                }()
                    .c_str(),
-               target.c_str(), used_threads);
+               target.c_str(), count_of(static_cast<size_t>(used_threads), "thread").c_str());
   Progress progress("pregen", specs.size(), stderr, is_terminal(stderr));
   const auto results = warmup(specs, threads, [&](const WarmupProgress& w) {
     const WarmupResult& r = *w.last;
@@ -502,13 +580,16 @@ int run_pregen(const PregenOptions& o) {
     struct stat st {};
     if (!r.cache_path.empty() && ::stat(r.cache_path.c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
   }
-  std::printf("pregen: %zu kernels in %s (wall) on %d threads: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
+  std::printf("pregen: %s in %s (wall) on %s: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
               "already present, %zu failed%s\n",
-              results.size(), Progress::duration(wall).c_str(), used_threads, compiled, nvrtc_seconds,
+              count_of(results.size(), "kernel").c_str(), Progress::duration(wall).c_str(),
+              count_of(static_cast<size_t>(used_threads), "thread").c_str(), compiled, nvrtc_seconds,
               wall > 0 ? static_cast<double>(compiled + present) / wall : 0.0, present, failed + planning_errors.size(),
-              skipped ? fmt::format("; {} flag combinations skipped (dtype not supported by the profile)", skipped).c_str()
+              skipped ? fmt::format("; {} skipped (dtype not supported by the profile)",
+                                    count_of(skipped, "flag combination"))
+                            .c_str()
                       : "");
-  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), mib(static_cast<double>(bytes)).c_str());
+  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
   if (!o.out.empty()) {
     std::printf("pregen: use the bundle with FLASHGEN_CACHE_PATH=%s (read-only; files must not be writable by "
                 "others)\n",
@@ -543,8 +624,10 @@ CLI::App* add_explain(CLI::App& app, ExplainOptions& o) {
       "alternatives. Nothing is written to the cache.");
   c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)")->required();
   c->add_option("--arch", o.arch, "target compute capability (default: the GPU's, else 90)")->check(arch_number());
-  c->add_option("--device", o.device, "use the tune entries of this device name");
-  c->add_option("--tile", o.tile, "explain this tile (BLOCK_MxBLOCK_NxWARPSxSTAGES) instead of the planned one");
+  c->add_option("--device", o.device, "use the tune entries of this device name")
+      ->check(non_empty("device name", kDeviceInstead));
+  c->add_option("--tile", o.tile, "explain this tile (BLOCK_MxBLOCK_NxWARPSxSTAGES) instead of the planned one")
+      ->check(non_empty("tile", kTileInstead));
   c->add_option("--sms", o.sms, "SM count for the wave model (default: the GPU's when it is the target)")
       ->check(integer_in(1, kMaxSms, "the SM count of the target GPU"));
   c->add_flag("--no-compile", o.no_compile, "do not run NVRTC for the register report when the kernel is not cached");
@@ -802,7 +885,12 @@ int run_explain(const ExplainOptions& o) {
         std::printf("  - %s\n      -> %s\n", a.what.c_str(), s.kernel_name().c_str());
       }
     }
-    return 1;
+    // Unsupported input, as show and tune treat it: exit 2 (the report above says why).
+    std::fflush(stdout);
+    std::fprintf(stderr, "flashgen explain: error: the problem is unsupported on sm_%d: %zu rule%s broken (listed "
+                 "above)\n",
+                 arch, rules.size(), rules.size() == 1 ? "" : "s");
+    return 2;
   }
 
   const Profile& profile = profile_for_arch(arch);
@@ -941,7 +1029,7 @@ int run_explain(const ExplainOptions& o) {
                                                       : ""));
   row("bytes", fmt::format("{} unique (Q, K, V, O{}{}); per block {:.0f} from global memory, {:.0f} of shared-memory "
                            "traffic",
-                           mib(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",
+                           size_text(m.unique_bytes), d.bias != BiasKind::none ? ", bias" : "", d.lse ? ", LSE" : "",
                            m.tile_global_bytes, m.tile_smem_bytes));
   row("intensity",
       fmt::format("{:.1f} FLOP/byte of unique memory traffic vs the profile's ridge point {:.1f} ({} FLOP / {:.4g} "
@@ -1003,6 +1091,7 @@ CLI::App* add_show(CLI::App& app, ShowOptions& o) {
       ->check(arch_number())
       ->excludes(s);
   c->add_option("--tile", o.tile, "tile BLOCK_MxBLOCK_NxWARPSxSTAGES for --problem instead of the planned one")
+      ->check(non_empty("tile", kTileInstead))
       ->excludes(s);
   return c;
 }
@@ -1145,7 +1234,7 @@ int run_cache(const CacheOptions& o) {
       uint64_t bytes = 0;
       for (const auto& r : reports) bytes += r.bytes;
       std::printf("%s %s: %zu entries, %s\n", dir.label.c_str(), dir.path.c_str(), reports.size(),
-                  mib(static_cast<double>(bytes)).c_str());
+                  size_text(static_cast<double>(bytes)).c_str());
       for (const auto& r : reports) {
         ++total;
         if (!r.valid) ++bad;
@@ -1196,7 +1285,7 @@ int run_cache(const CacheOptions& o) {
   for (const std::string& f : r.removed) std::printf("%s %s\n", o.dry_run ? "would remove" : "removed", f.c_str());
   for (const std::string& e : r.errors) std::fprintf(stderr, "flashgen cache %s: %s\n", o.action.c_str(), e.c_str());
   std::printf("%s: %zu files, %s %s in %s\n", o.action.c_str(), r.removed.size(),
-              mib(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
+              size_text(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
   return r.errors.empty() ? 0 : 1;
 }
 

@@ -127,6 +127,13 @@ CLI::Validator number_in(double lo, double hi, const std::string& meaning = "");
 /// A path option given as "" is refused ("an empty path; <instead>"): without the
 /// option the command uses a default, and "" must not quietly mean that default.
 CLI::Validator non_empty_path(const std::string& instead);
+/// A text option given as "" is refused ("an empty <what>; <instead>"), for the
+/// same reason: --tile '' or --device '' must not quietly mean "not given".
+CLI::Validator non_empty(const std::string& what, const std::string& instead);
+/// A file option: "" and a path that is not an existing regular file are refused
+/// ("an empty path; <instead>", "'<path>' does not exist (<what>)", "'<path>' is a
+/// directory, not <what>"), before the command does anything.
+CLI::Validator existing_file(const std::string& what, const std::string& instead);
 /// integer_in for --arch: a compute capability in [gen::kMinArch, gen::kMaxArch]
 /// (gen/limits.hpp, the range profile_for_arch() takes).
 CLI::Validator arch_number();

@@ -394,10 +394,11 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
       ->check(integer_in(0, 100, "runs"));
   c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
       ->check(integer_in(0, kMaxJobs, "0: one per core"));
-  c->add_flag("--dry-run", o.dry_run, "print the model's ranking only (no GPU needed; with --arch)");
+  c->add_flag("--dry-run", o.dry_run,
+              "print the model's ranking only, nothing compiled (no GPU needed; with --arch; not with --compile-only)");
   c->add_flag("--compile-only", o.compile_only,
               "compile the candidates and re-rank them with ptxas's registers and spills, then stop before timing "
-              "(no GPU needed; with --arch)");
+              "(no GPU needed; with --arch; not with --dry-run, which compiles nothing)");
   c->add_option("--arch", o.arch,
                 "with --dry-run or --compile-only: the arch to rank for (default: the GPU's, else 90)")
       ->check(arch_number());
@@ -405,6 +406,12 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
 }
 
 int run_tune(const TuneOptions& o) {
+  // Two different stops: one of them would be dropped without a word.
+  if (o.dry_run && o.compile_only) {
+    throw InvalidArgument("--dry-run and --compile-only exclude each other: --dry-run ranks the tiles with the model "
+                          "and compiles nothing, --compile-only compiles the candidates and re-ranks them with "
+                          "ptxas's registers; give one of them");
+  }
   std::vector<ProblemDesc> problems;
   for (const std::string& t : o.problems) problems.push_back(parse_problem_text(t));
   if (!o.problems_file.empty()) {

@@ -352,15 +352,20 @@ ProblemDesc parse_problem_text(const std::string& text) {
   ProblemDesc d;
   std::map<std::string, bool> seen;
   const std::string where = fmt::format("--problem '{}': key", text);
+  if (text.empty()) throw InvalidArgument("--problem '' is empty (expected key=value,key=value,...)");
   size_t pos = 0;
-  while (pos <= text.size()) {
+  for (size_t field = 1; pos <= text.size(); ++field) {
     size_t comma = text.find(',', pos);
     if (comma == std::string::npos) comma = text.size();
     const std::string item = text.substr(pos, comma - pos);
     pos = comma + 1;
     if (item.empty()) {
-      if (comma == text.size()) break;
-      throw InvalidArgument(fmt::format("--problem '{}': empty item (expected key=value,key=value,...)", text));
+      // A trailing ',' (or ",,") is a field with nothing in it, not the end of the list.
+      throw InvalidArgument(fmt::format("--problem '{}': field {} is empty ({}; expected key=value,key=value,...)",
+                                        text, field,
+                                        comma == text.size() ? "a trailing ','"
+                                        : field == 1         ? "a leading ','"
+                                                             : "two ',' in a row"));
     }
     const size_t eq = item.find('=');
     if (eq == std::string::npos)
@@ -374,7 +379,17 @@ ProblemDesc parse_problem_text(const std::string& text) {
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin) {
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
+    // One document: a second one ("---" and more problems) would otherwise be dropped unread.
+    // (Empty documents, e.g. after a trailing "---", hold nothing to drop.)
+    std::vector<YAML::Node> documents;
+    for (const YAML::Node& n : YAML::LoadAll(yaml_text))
+      if (!n.IsNull()) documents.push_back(n);
+    if (documents.size() > 1) {
+      throw InvalidArgument(fmt::format("{}: has {} YAML documents (separated by '---'); a problem file is one "
+                                        "document: put every problem in its one 'problems' list",
+                                        origin, documents.size()));
+    }
+    if (!documents.empty()) root = documents.front();
   } catch (const YAML::ParserException& e) {
     throw InvalidArgument(
         fmt::format("{}: invalid YAML at line {}, column {}: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
@@ -407,8 +422,18 @@ std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const s
                                               origin, path, it->first.Scalar()));
           value += (j ? ":" : "") + it->second[j].Scalar();
         }
-      } else if (!it->first.IsScalar() || !it->second.IsScalar()) {
-        throw InvalidArgument(fmt::format("{}: key '{}' must map names to scalar values", origin, path));
+      } else if (!it->first.IsScalar()) {
+        throw InvalidArgument(fmt::format("{}: key '{}' has a key that is {}, not a name (a problem maps names to "
+                                          "values, e.g. head_dim: 128)",
+                                          origin, path, gen::YamlReader::describe(it->first)));
+      } else if (!it->second.IsScalar()) {
+        // Name the key: "key 'problems[2].dtype' has value a sequence: must be a single value (a scalar, ...)".
+        throw InvalidArgument(fmt::format("{}: key '{}.{}' has {}: must be {}", origin, path,
+                                          gen::YamlReader::shown(it->first.Scalar()),
+                                          it->second.IsNull() ? std::string("no value")
+                                                              : "value " + gen::YamlReader::describe(it->second),
+                                          lengths ? "\"L1:L2:...\" or a sequence of integers"
+                                                  : "a single value (a scalar, e.g. f16, 128 or causalbr)"));
       } else {
         value = it->second.Scalar();
       }

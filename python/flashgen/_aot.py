@@ -244,8 +244,8 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
     err = r.stderr.strip()
     if err.startswith("flashgen explain: error: "):
         err = err[len("flashgen explain: error: "):]
+    if r.returncode == 2 and "\nunsupported: " in r.stdout:  # the report of a problem no kernel serves: its rules
+        raise _C.Unsupported(r.stdout + (("\n" + err) if err else ""))
     if r.returncode == 2:  # a bad problem or option
         raise _C.InvalidArgument(err)
-    if r.returncode == 1 and r.stdout:  # the report of a problem no kernel serves: the rules it breaks
-        raise _C.Unsupported(r.stdout + (("\n" + err) if err else ""))
     raise _C.Error(f"flashgen explain exited with {r.returncode}: {err or r.stdout}")

@@ -303,13 +303,13 @@ TEST_CASE("cli: explain reports what launch refuses: sequences past 2^31 - 257, 
       run_cli({"explain", "--problem", "dtype=f16,seqlen_q=1,seqlen_k=4294967296,heads=1,head_dim=64", "--arch", "80"},
               env);
   INFO("stdout:\n", keys.out, "\nstderr:\n", keys.err);
-  CHECK(keys.rc == 1);
+  CHECK(keys.rc == 2);
   CHECK(contains(keys.out, "seqlen_k (4294967296) must be at most 2^31 - 257"));
   const Run grid = run_cli({"explain", "--problem", "dtype=f16,batch=1048576,seqlen=4096,heads=1024,head_dim=64",
                             "--arch", "80", "--sms", "108"},
                            env);
   INFO("stdout:\n", grid.out, "\nstderr:\n", grid.err);
-  CHECK(grid.rc == 1);
+  CHECK(grid.rc == 2);
   CHECK(contains(grid.out, "= 32 * 1024 * 1048576 blocks, more than the 2^31-1"));
 }
 
@@ -319,7 +319,8 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   const Run r = run_cli(
       {"explain", "--problem", "dtype=bf16,seqlen=100,heads_q=12,heads_kv=5,head_dim=100", "--arch", "75"}, env);
   INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);  // unsupported input, as show says it (below)
+  CHECK(contains(r.err, "flashgen explain: error: the problem is unsupported on sm_75: 4 rules broken (listed above)"));
   CHECK(contains(r.out, "unsupported: 4 rules broken"));
   CHECK(contains(r.out, "heads_q (12) must be a multiple of heads_kv (5)"));
   CHECK(contains(r.out, "head_dim (100) must be a multiple of 8"));
@@ -339,9 +340,23 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   const Run no_tile = run_cli({"explain", "--problem", "dtype=f16,seqlen=100,heads=2,head_dim=256", "--arch", "90",
                                "--tile", "256x128x4x4"},
                               env);
-  CHECK(no_tile.rc == 1);
+  CHECK(no_tile.rc == 2);
   CHECK(contains(no_tile.out, "smem_bytes"));
   CHECK(contains(no_tile.out, "the profile's tile"));
+
+  // explain and show exit alike for a problem no kernel supports (2: unsupported input), explain after its report.
+  for (const std::string& problem : {std::string("dtype=f16,seqlen=128,heads=8,head_dim=100"),
+                                     std::string("dtype=bf16,seqlen=128,heads=8,head_dim=64"),
+                                     std::string("dtype=f16,seqlen=128,heads_q=12,heads_kv=5,head_dim=64")}) {
+    CAPTURE(problem);
+    const Run ex = run_cli({"explain", "--problem", problem, "--arch", "75", "--no-compile"}, env);
+    const Run show = run_cli({"show", "--problem", problem, "--arch", "75"}, env);
+    INFO("explain:\n", ex.out, ex.err, "\nshow:\n", show.err);
+    CHECK(ex.rc == 2);
+    CHECK(show.rc == 2);
+    CHECK(contains(ex.out, "unsupported: "));
+    CHECK(contains(show.err, "flashgen show: error: "));
+  }
 }
 
 TEST_CASE("cli: a softcap in the problem syntax reaches the spec") {
@@ -479,7 +494,7 @@ TEST_CASE("cli: window sizes, sinks and alibi in the problem syntax reach the pr
       run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=64,mask=causalbr,window_left=4", "--arch",
                "80", "--no-compile"},
               env);
-  CHECK(wrong.rc == 1);
+  CHECK(wrong.rc == 2);
   CHECK(contains(wrong.out, "window_left (4) must be -1 with mask causalbr"));
 }
 
@@ -645,7 +660,7 @@ TEST_CASE("cli: seqlens_q / seqlens_k in the problem syntax make a packed batch"
                            "--arch", "80", "--no-compile"},
                           env);
   INFO(bad.out, bad.err);
-  CHECK(bad.rc == 1);
+  CHECK(bad.rc == 2);
   CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
   CHECK(contains(bad.out, "_varlen\n"));
 }
@@ -679,7 +694,7 @@ TEST_CASE("cli: pregen --varlen builds the packed-batch kernels") {
                         env);
   INFO(r.out, r.err);
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
   CHECK(contains(r.out, "1 compiled"));
   const KernelSpec expected =
       plan(cli::to_problem(cli::parse_problem_text(
@@ -830,7 +845,7 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
                            "80", "--no-compile"},
                           env);
   INFO(bad.out, bad.err);
-  CHECK(bad.rc == 1);
+  CHECK(bad.rc == 2);
   CHECK(contains(bad.out, "head_dim (100) must be a multiple of 8"));
   CHECK(contains(bad.out, "_paged\n"));
 }
@@ -864,7 +879,7 @@ TEST_CASE("cli: pregen --paged builds the paged-KV kernels") {
                         env);
   INFO(r.out, r.err);
   REQUIRE(r.rc == 0);
-  CHECK(contains(r.out, "1 kernels"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
   CHECK(contains(r.out, "1 compiled"));
   const KernelSpec expected =
       plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64,mask=causalbr,page_size=16")),
@@ -997,6 +1012,15 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
   size_t timed = 0;
   for (const std::string& l : lines(co.out)) timed += l.rfind("   time ", 0) == 0 ? 1 : 0;
   CHECK(timed == 2);  // the best by the model and the profile's default
+  // --dry-run (the model only, nothing compiled) and --compile-only (compile, then re-rank) are two different
+  // stops: given together, neither is dropped without a word.
+  const Run both = run_cli({"tune", "--dry-run", "--compile-only", "--arch", "80", "--problem",
+                            "dtype=f16,seqlen=256,heads=2,head_dim=32"},
+                           env);
+  INFO("both:\n", both.out, both.err);
+  CHECK(both.rc == 2);
+  CHECK(contains(both.err, "flashgen tune: error: --dry-run and --compile-only exclude each other"));
+  CHECK(both.out.empty());
 
   // A tune file made on "CLI Test GPU" for this class.
   const std::string tune = work.path() + "/tune.yml";
@@ -1058,6 +1082,38 @@ TEST_CASE("cli: progress is a bar on a terminal and plain lines on a pipe") {
   CHECK(contains(pipe.out, "pregen: 2 kernels in"));
 }
 
+TEST_CASE("cli: pregen's summary says 1 kernel, 1 thread, and gives a small size in KiB, not 0.0 MiB") {
+  REQUIRE(rt::nvrtc_available());
+  TempDir work("flashgen-cli-summary");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string bundle = work.path() + "/bundle";
+  const Run r = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "-j",
+                         "1", "--out", bundle},
+                        env);
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  REQUIRE(r.rc == 0);
+  CHECK(contains(r.err, "flashgen pregen: 1 kernel for sm_80 into bundle " + bundle + " on 1 thread\n"));
+  CHECK(contains(r.out, "pregen: 1 kernel in "));
+  CHECK(contains(r.out, " (wall) on 1 thread: 1 compiled"));
+  CHECK_FALSE(contains(r.out, "pregen: 1 kernels"));  // (the rate, e.g. "2.21 kernels/s", stays plural)
+  CHECK_FALSE(contains(r.out, "on 1 threads"));
+  // One small cubin: its size in KiB (a d16 kernel is tens of KiB), as the files add up.
+  uint64_t bytes = 0;
+  for (const std::string& f : test::list_dir(bundle))
+    if (f.ends_with(".cubin")) bytes += std::filesystem::file_size(bundle + "/" + f);
+  REQUIRE(bytes >= 1024);
+  REQUIRE(bytes < 1024 * 1024);
+  CHECK(contains(r.out, fmt::format("pregen: into bundle {} ({:.1f} KiB of cubins)", bundle, bytes / 1024.0)));
+  CHECK_FALSE(contains(r.out, "0.0 MiB"));
+  // Present the second time: the same words.
+  const Run again = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "-j",
+                             "1", "--out", bundle},
+                            env);
+  CHECK(again.rc == 0);
+  CHECK(contains(again.out, "pregen: 1 kernel in "));
+  CHECK(contains(again.out, "1 already present"));
+}
+
 TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-zero exit") {
   TempDir work("flashgen-cli-help");
   const auto env = base_env(work.path() + "/cache");
@@ -1092,6 +1148,22 @@ TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-ze
     INFO("stderr: ", r.err);
     CHECK(contains(r.err, b.err));
   }
+}
+
+TEST_CASE("cli: --version prints the library's version (the project's in CMakeLists.txt) and exits 0") {
+  TempDir work("flashgen-cli-version");
+  const std::string cmake = read_text(FLASHGEN_SOURCE_DIR "/CMakeLists.txt");
+  std::smatch m;
+  REQUIRE(std::regex_search(cmake, m, std::regex(R"(project\(flashgen VERSION ([0-9]+\.[0-9]+\.[0-9]+))")));
+  const std::string version = m[1];
+  const Run r = run_cli({"--version"}, base_env(work.path() + "/cache"));
+  INFO("stdout: ", r.out, "\nstderr: ", r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.rfind("flashgen " + version + " (libflashgen " + version + "; code generator " + kGeneratorVersion +
+                        ", kernel cache format " + std::to_string(rt::kCacheFormatVersion) + ")\n",
+                    0) == 0);
+  CHECK(r.err.empty());
+  CHECK(contains(run_cli({"--help"}, base_env(work.path() + "/cache")).out, "--version"));
 }
 
 // ---------------------------------------------------------------------------
@@ -1238,7 +1310,16 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"--tiles has value", "WARPS '99999999999' must be an integer in [1, 16]"}},
            {{"pregen", "--arch", "80", "--list", "--tiles", "128x64x4"}, {"not BLOCK_MxBLOCK_NxWARPSxSTAGES"}},
            {{"pregen", "--arch", "80", "--list", "--head-dims", "99999999999"},
-            {"--head-dims has value '99999999999'", "in [0, 1048576]"}},
+            {"--head-dims has value '99999999999'", "multiples of 8 in [16, 256]"}},
+           // Head dims no kernel takes: refused as values (exit 2), before any planning.
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "100"},
+            {"--head-dims has value '100': must be D or D:DV (e.g. 96 or 192:128) with D and DV multiples of 8 in [16, "
+             "256]"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64,320"}, {"--head-dims has value '320'", "[16, 256]"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "128:100"}, {"--head-dims has value '128:100'"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "8"}, {"--head-dims has value '8'"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "0"}, {"--head-dims has value '0'"}},
+           {{"pregen", "--arch", "80", "--head-dims", "100"}, {"--head-dims has value '100'"}},
            {{"pregen", "--arch", "80", "--list", "--head-dims", "64:-99999999999"}, {"'64:-99999999999'"}},
            {{"pregen", "--arch", "80", "--list", "-j", "-1"}, {"--jobs", "'-1'", "[0, 4096]"}},
            {{"pregen", "--arch", "80", "--list", "--softcap", "maybe"}, {"--softcap: 'maybe' is not one of no, yes"}},
@@ -1444,6 +1525,51 @@ TEST_CASE("cli problems: an alias and a key it sets are refused together, in eit
   CHECK(contains(r.err, "key 'problems[0].seqlen_k' cannot be combined with key 'seqlen'"));
 }
 
+TEST_CASE("cli problems: a problem file names the key of a bad value, is one YAML document, and at most 16 MiB") {
+  const std::string row = "dtype: f16, seqlen: 128, heads: 1, head_dim: 64";
+  // A value that is not one scalar: the message names the row and the key.
+  for (const auto& [yaml, message] : std::vector<std::pair<std::string, std::string>>{
+           {"problems:\n  - {" + row + "}\n  - {dtype: [f16], seqlen: 128, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[1].dtype' has value a sequence: must be a single value"},
+           {"problems:\n  - {dtype: f16, seqlen: {q: 1}, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[0].seqlen' has value a mapping: must be a single value"},
+           {"problems:\n  - {" + row + ", lse: }\n", "p.yml: key 'problems[0].lse' has no value: must be a single value"},
+           {"problems:\n  - {dtype: f16, seqlens_q: {a: 1}, seqlens_k: 1, heads: 1, head_dim: 64}\n",
+            "p.yml: key 'problems[0].seqlens_q' has value a mapping: must be \"L1:L2:...\" or a sequence of integers"},
+           {"problems:\n  - {" + row + ", [a]: 1}\n", "p.yml: key 'problems[0]' has a key that is a sequence, not a name"},
+           // A second document would be dropped unread.
+           {"problems:\n  - {" + row + "}\n---\nproblems:\n  - {" + row + "}\n",
+            "p.yml: has 2 YAML documents (separated by '---'); a problem file is one document"},
+       }) {
+    CAPTURE(yaml);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_set(yaml, "p.yml"), doctest::Contains(message.c_str()), InvalidArgument);
+  }
+  // One document, with or without its markers (an empty one after a trailing "---" holds nothing).
+  for (const std::string& yaml : {"---\nproblems:\n  - {" + row + "}\n...\n", "problems:\n  - {" + row + "}\n---\n"}) {
+    CAPTURE(yaml);
+    CHECK(cli::parse_problem_set(yaml, "p.yml").size() == 1);
+  }
+  // Through the binary: exit 2, naming the file, its size and the limit, without reading it (a sparse 4 GiB file).
+  TempDir work("flashgen-cli-problem-file");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string big = work.path() + "/big.yml";
+  std::ofstream(big).close();
+  REQUIRE(::truncate(big.c_str(), int64_t{4} << 30) == 0);
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"pregen", "--arch", "80", "--list", "--problems", big}, {"tune", "--dry-run", "--arch", "80", "--problems", big}}) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: cannot read problem file '" + big +
+                              "': it is 4294967296 bytes, more than the 16777216 bytes (16 MiB) a YAML file may have"));
+  }
+  std::ofstream(work.path() + "/two.yml") << "problems:\n  - {" + row + "}\n---\nproblems:\n  - {" + row + "}\n";
+  const Run two = run_cli({"pregen", "--arch", "80", "--list", "--problems", work.path() + "/two.yml"}, env);
+  CHECK(two.rc == 2);
+  CHECK(contains(two.err, "has 2 YAML documents"));
+}
+
 TEST_CASE("cli: pregen of a decode-shaped problem lists the split-KV kernels forward() runs, and the forward's") {
   TempDir work("flashgen-cli-pregen-decode");
   std::ofstream(work.path() + "/p.yml")
@@ -1598,6 +1724,34 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
   }
 }
 
+TEST_CASE("cli configuration: pregen --profile (built-in profiles) wins over FLASHGEN_PROFILE") {
+  TempDir work("flashgen-cli-profile-option");
+  const std::string cache = work.path() + "/cache";
+  const std::string turing = work.path() + "/turing.yml";  // lists sm_75 only
+  std::ofstream(turing) << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
+  auto env = base_env(cache);
+  env.push_back("FLASHGEN_PROFILE=" + turing);
+  const std::vector<std::string> set = {"--head-dims", "64", "--dtypes", "f16", "--masks", "none", "--list"};
+  // The option names hopper: its kernel, planned with the built-in profile; a note says the variable is not used.
+  const Run r = run_cli(with({"pregen", "--profile", "hopper"}, set), env);
+  INFO("stdout: ", r.out, "\nstderr: ", r.err);
+  CHECK(r.rc == 0);
+  const auto builtin = std::find_if(builtin_profiles().begin(), builtin_profiles().end(),
+                                    [](const Profile& x) { return x.name == "hopper"; });
+  REQUIRE(builtin != builtin_profiles().end());
+  const KernelSpec hopper =
+      plan(cli::to_problem(cli::parse_problem_text("dtype=f16,seqlen=1024,heads=1,head_dim=64")), 90, *builtin);
+  CHECK(r.out == hopper.canonical() + "\n");
+  CHECK(contains(r.err, "flashgen pregen: note: --profile hopper names built-in profiles; FLASHGEN_PROFILE=" + turing +
+                            " is not used in this run"));
+  // Without --profile the variable still decides: it does not list sm_90.
+  expect_config_error(with({"pregen", "--arch", "90"}, set), env, "FLASHGEN_PROFILE", {"does not list compute capability "
+                                                                                       "sm_90"});
+  CHECK(run_cli(with({"pregen", "--arch", "75"}, set), env).rc == 0);
+  // The help says so.
+  CHECK(contains(run_cli({"pregen", "--help"}, env).out, "FLASHGEN_PROFILE is not used"));
+}
+
 TEST_CASE("cli configuration: FLASHGEN_NVRTC_LIBRARY that is not a usable NVRTC is one configuration error") {
   TempDir work("flashgen-cli-nvrtc-config");
   const std::string cache = work.path() + "/cache";
@@ -1673,7 +1827,7 @@ TEST_CASE("cli numbers: the largest problems the parser accepts are modelled in 
   TempDir work("flashgen-cli-huge");
   const Run r = run_cli({"explain", "--problem", huge, "--arch", "80", "--no-compile"}, base_env(work.path() + "/c"));
   // The model answers, and explain says what launch() would: one launch covers seqlen up to 2^31 - 257.
-  CHECK(r.rc == 1);
+  CHECK(r.rc == 2);
   CHECK(contains(r.out, "seqlen_q (1099511627776) and seqlen_k (1099511627776) must be at most 2^31 - 257"));
 }
 
@@ -1733,6 +1887,37 @@ TEST_CASE("cli problems: a missing key is named once, in --problem and in YAML")
   CHECK(msg.find("key key") == std::string::npos);
 }
 
+TEST_CASE("cli problems: an empty field in --problem (a trailing, leading or doubled ',') is refused, naming it") {
+  const std::string p = "dtype=f16,batch=1,seqlen=128,heads=8,head_dim=64";
+  CHECK_NOTHROW(cli::parse_problem_text(p));
+  for (const auto& [text, why] : std::vector<std::pair<std::string, std::string>>{
+           {p + ",", "field 6 is empty (a trailing ','"},
+           {"," + p, "field 1 is empty (a leading ','"},
+           {"dtype=f16,,batch=1,seqlen=128,heads=8,head_dim=64", "field 2 is empty (two ',' in a row"},
+           {p + ",,", "field 6 is empty (two ',' in a row"},
+           {"", "--problem '' is empty (expected key=value"},
+       }) {
+    CAPTURE(text);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_text(text),
+                         doctest::Contains((text.empty() ? why : "--problem '" + text + "': " + why).c_str()),
+                         InvalidArgument);
+  }
+  // Through the binary: exit 2 before anything is planned, in every command that takes --problem.
+  TempDir work("flashgen-cli-trailing-comma");
+  const auto env = base_env(work.path() + "/cache");
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"explain", "--arch", "80", "--no-compile", "--problem", p + ","},
+           {"show", "--arch", "80", "--problem", p + ","},
+           {"tune", "--dry-run", "--arch", "80", "--problem", p + ","}}) {
+    CAPTURE(args[0]);
+    const Run r = run_cli(args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + args[0] + ": error: --problem '" + p + ",': field 6 is empty (a trailing ','"));
+    CHECK(r.out.empty());
+  }
+}
+
 
 TEST_CASE("cli: an empty --out is refused, not taken as the default destination") {
   TempDir work("flashgen-cli-empty-out");
@@ -1747,6 +1932,60 @@ TEST_CASE("cli: an empty --out is refused, not taken as the default destination"
   CHECK(contains(t.err, "--out: an empty path; leave --out out for $FLASHGEN_TUNE_FILE"));
   const std::string cache = work.path() + "/c";  // nothing compiled into the user cache
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
+}
+
+TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, and a --tune-file that cannot be used, "
+          "are refused (exit 2), not taken as the default") {
+  TempDir work("flashgen-cli-empty-values");
+  const std::string cache = work.path() + "/c";
+  const auto env = base_env(cache);
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  std::ofstream(work.path() + "/not-a-tune-file.yml") << "entries: []\n";
+  const std::vector<std::string> pregen = {"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
+                                           "--masks", "none", "--list"};
+  struct Bad {
+    std::vector<std::string> args;
+    std::vector<std::string> err;  // parts of stderr
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", ""},
+            {"--tile: an empty tile; give BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default', or leave --tile "
+             "out"}},
+           {{"show", "--problem", p, "--arch", "80", "--tile", ""}, {"--tile: an empty tile; give BLOCK_Mx"}},
+           {with(pregen, {"--tiles", ""}), {"--tiles has no value (''): give 'default' or tiles"}},
+           {with(pregen, {"--tiles", ","}), {"--tiles has no value (','"}},
+           {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--device", ""},
+            {"--device: an empty device name; give a device name as tune files record it (e.g. \"NVIDIA H200\"), or "
+             "leave --device out"}},
+           {with(pregen, {"--device", ""}), {"--device: an empty device name"}},
+           {{"pregen", "--head-dims", "64", "--list", "--profile", ""}, {"--profile has no value (''): give built-in "
+                                                                         "profile names"}},
+           {with(pregen, {"--tune-file", ""}),
+            {"--tune-file: an empty path; leave --tune-file out for $FLASHGEN_TUNE_FILE, else tune.yml in the user "
+             "cache"}},
+           {with(pregen, {"--tune-file", work.path() + "/missing.yml"}),
+            {"--tune-file: value '" + work.path() + "/missing.yml' is not allowed: no such file (it must name a tune "
+             "file written by flashgen tune)"}},
+           {with(pregen, {"--tune-file", work.path()}),
+            {"--tune-file: value '" + work.path() + "' is not allowed: it is a directory, not a tune file"}},
+           {with(pregen, {"--tune-file", work.path() + "/not-a-tune-file.yml"}),
+            {"--tune-file has value '" + work.path() + "/not-a-tune-file.yml', which is not a usable tune file: ",
+             "key 'version' is missing"}},
+       }) {
+    CAPTURE(b.args[0]);
+    CAPTURE(b.args[b.args.size() - 2]);
+    const Run r = run_cli(b.args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
+    for (const std::string& part : b.err) CHECK(contains(r.err, part));
+    CHECK(r.out.empty());
+  }
+  CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
+  // Given a value, the same options run.
+  CHECK(run_cli({"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "default", "--device", "X"}, env)
+            .rc == 0);
+  CHECK(run_cli(with(pregen, {"--tiles", "default", "--device", "X", "--profile", "ampere"}), env).rc == 0);
 }
 
 TEST_CASE("cli: inspection commands create no user cache directory; cache ls / verify report it absent") {

@@ -4,16 +4,20 @@
 // explain (tools/flashgen_model.cpp) and the CLI's problem parsing.
 #include <doctest/doctest.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "flashgen/flashgen.hpp"
 #include "runtime/compile.hpp"
@@ -761,5 +765,66 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
   CHECK(s.tile == rt::plan_default(p, 90).tile);
   CHECK(warned.find("tune file /dev/zero is not used") != std::string::npos);
   CHECK(warned.find("it is not a regular file") != std::string::npos);
+  rt::tune_reset_for_tests();
+}
+
+TEST_CASE("YAML files larger than 16 MiB are refused before they are read; real profiles and tune files are far below") {
+  // Before: a 4 GiB sparse problem file took 42 s and 8 GB of memory. A sparse file costs no disk here.
+  TempDir dir("flashgen-yaml-size");
+  const int64_t limit = int64_t{16} << 20;
+  const std::string big = dir.path() + "/big.yml", at_limit = dir.path() + "/at-limit.yml";
+  for (const auto& [path, size] : {std::pair{big, limit + 1}, std::pair{at_limit, limit}}) {
+    std::ofstream(path).close();
+    REQUIRE(::truncate(path.c_str(), size) == 0);
+  }
+  const std::string why = "it is 16777217 bytes, more than the 16777216 bytes (16 MiB) a YAML file may have";
+  CHECK_THROWS_WITH_AS(load_tune_file(big), ("cannot read tune file '" + big + "': " + why).c_str(), IoError);
+  CHECK_THROWS_WITH_AS(load_profile_file(big), ("cannot read profile file '" + big + "': " + why).c_str(), IoError);
+  CHECK_THROWS_WITH_AS(cli::load_problem_set(big), ("cannot read problem file '" + big + "': " + why).c_str(), IoError);
+  // At the limit a file is read (and these zeros are then not YAML the readers take).
+  for (const auto& load : std::vector<std::function<void()>>{[&] { (void)load_tune_file(at_limit); },
+                                                              [&] { (void)load_profile_file(at_limit); },
+                                                              [&] { (void)cli::load_problem_set(at_limit); }}) {
+    std::string msg;
+    try {
+      load();
+    } catch (const Error& e) {
+      msg = e.what();
+    }
+    CHECK_FALSE(msg.empty());
+    CHECK_FALSE(contains(msg, "a YAML file may have"));
+  }
+  // The built-in profiles as files load, and a tune file of 2000 entries (far more than one machine makes) too.
+  for (const std::string name : {"volta", "turing", "ampere", "ada", "hopper", "blackwell", "blackwell_consumer"}) {
+    CAPTURE(name);
+    CHECK(load_profile_file(std::string(FLASHGEN_SOURCE_DIR) + "/profiles/" + name + ".yml").name == name);
+  }
+  TuneFile many;
+  for (int i = 0; i < 2000; ++i) {
+    TuneEntry e;
+    e.device = fmt::format("GPU {}", i);
+    e.arch = 90;
+    e.profile = "hopper";
+    e.profile_hash = profile_hash(profile_for_arch(90));
+    e.generator = kGeneratorVersion;
+    e.problem = problem_class(cli::to_problem(llama()));
+    e.tile = Tile{128, 64, 8, 2};
+    e.tflops = 100;
+    many.entries.push_back(e);
+  }
+  const std::string tune = dir.path() + "/tune.yml";
+  save_tune_file(tune, many);
+  CHECK(load_tune_file(tune).entries.size() == 2000);
+  // plan() reads FLASHGEN_TUNE_FILE: one that is too large costs one warning and the default tile.
+  ScopedCache cache;
+  EnvGuard env("FLASHGEN_TUNE_FILE", big);
+  rt::tune_reset_for_tests();
+  const AttentionProblem p = cli::to_problem(llama());
+  StderrCapture err;
+  const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
+  const std::string warned = err.stop();
+  CHECK(s.tile == rt::plan_default(p, 90).tile);
+  CHECK(contains(warned, "tune file " + big + " is not used"));
+  CHECK(contains(warned, "a YAML file may have"));
   rt::tune_reset_for_tests();
 }
