@@ -21,7 +21,9 @@
 # BENCH_BASELINE_SRC=DIR: also build the libflashgen source tree DIR (e.g. a
 # `git archive` of the commit before a kernel change; it uses this tree's
 # .deps) and time it beside ours in the same loop (bench.py --baseline); several
-# trees, separated by ':', all take turns in that one loop ('.' is this tree's own build).
+# trees, separated by ':', all take turns in that one loop ('.' is this tree's own build; a
+# path ending in .so is a built library, used as it is: tools/bench_baseline.sh builds one here
+# from a commit, so the device's time does not go to building it).
 # FlashAttention-4 joins the tables when .anchor/whl (from
 # ../shared/anchors/fa4-carry.sh .anchor) is in this tree and
 # /tmp/libs-cu13.tar.xz on the machine: send .anchor/cdsl in a first command
@@ -54,6 +56,8 @@ if [[ -n "${BENCH_BASELINE_SRC:-}" ]]; then
     # ('.': this tree's own build/libflashgen.so through the C ABI, beside ours through the
     # package: an A/A check of the two ways in)
     if [[ "$tree" == . ]]; then libs+=("$PWD/build/libflashgen.so"); continue; fi
+    # (a built library, e.g. one built on another machine and carried: used as it is)
+    if [[ "$tree" == *.so* && -f "$tree" ]]; then libs+=("$PWD/$tree"); continue; fi
     { cmake -S "$tree" -B "$tree/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
         cmake --build "$tree/build" -j "$(nproc)" --target flashgen >/dev/null; } ||
