@@ -205,22 +205,18 @@ CLI::Validator number_in(double lo, double hi, const std::string& meaning) {
       "NUMBER in " + range_text(lo, hi));
 }
 
-CLI::Validator non_empty_path(const std::string& instead) {
-  return CLI::Validator(
-      [=](std::string& text) -> std::string { return text.empty() ? "an empty path; " + instead : std::string(); },
-      "PATH");
-}
-
-CLI::Validator non_empty(const std::string& what, const std::string& instead) {
+CLI::Validator non_empty(const std::string& what, const std::string& instead, const std::string& type) {
   return CLI::Validator(
       [=](std::string& text) -> std::string { return text.empty() ? "an empty " + what + "; " + instead : std::string(); },
-      "");
+      type);
 }
+
+CLI::Validator non_empty_path(const std::string& instead) { return non_empty("path", instead, "PATH"); }
 
 CLI::Validator existing_file(const std::string& what, const std::string& instead) {
   return CLI::Validator(
-      [=](std::string& text) -> std::string {
-        if (text.empty()) return "an empty path; " + instead;
+      [=, empty = non_empty_path(instead)](std::string& text) -> std::string {
+        if (text.empty()) return empty(text);
         struct stat st {};
         if (::stat(text.c_str(), &st) != 0) {
           const int err = errno;

@@ -124,12 +124,12 @@ bool parse_tile_text(const std::string& what, const std::string& text, Tile* til
 CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning = "");
 /// The same for a finite decimal number in [lo, hi] (real_in_range).
 CLI::Validator number_in(double lo, double hi, const std::string& meaning = "");
-/// A path option given as "" is refused ("an empty path; <instead>"): without the
-/// option the command uses a default, and "" must not quietly mean that default.
+/// A text option given as "" is refused ("an empty <what>; <instead>"): without the
+/// option the command uses a default, and --tile '' or --device '' must not quietly
+/// mean that default. `type` is the value's name in --help (e.g. "PATH").
+CLI::Validator non_empty(const std::string& what, const std::string& instead, const std::string& type = "");
+/// non_empty for a path option: "an empty path; <instead>".
 CLI::Validator non_empty_path(const std::string& instead);
-/// A text option given as "" is refused ("an empty <what>; <instead>"), for the
-/// same reason: --tile '' or --device '' must not quietly mean "not given".
-CLI::Validator non_empty(const std::string& what, const std::string& instead);
 /// A file option: "" and a path that is not an existing regular file are refused
 /// ("an empty path; <instead>", "'<path>' does not exist (<what>)", "'<path>' is a
 /// directory, not <what>"), before the command does anything.

@@ -131,6 +131,26 @@ Run run_cli_pty(const std::vector<std::string>& args, const std::vector<std::str
   return r;
 }
 
+// Command lines the CLI must refuse as usage errors: exit 2, "flashgen <command>: error: " and
+// each of `err`'s parts on stderr, nothing on stdout.
+struct UsageError {
+  std::vector<std::string> args;
+  std::vector<std::string> err;  // parts of stderr
+};
+void check_usage_errors(const std::vector<UsageError>& cases, const std::vector<std::string>& env) {
+  for (const UsageError& b : cases) {
+    std::string command_line;
+    for (const std::string& a : b.args) command_line += " '" + a + "'";
+    CAPTURE(command_line);
+    const Run r = run_cli(b.args, env);
+    INFO("stdout: ", r.out, "\nstderr: ", r.err);
+    CHECK(r.rc == 2);
+    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
+    for (const std::string& part : b.err) CHECK(contains(r.err, part));
+    CHECK(r.out.empty());
+  }
+}
+
 std::vector<std::string> lines(const std::string& text) {
   std::vector<std::string> out;
   std::istringstream in(text);
@@ -1298,11 +1318,7 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
   const std::string dir = work.path() + "/cache";
   const auto env = base_env(dir);
   const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
-  struct Bad {
-    std::vector<std::string> args;
-    std::vector<std::string> err;  // parts of stderr
-  };
-  for (const Bad& b : std::vector<Bad>{
+  check_usage_errors({
            {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "99999999999x64x8x2"},
             {"--tile has value '99999999999x64x8x2'", "BLOCK_M '99999999999' must be an integer in [1, 256]"}},
            {{"show", "--problem", p, "--arch", "80", "--tile", "128x0x4x2"}, {"BLOCK_N '0' must be an integer in [1, 256]"}},
@@ -1417,16 +1433,8 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"key 'page_size' has value '99999999999999999999'"}},
            {{"explain", "--problem", "dtype=f16,seqlen=128,heads=8,head_dim=64,page_size=16,page_size=32"},
             {"key 'page_size' appears more than once"}},
-       }) {
-    CAPTURE(b.args[0]);
-    CAPTURE(b.args.back());
-    const Run r = run_cli(b.args, env);
-    INFO("stdout: ", r.out, "\nstderr: ", r.err);
-    CHECK(r.rc == 2);
-    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
-    for (const std::string& part : b.err) CHECK(contains(r.err, part));
-    CHECK(r.out.empty());
-  }
+       },
+       env);
 
   // --temp-age nan must not reach the prune as some integer: an old temp file stays.
   std::filesystem::create_directories(dir);
@@ -1943,11 +1951,7 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
   std::ofstream(work.path() + "/not-a-tune-file.yml") << "entries: []\n";
   const std::vector<std::string> pregen = {"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
                                            "--masks", "none", "--list"};
-  struct Bad {
-    std::vector<std::string> args;
-    std::vector<std::string> err;  // parts of stderr
-  };
-  for (const Bad& b : std::vector<Bad>{
+  check_usage_errors({
            {{"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", ""},
             {"--tile: an empty tile; give BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default', or leave --tile "
              "out"}},
@@ -1971,16 +1975,8 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
            {with(pregen, {"--tune-file", work.path() + "/not-a-tune-file.yml"}),
             {"--tune-file has value '" + work.path() + "/not-a-tune-file.yml', which is not a usable tune file: ",
              "key 'version' is missing"}},
-       }) {
-    CAPTURE(b.args[0]);
-    CAPTURE(b.args[b.args.size() - 2]);
-    const Run r = run_cli(b.args, env);
-    INFO("stdout: ", r.out, "\nstderr: ", r.err);
-    CHECK(r.rc == 2);
-    CHECK(contains(r.err, "flashgen " + b.args[0] + ": error: "));
-    for (const std::string& part : b.err) CHECK(contains(r.err, part));
-    CHECK(r.out.empty());
-  }
+       },
+       env);
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
   // Given a value, the same options run.
   CHECK(run_cli({"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "default", "--device", "X"}, env)

@@ -740,6 +740,25 @@ TEST_CASE("cli: problem text and problem-set files") {
   CHECK_THROWS_WITH_AS(cli::parse_problem_set("items: []\n", "p.yml"), doctest::Contains("p.yml"), InvalidArgument);
 }
 
+namespace {
+
+// Plans llama() on sm_90 for "Test GPU" with FLASHGEN_TUNE_FILE=`path`, a file plan() cannot
+// use: checks that the default tile comes back and returns what plan() wrote to stderr.
+std::string plan_with_unusable_tune_file(const std::string& path) {
+  ScopedCache cache;
+  EnvGuard env("FLASHGEN_TUNE_FILE", path);
+  rt::tune_reset_for_tests();
+  const AttentionProblem p = cli::to_problem(llama());
+  StderrCapture err;
+  const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
+  const std::string warned = err.stop();
+  CHECK(s.tile == rt::plan_default(p, 90).tile);
+  rt::tune_reset_for_tests();
+  return warned;
+}
+
+}  // namespace
+
 TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory) are refused at once") {
   // Before: /dev/zero or a FIFO as FLASHGEN_TUNE_FILE or --problems read forever, growing.
   TempDir dir("flashgen-not-regular");
@@ -755,17 +774,9 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
                          IoError);
   }
   // plan() reads FLASHGEN_TUNE_FILE: a device there costs one warning and the default tile.
-  ScopedCache cache;
-  EnvGuard env("FLASHGEN_TUNE_FILE", std::string("/dev/zero"));
-  rt::tune_reset_for_tests();
-  const AttentionProblem p = cli::to_problem(llama());
-  StderrCapture err;
-  const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
-  const std::string warned = err.stop();
-  CHECK(s.tile == rt::plan_default(p, 90).tile);
+  const std::string warned = plan_with_unusable_tune_file("/dev/zero");
   CHECK(warned.find("tune file /dev/zero is not used") != std::string::npos);
   CHECK(warned.find("it is not a regular file") != std::string::npos);
-  rt::tune_reset_for_tests();
 }
 
 TEST_CASE("YAML files larger than 16 MiB are refused before they are read; real profiles and tune files are far below") {
@@ -816,15 +827,7 @@ TEST_CASE("YAML files larger than 16 MiB are refused before they are read; real 
   save_tune_file(tune, many);
   CHECK(load_tune_file(tune).entries.size() == 2000);
   // plan() reads FLASHGEN_TUNE_FILE: one that is too large costs one warning and the default tile.
-  ScopedCache cache;
-  EnvGuard env("FLASHGEN_TUNE_FILE", big);
-  rt::tune_reset_for_tests();
-  const AttentionProblem p = cli::to_problem(llama());
-  StderrCapture err;
-  const KernelSpec s = rt::plan_for_device(p, 90, "Test GPU");
-  const std::string warned = err.stop();
-  CHECK(s.tile == rt::plan_default(p, 90).tile);
+  const std::string warned = plan_with_unusable_tune_file(big);
   CHECK(contains(warned, "tune file " + big + " is not used"));
   CHECK(contains(warned, "a YAML file may have"));
-  rt::tune_reset_for_tests();
 }
