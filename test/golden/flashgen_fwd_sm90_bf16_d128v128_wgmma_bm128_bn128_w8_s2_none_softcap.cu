@@ -719,6 +719,7 @@ constexpr int BAR_BYTES = 8 * 4 * STAGES + (WINDOW ? 8 * ((WIN_WORDS + 1) / 2) :
 // BAR_BYTES were skipped).
 static_assert(TILE_BYTES + 1024 == SMEM_BYTES, "the kernel's shared-memory layout and KernelSpec::smem_bytes disagree");
 static_assert(BAR_BYTES <= 512, "the mbarriers must fit beside the alignment");
+static_assert(!PAGED || BLOCK_N / 8 <= 32, "a paged tile's boxes (at least 8 keys each) are one per lane of the producer's first warp");
 constexpr int UNIT_K = 16;  // for fwd_m16_parts.cuh's warp-level P.V steps (not called here)
 typedef unsigned long long u64;
 
@@ -1743,18 +1744,21 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // largest power of two dividing BLOCK_N; a box never crosses a page,
         // runtime/api.cpp maps the same box), those from the sequence's last key on left out (their
         // stale rows: masked in S, zeroed in V by the consumers); box i of
-        // key n0 + i * box_rows is issued by lane i % 32 through the table.
+        // key n0 + i * box_rows is issued by lane i through the table (boxes of at least 8 keys:
+        // smaller pages plan the mma.sync unit, so BLOCK_N / 8 <= 32 boxes fit the warp).
         const int box_shift = min((int)p.page_shift, BLOCK_N_POW2_LOG2), box_rows = 1 << box_shift;
         auto boxes = [&](int n0) { return PAGED ? min(BLOCK_N >> box_shift, (blk.seqlen_k - n0 + box_rows - 1) >> box_shift) : 1; };
         auto load_k = [&](u32 cnt, int n0) {
           const int nb = boxes(n0);
+          // (PAGED: lane i's box i, its page number read before the stage is claimed, so the
+          // table's latency overlaps the wait for the consumers instead of following it)
+          const int r0 = plane * box_rows, key = n0 + r0, slot = key & ((1 << (int)p.page_shift) - 1);
+          const int page = PAGED && plane < nb ? blk.pages[key >> (int)p.page_shift] * batch_k : 0;
           const u32 s = claim(cnt, empty_k(0), full_k(0), PAGED ? K_TILE_BYTES / BLOCK_N * box_rows * nb : K_TILE_BYTES),
                     bar = full_k(s);
           const u32 dst = fg_smem_addr(sK + s * K_STAGE);
           if constexpr (PAGED) {
-            for (int i = plane; i < nb; i += 32) {
-              const int key = n0 + i * box_rows, r0 = i * box_rows;
-              const int slot = key & ((1 << (int)p.page_shift) - 1), page = blk.pages[key >> (int)p.page_shift] * batch_k;
+            if (plane < nb) {
               fg_tma_load(dst + 2 * (BLOCK_N * 0 + 64 * r0), tma.k[0], 0, slot, head_k, page, bar);
               fg_tma_load(dst + 2 * (BLOCK_N * 64 + 64 * r0), tma.k[0], 64, slot, head_k, page, bar);
             }
@@ -1765,13 +1769,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         };
         auto load_v = [&](u32 cnt, int n0) {
           const int nb = boxes(n0);
+          // (PAGED: lane i's box i, its page number read before the stage is claimed, so the
+          // table's latency overlaps the wait for the consumers instead of following it)
+          const int r0 = plane * box_rows, key = n0 + r0, slot = key & ((1 << (int)p.page_shift) - 1);
+          const int page = PAGED && plane < nb ? blk.pages[key >> (int)p.page_shift] * batch_v : 0;
           const u32 s = claim(cnt, empty_v(0), full_v(0), PAGED ? V_TILE_BYTES / BLOCK_N * box_rows * nb : V_TILE_BYTES),
                     bar = full_v(s);
           const u32 dst = fg_smem_addr(sV + s * V_STAGE);
           if constexpr (PAGED) {
-            for (int i = plane; i < nb; i += 32) {
-              const int key = n0 + i * box_rows, r0 = i * box_rows;
-              const int slot = key & ((1 << (int)p.page_shift) - 1), page = blk.pages[key >> (int)p.page_shift] * batch_v;
+            if (plane < nb) {
               fg_tma_load(dst + 2 * (BLOCK_N * 0 + 64 * r0), tma.v[0], 0, slot, head_v, page, bar);
               fg_tma_load(dst + 2 * (BLOCK_N * 64 + 64 * r0), tma.v[0], 64, slot, head_v, page, bar);
             }
