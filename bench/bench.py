@@ -11,7 +11,7 @@ launches and at least 200 ms of back-to-back calls (the SM clock idles at
 finds its inputs in L2. FLOPs = 4*B*Hq*Sq*Sk*D, halved for causal.
 
 usage: bench.py [--ceiling-f16 T] [--ceiling-bf16 T] [--runs 30] [--warmup 5] [--sets 3]
-                [--shapes all|quick] [--baseline OTHER/libflashgen.so[,ANOTHER.so]] [--ours-last] [--unit m16n8k16|m16n8k8|m8n8k4]
+                [--shapes all|quick] [--baseline OTHER/libflashgen.so[,ANOTHER.so]] [--unit m16n8k16|m16n8k8|m8n8k4]
                 [--tiles BMxBNxWxS,...] [--lib LIBFLASHGEN.so]
 
 Ours is flashgen.attention(q, k, v, causal="top_left" or None, out=o): the
@@ -37,10 +37,10 @@ GPU tier's units do the same), for ours and the baseline alike.
 kernel change) on the same inputs, through its C ABI (flashgen_forward,
 ctypes, a problem struct per input set), its calls taking turns with ours call
 by call (a clock change then hits both alike): the table gains its TFLOP/s
-("base") and ours/base; ours takes the first turn of each round, or the last
-with --ours-last. Several builds, separated by commas, all take turns in
-the one loop; the table gains a pair of columns for each ("base", "ours/base",
-"base2", ...), in the order given.
+("base") and ours/base. Several builds, separated by commas, all take turns in
+the one loop, in an order that changes each round (turn_orders); the table
+gains a pair of columns for each ("base", "ours/base", "base2", ...), in the
+order given.
 
 The helpers below (input_sets, median_ms_pair, fa4_function, sm_clock_mhz, ...)
 are shared by the other bench scripts; the package is imported only by main(),
@@ -189,19 +189,43 @@ def input_sets(n, B, Sq, Sk, Hq, Hkv, D, dtype):
 SPIN_CYCLES = 200_000
 
 
+def turn_orders(n, runs):
+    """The order of the n functions' turns in each of `runs` rounds: the rows of a
+    Williams design (a Latin square balanced for carry-over, as crossover trials
+    use; E. J. Williams, Aust. J. Sci. Res. 2 (1949) 149), repeated. Over each
+    period of n rounds (2n for odd n) every function takes every position once
+    (twice) and follows every other function directly, within a round, equally
+    often, so what a call leaves behind for the next lands on each function alike."""
+    first, lo, hi = [0], 1, n - 1  # 0, 1, n-1, 2, n-2, ...
+    while len(first) < n:
+        first.append(lo)
+        lo += 1
+        if len(first) < n:
+            first.append(hi)
+            hi -= 1
+    rows = [[(f + i) % n for f in first] for i in range(n)]
+    if n % 2 == 1 and n > 1:
+        rows += [row[::-1] for row in rows]
+    return [list(rows[i % len(rows)]) for i in range(runs)]
+
+
 def median_ms_pair(fns, sets, warmup, runs):
     """Medians of `runs` event-timed calls of each fn(set), the functions taking
     turns call by call (so a clock change hits them alike), rotating over the
-    input sets; each call queued behind a spin kernel (SPIN_CYCLES)."""
+    input sets; each call queued behind a spin kernel (SPIN_CYCLES). The order
+    of the turns changes from round to round (turn_orders): a call can leave the
+    GPU slower for the next one (on the H200 a 125 ms forward of one build cost
+    whichever call came right after it 12-19 %, bench/NOTES.md session 18), and
+    the fixed order used before charged that to the same function every round."""
     for fn in fns:
         spin_up(fn, sets, warmup)
     ev = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(runs)]
           for _ in fns]
-    for i in range(runs):
-        for f, fn in enumerate(fns):
+    for i, order in enumerate(turn_orders(len(fns), runs)):
+        for f in order:
             torch.cuda._sleep(SPIN_CYCLES)
             ev[f][i][0].record()
-            fn(sets[i % len(sets)])
+            fns[f](sets[i % len(sets)])
             ev[f][i][1].record()
     torch.cuda.synchronize()
     return [statistics.median(s.elapsed_time(e) for s, e in ev[f]) for f in range(len(fns))]
@@ -226,8 +250,6 @@ def main():
     ap.add_argument("--tiles", default="",
                     help="also time these tiles, BMxBNxWxS comma-separated, on the planned spec's unit "
                          "(flashgen_launch_spec of --lib); printed per shape, not in the table")
-    ap.add_argument("--ours-last", action="store_true",
-                    help="with --baseline: ours takes the last turn of each round instead of the first")
     ap.add_argument("--unit", default="", choices=["", *UNIT_PROFILES],
                     help="run this matrix unit's kernel (mma.sync) instead of the one the device's profile picks")
     args = ap.parse_args()
@@ -324,9 +346,8 @@ def main():
                             print(f"  {base_names[b]} MISMATCH {e_base:.2e}", flush=True)
                     # Interleaved with ours, call by call.
                     fns = [baseline_fn(b) for b in range(len(bases))]
-                    fns = fns + [ours] if args.ours_last else [ours] + fns
-                    t_all = median_ms_pair(fns, idx, args.warmup, args.runs)
-                    t_ours = t_all.pop(-1 if args.ours_last else 0)
+                    t_all = median_ms_pair([ours] + fns, idx, args.warmup, args.runs)
+                    t_ours = t_all.pop(0)
                     for n, t_base in zip(base_names, t_all):
                         res[n] = flops / (t_base * 1e-3) / 1e12
                 else:
