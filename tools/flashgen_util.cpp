@@ -462,6 +462,10 @@ std::vector<ProblemDesc> load_problem_set(const std::string& path) {
 
 // ---- progress ------------------------------------------------------------------
 
+std::string count_of(size_t n, const std::string& noun, const std::string& plural) {
+  return fmt::format("{} {}", n, n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
+
 bool is_terminal(FILE* f) { return f != nullptr && ::isatty(::fileno(f)) == 1; }
 
 Progress::Progress(std::string what, size_t total, FILE* out, bool tty)
