@@ -1748,6 +1748,8 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
   std::ofstream(work.path() + "/unknown-key.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/ampere.yml")
                                                  << "\ncolour: blue\n";
   std::ofstream(work.path() + "/turing.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
+  std::ofstream(work.path() + "/two-documents.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/ampere.yml") << "---\n"
+                                                    << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
   struct Case {
     std::string path;
     std::vector<std::string> reason;
@@ -1757,6 +1759,9 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
            {work.path() + "/missing.yml", {"cannot read profile file", "No such file or directory"}},
            {work.path() + "/unknown-key.yml", {"key 'colour' is unknown; allowed keys:"}},
            {work.path() + "/turing.yml", {"does not list compute capability sm_80"}},
+           {work.path() + "/two-documents.yml",
+            {work.path() + "/two-documents.yml: has 2 YAML documents (separated by '---'); a profile file is one "
+                           "document"}},
        }) {
     CAPTURE(c.path);
     auto env = base_env(cache);
@@ -1995,6 +2000,7 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
   const auto env = base_env(cache);
   const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
   std::ofstream(work.path() + "/not-a-tune-file.yml") << "entries: []\n";
+  std::ofstream(work.path() + "/two-documents.yml") << "version: 1\nentries: []\n---\nversion: 1\nentries: []\n";
   const std::vector<std::string> pregen = {"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
                                            "--masks", "none", "--list"};
   check_usage_errors({
@@ -2021,6 +2027,10 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
            {with(pregen, {"--tune-file", work.path() + "/not-a-tune-file.yml"}),
             {"--tune-file has value '" + work.path() + "/not-a-tune-file.yml', which is not a usable tune file: ",
              "key 'version' is missing"}},
+           {with(pregen, {"--tune-file", work.path() + "/two-documents.yml"}),
+            {"--tune-file has value '" + work.path() + "/two-documents.yml', which is not a usable tune file: " +
+                 work.path() + "/two-documents.yml: has 2 YAML documents (separated by '---'); a tune file is one "
+                 "document"}},
        },
        env);
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
