@@ -306,7 +306,7 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--problems", o.problems_file,
                 "YAML file of problems seen in production (problems: [{dtype, head_dim, seqlen_q, heads_q, ...}]); "
                 "replaces the feature flags")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file("a YAML problem file", "leave --problems out to compile the set of the feature flags"));
   c->add_option("--device", o.device,
                 "plan with the tune entries of this device name (e.g. \"NVIDIA H200\"), for a GPU that is not here")
       ->check(non_empty("device name", kDeviceInstead));

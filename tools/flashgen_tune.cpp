@@ -375,7 +375,7 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
       "events, and write the fastest per problem class to a tune file (plan() then uses it on this device).");
   c->add_option("--problem", o.problems, "a problem, key=value,... (repeatable; see flashgen --help)");
   c->add_option("--problems", o.problems_file, "YAML file of problems (as for flashgen pregen)")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file("a YAML problem file", "leave --problems out and give --problem key=value,..."));
   c->add_option("--out", o.out,
                 "tune file to write (merged with its entries; default: $FLASHGEN_TUNE_FILE, else tune.yml in the "
                 "user cache)")

@@ -2040,6 +2040,25 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
   CHECK(run_cli(with(pregen, {"--tiles", "default", "--device", "X", "--profile", "ampere"}), env).rc == 0);
 }
 
+TEST_CASE("cli: a --problems file that is empty, missing or a directory is refused (exit 2) as --tune-file is") {
+  // Before: CLI11's "File does not exist: <path>" without the option, or what it must name.
+  TempDir work("flashgen-cli-problems-file");
+  const auto env = base_env(work.path() + "/c");
+  const std::string missing = work.path() + "/missing.yml";
+  std::vector<UsageError> cases;
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"pregen", "--arch", "80", "--list"}, {"tune", "--dry-run", "--arch", "80"}}) {
+    cases.push_back({with(command, {"--problems", missing}),
+                     {"--problems: value '" + missing + "' is not allowed: no such file (it must name a YAML "
+                      "problem file)"}});
+    cases.push_back({with(command, {"--problems", work.path()}),
+                     {"--problems: value '" + work.path() + "' is not allowed: it is a directory, not a YAML "
+                      "problem file"}});
+    cases.push_back({with(command, {"--problems", ""}), {"--problems: an empty path; "}});
+  }
+  check_usage_errors(cases, env);
+}
+
 TEST_CASE("cli: inspection commands create no user cache directory; cache ls / verify report it absent") {
   TempDir work("flashgen-cli-no-mkdir");
   const std::string dir = work.path() + "/missing/cache";
