@@ -137,15 +137,8 @@ const FlashTile& Profile::tile_for(int head_dim, MatrixUnit unit) const {
 
 Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
   Reader r(origin);
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    throw InvalidArgument(fmt::format("{}: invalid YAML at line {}, column {}: {}", origin,
-                                      e.mark.line + 1, e.mark.column + 1, e.msg));
-  } catch (const YAML::Exception& e) {
-    throw InvalidArgument(fmt::format("{}: invalid YAML: {}", origin, e.what()));
-  }
+  const YAML::Node root = gen::load_one_document(yaml_text, origin, "profile file",
+                                                 ": one profile, which serves every arch in its 'archs' list");
 
   Profile p;
   p.source = origin;

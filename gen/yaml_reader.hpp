@@ -1,5 +1,6 @@
 // Internal to libflashgen: the strict reader of its YAML files (profiles,
-// gen/profile.cpp; tune files, runtime/tune.cpp). Every problem is an
+// gen/profile.cpp; tune files, runtime/tune.cpp; the tool's problem files,
+// tools/flashgen_util.cpp). Every problem is an
 // InvalidArgument "<origin>: key '<path>' <reason>" (or "<origin>: <reason>"
 // for the document as a whole); values are shown sanitized (at most 40
 // characters, non-printable bytes as '?').
@@ -67,6 +68,32 @@ inline std::string read_yaml_file(const std::string& path, const char* what) {
   }
   if (in.bad()) throw IoError(fmt::format("cannot read {} '{}': read failed", what, path));
   return text;
+}
+
+// The one YAML document of `yaml_text` (a null node when it has none); `origin`
+// names the text in errors and `what` its kind ("profile file", "tune file",
+// "problem file"). InvalidArgument "<origin>: invalid YAML ..." when it does not
+// parse, and "<origin>: has N YAML documents (separated by '---'); a <what> is one
+// document<hint>" when it has more than one (YAML::Load would read the first and
+// drop the others unread). Empty documents (e.g. after a trailing "---") hold
+// nothing to drop and do not count.
+inline YAML::Node load_one_document(const std::string& yaml_text, const std::string& origin, const char* what,
+                                    const char* hint) {
+  std::vector<YAML::Node> documents;
+  try {
+    for (const YAML::Node& n : YAML::LoadAll(yaml_text))
+      if (!n.IsNull()) documents.push_back(n);
+  } catch (const YAML::ParserException& e) {
+    throw InvalidArgument(
+        fmt::format("{}: invalid YAML at line {}, column {}: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
+  } catch (const YAML::Exception& e) {
+    throw InvalidArgument(fmt::format("{}: invalid YAML: {}", origin, e.what()));
+  }
+  if (documents.size() > 1) {
+    throw InvalidArgument(fmt::format("{}: has {} YAML documents (separated by '---'); a {} is one document{}", origin,
+                                      documents.size(), what, hint));
+  }
+  return documents.empty() ? YAML::Node() : documents.front();
 }
 
 class YamlReader {

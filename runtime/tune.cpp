@@ -399,11 +399,9 @@ TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin
   if (std::string why = nesting_problem(yaml_text); !why.empty()) r.fail_document(why);
   YAML::Node root;
   try {
-    root = YAML::Load(yaml_text);
-  } catch (const YAML::ParserException& e) {
-    r.fail_document(fmt::format("invalid YAML at line {}, column {}: {}", e.mark.line + 1, e.mark.column + 1, e.msg));
-  } catch (const YAML::Exception& e) {
-    r.fail_document(fmt::format("invalid YAML: {}", e.what()));
+    root = gen::load_one_document(yaml_text, origin, "tune file", ": put every entry in its one 'entries' list");
+  } catch (const InvalidArgument&) {
+    throw;
   } catch (const std::exception& e) {
     r.fail_document(fmt::format("cannot be read as YAML: {}", e.what()));
   }

@@ -142,6 +142,10 @@ std::vector<ProblemDesc> load_problem_set(const std::string& path);
 
 // ---- progress ------------------------------------------------------------------
 
+/// `n` and the noun in agreement with it: "1 kernel", "2 kernels"; `plural` for a
+/// noun that does not just add an "s": count_of(1, "entry", "entries") is "1 entry".
+std::string count_of(size_t n, const std::string& noun, const std::string& plural = "");
+
 /// Progress of a counted job on stderr: on a terminal, one redrawn line with a
 /// bar, count, rate and ETA; otherwise one plain line per finished item.
 class Progress {

@@ -60,9 +60,6 @@ std::string size_text(double bytes) {
   return fmt::format("{:.1f} GiB", bytes / (1024.0 * 1024.0 * 1024.0));
 }
 
-// "1 kernel", "2 kernels".
-std::string count_of(size_t n, const char* noun) { return fmt::format("{} {}{}", n, noun, n == 1 ? "" : "s"); }
-
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 // "a,b c" and repeated flags -> items.
@@ -309,7 +306,7 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("--problems", o.problems_file,
                 "YAML file of problems seen in production (problems: [{dtype, head_dim, seqlen_q, heads_q, ...}]); "
                 "replaces the feature flags")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file("a YAML problem file", "leave --problems out to compile the set of the feature flags"));
   c->add_option("--device", o.device,
                 "plan with the tune entries of this device name (e.g. \"NVIDIA H200\"), for a GPU that is not here")
       ->check(non_empty("device name", kDeviceInstead));
@@ -933,17 +930,19 @@ int run_explain(const ExplainOptions& o) {
                                unit.max_chunk != 0
                                    ? fmt::format("shared-memory chunks of at most {} columns", unit.max_chunk)
                                    : std::string("power-of-two chunks")));
-  row("tile", fmt::format("block_m {}, block_n {}, {} warps{} ({} threads), {} stages; from {}", spec.tile.block_m,
-                          spec.tile.block_n, spec.tile.warps, unit.producer_warps != 0 ? " + a producer warpgroup (TMA)" : "", spec.threads(),
-                          spec.tile.stages, tile_source));
+  row("tile", fmt::format("block_m {}, block_n {}, {}{} ({} threads), {}; from {}", spec.tile.block_m,
+                          spec.tile.block_n, count_of(static_cast<size_t>(spec.tile.warps), "warp"),
+                          unit.producer_warps != 0 ? " + a producer warpgroup (TMA)" : "", spec.threads(),
+                          count_of(static_cast<size_t>(spec.tile.stages), "stage"), tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
   // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
   auto stage_bytes = [&](int64_t d) {
     const int64_t b = 2 * spec.tile.block_n * d;
     return unit.smem_align != 0 ? (b + unit.smem_align - 1) / unit.smem_align * unit.smem_align : b;
   };
-  row("smem", fmt::format("{} bytes = Q {} + {} stages x (K {} + V {}){}; profile limit {} per block, {} per SM",
-                          spec.smem_bytes(), 2 * spec.tile.block_m * dmax, spec.tile.stages, stage_bytes(spec.head_dim),
+  row("smem", fmt::format("{} bytes = Q {} + {} x (K {} + V {}){}; profile limit {} per block, {} per SM",
+                          spec.smem_bytes(), 2 * spec.tile.block_m * dmax,
+                          count_of(static_cast<size_t>(spec.tile.stages), "stage"), stage_bytes(spec.head_dim),
                           stage_bytes(spec.head_dim_v),
                           unit.smem_align != 0
                               ? fmt::format(" + {} alignment (stages padded to {} bytes)", unit.smem_align, unit.smem_align)
@@ -999,8 +998,8 @@ int run_explain(const ExplainOptions& o) {
     }
   }
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
-  row("occupancy", fmt::format("{} block{} per SM ({} warps{}), limited by {}", m.blocks_per_sm,
-                               m.blocks_per_sm == 1 ? "" : "s", m.resident_warps,
+  row("occupancy", fmt::format("{} block{} per SM ({}{}), limited by {}", m.blocks_per_sm,
+                               m.blocks_per_sm == 1 ? "" : "s", count_of(static_cast<size_t>(m.resident_warps), "warp"),
                                unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,
@@ -1015,7 +1014,7 @@ int run_explain(const ExplainOptions& o) {
                             "items{}",
                             m.blocks, grid_of, last_wave));
   else
-    row("grid", fmt::format("{} blocks ({}){}", m.blocks, grid_of, last_wave));
+    row("grid", fmt::format("{} ({}){}", count_of(static_cast<size_t>(m.blocks), "block"), grid_of, last_wave));
   row("flops", fmt::format("{:.4g} = 2 x {} x (D + Dv){}", m.flops,
                            d.varlen() ? "Hq x (visible (q, k) pairs, summed over the sequences)"
                                       : "B x Hq x visible (q, k) pairs",
@@ -1229,8 +1228,8 @@ int run_cache(const CacheOptions& o) {
       const auto reports = rt::cache_scan(dir.path, dir.bundle, nvrtc);
       uint64_t bytes = 0;
       for (const auto& r : reports) bytes += r.bytes;
-      std::printf("%s %s: %zu entries, %s\n", dir.label.c_str(), dir.path.c_str(), reports.size(),
-                  size_text(static_cast<double>(bytes)).c_str());
+      std::printf("%s %s: %s, %s\n", dir.label.c_str(), dir.path.c_str(),
+                  count_of(reports.size(), "entry", "entries").c_str(), size_text(static_cast<double>(bytes)).c_str());
       for (const auto& r : reports) {
         ++total;
         if (!r.valid) ++bad;
@@ -1248,9 +1247,9 @@ int run_cache(const CacheOptions& o) {
                     id.c_str(), r.problem.empty() ? "" : (": " + r.problem).c_str());
       }
     }
-    std::printf("%zu entries: %zu ok, %zu foreign or stale (never loaded here; flashgen cache prune removes them from "
+    std::printf("%s: %zu ok, %zu foreign or stale (never loaded here; flashgen cache prune removes them from "
                 "the user cache), %zu bad\n",
-                total, total - bad - foreign, foreign, bad);
+                count_of(total, "entry", "entries").c_str(), total - bad - foreign, foreign, bad);
     if (unusable > 0) {
       std::fflush(stdout);
       std::fprintf(stderr, "flashgen cache %s: error: %zu configured cache director%s cannot be used (see above)\n",
@@ -1280,7 +1279,7 @@ int run_cache(const CacheOptions& o) {
   const rt::PruneResult r = rt::cache_prune(user_dir, nvrtc, po);
   for (const std::string& f : r.removed) std::printf("%s %s\n", o.dry_run ? "would remove" : "removed", f.c_str());
   for (const std::string& e : r.errors) std::fprintf(stderr, "flashgen cache %s: %s\n", o.action.c_str(), e.c_str());
-  std::printf("%s: %zu files, %s %s in %s\n", o.action.c_str(), r.removed.size(),
+  std::printf("%s: %s, %s %s in %s\n", o.action.c_str(), count_of(r.removed.size(), "file").c_str(),
               size_text(static_cast<double>(r.bytes)).c_str(), o.dry_run ? "would be freed" : "freed", user_dir.c_str());
   return r.errors.empty() ? 0 : 1;
 }
@@ -1377,7 +1376,7 @@ int run_info(const InfoOptions& o) {
       text = "absent";
     } else {
       try {
-        text = fmt::format("{} entries", load_tune_file(f).entries.size());
+        text = count_of(load_tune_file(f).entries.size(), "entry", "entries");
       } catch (const std::exception& e) {
         text = fmt::format("invalid: {}", first_line(e.what()));
       }

@@ -375,7 +375,7 @@ CLI::App* add_tune(CLI::App& app, TuneOptions& o) {
       "events, and write the fastest per problem class to a tune file (plan() then uses it on this device).");
   c->add_option("--problem", o.problems, "a problem, key=value,... (repeatable; see flashgen --help)");
   c->add_option("--problems", o.problems_file, "YAML file of problems (as for flashgen pregen)")
-      ->check(CLI::ExistingFile);
+      ->check(existing_file("a YAML problem file", "leave --problems out and give --problem key=value,..."));
   c->add_option("--out", o.out,
                 "tune file to write (merged with its entries; default: $FLASHGEN_TUNE_FILE, else tune.yml in the "
                 "user cache)")
@@ -478,7 +478,8 @@ int run_tune(const TuneOptions& o) {
     const KernelSpec def = fgrt::plan_default(ap, arch);
     check_launch_limits(ap, def);  // a problem no launch takes (plan() refuses it too): exit 2, as check_problem
     std::vector<TileModel> ranked = rank_tiles(p, arch, profile, shape);
-    std::printf("   %zu tiles fit the profile's shared-memory and register budgets\n", ranked.size());
+    std::printf("   %s the profile's shared-memory and register budgets\n",
+                (count_of(ranked.size(), "tile") + (ranked.size() == 1 ? " fits" : " fit")).c_str());
 
     std::vector<Candidate> cands;
     for (size_t i : diverse_order(ranked.size(), [&](size_t k) { return shape_key(ranked[k].spec); })) {
@@ -559,8 +560,8 @@ int run_tune(const TuneOptions& o) {
       continue;
     }
     const Workload w = make_workload(p, l2_bytes);
-    std::printf("   inputs: %zu rotating sets of %.1f MiB (L2 %.0f MiB)\n", w.sets.size(), w.set_bytes / 1048576.0,
-                l2_bytes / 1048576.0);
+    std::printf("   inputs: %s of %.1f MiB (L2 %.0f MiB)\n", count_of(w.sets.size(), "rotating set").c_str(),
+                w.set_bytes / 1048576.0, l2_bytes / 1048576.0);
     Progress time_progress("time", to_time.size(), stderr, is_terminal(stderr));
     const Timing* baseline = nullptr;
     for (size_t idx : to_time) {
@@ -635,8 +636,9 @@ int run_tune(const TuneOptions& o) {
   if (::stat(out.c_str(), &st) == 0) file = load_tune_file(out);
   merge_tune_entries(file, winners);
   save_tune_file(out, file);
-  std::printf("\ntune: %zu winner%s written to %s (%zu entries); the winners are compiled in the kernel cache\n",
-              winners.size(), winners.size() == 1 ? "" : "s", out.c_str(), file.entries.size());
+  std::printf("\ntune: %zu winner%s written to %s (%s); the winners are compiled in the kernel cache\n",
+              winners.size(), winners.size() == 1 ? "" : "s", out.c_str(),
+              count_of(file.entries.size(), "entry", "entries").c_str());
   std::printf("tune: plan() uses them on this device with FLASHGEN_TUNE_FILE=%s%s\n", out.c_str(),
               out == default_tune_file_path() ? " (or without it: this is the default tune file)" : "");
   return failures == 0 ? 0 : 1;

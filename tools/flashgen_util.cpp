@@ -377,25 +377,8 @@ ProblemDesc parse_problem_text(const std::string& text) {
 }
 
 std::vector<ProblemDesc> parse_problem_set(const std::string& yaml_text, const std::string& origin) {
-  YAML::Node root;
-  try {
-    // One document: a second one ("---" and more problems) would otherwise be dropped unread.
-    // (Empty documents, e.g. after a trailing "---", hold nothing to drop.)
-    std::vector<YAML::Node> documents;
-    for (const YAML::Node& n : YAML::LoadAll(yaml_text))
-      if (!n.IsNull()) documents.push_back(n);
-    if (documents.size() > 1) {
-      throw InvalidArgument(fmt::format("{}: has {} YAML documents (separated by '---'); a problem file is one "
-                                        "document: put every problem in its one 'problems' list",
-                                        origin, documents.size()));
-    }
-    if (!documents.empty()) root = documents.front();
-  } catch (const YAML::ParserException& e) {
-    throw InvalidArgument(
-        fmt::format("{}: invalid YAML at line {}, column {}: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
-  } catch (const YAML::Exception& e) {
-    throw InvalidArgument(fmt::format("{}: invalid YAML: {}", origin, e.what()));
-  }
+  const YAML::Node root =
+      gen::load_one_document(yaml_text, origin, "problem file", ": put every problem in its one 'problems' list");
   if (!root.IsMap() || root.size() != 1 || !root["problems"]) {
     throw InvalidArgument(
         fmt::format("{}: the document must be a mapping with the single key 'problems' (a list of problems)", origin));
@@ -461,6 +444,10 @@ std::vector<ProblemDesc> load_problem_set(const std::string& path) {
 }
 
 // ---- progress ------------------------------------------------------------------
+
+std::string count_of(size_t n, const std::string& noun, const std::string& plural) {
+  return fmt::format("{} {}", n, n == 1 ? noun : plural.empty() ? noun + "s" : plural);
+}
 
 bool is_terminal(FILE* f) { return f != nullptr && ::isatty(::fileno(f)) == 1; }
 

@@ -64,8 +64,8 @@ struct Profile {
   const FlashTile& tile_for(int head_dim, MatrixUnit unit = MatrixUnit::m16n8k16) const;
 };
 
-/// Parse a profile from YAML text. Every field is validated; unknown keys are
-/// rejected. Throws InvalidArgument naming `origin` (file name), the key and the reason.
+/// Parse a profile from YAML text. Every field is validated; unknown keys and a
+/// second YAML document (empty ones aside) are rejected. Throws InvalidArgument naming `origin` (file name), the key and the reason.
 Profile parse_profile(const std::string& yaml_text, const std::string& origin);
 
 /// Read and parse a profile file. Throws IoError if unreadable.

@@ -89,8 +89,8 @@ struct TuneFile {
 
 /// Parse a tune file. Every field is validated (names, ranges, tile rules
 /// that need no profile: block_m a multiple of 16 * warps, block_n of 16, ...),
-/// unknown keys and duplicate entries (same device, arch, profile hash and
-/// problem class) are rejected. Throws InvalidArgument "<origin>: key '<path>'
+/// unknown keys, a second YAML document (empty ones aside) and duplicate entries
+/// (same device, arch, profile hash and problem class) are rejected. Throws InvalidArgument "<origin>: key '<path>'
 /// <reason>" (or "<origin>: <reason>" for the document as a whole). Never
 /// throws anything else for any input.
 TuneFile parse_tune_file(const std::string& yaml_text, const std::string& origin);

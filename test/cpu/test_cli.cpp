@@ -169,6 +169,22 @@ std::vector<std::string> with(std::vector<std::string> a, const std::vector<std:
   return a;
 }
 
+// Writes `path`: a tune file whose one entry gives `tile` (measured at `tflops`) to the class of
+// `problem` (--problem text) on sm_90 with the hopper profile, as `flashgen tune` on `device` would.
+void save_one_entry_tune_file(const std::string& path, const std::string& device, const std::string& problem,
+                              const Tile& tile, double tflops) {
+  TuneEntry e;
+  e.device = device;
+  e.arch = 90;
+  e.profile = "hopper";
+  e.profile_hash = profile_hash(profile_for_arch(90));
+  e.generator = kGeneratorVersion;
+  e.problem = problem_class(cli::to_problem(cli::parse_problem_text(problem)));
+  e.tile = tile;
+  e.tflops = tflops;
+  save_tune_file(path, TuneFile{{e}});
+}
+
 }  // namespace
 
 TEST_CASE("cli child: bundle" * doctest::skip(child_mode() == nullptr)) {
@@ -1006,6 +1022,45 @@ TEST_CASE("cli: cache ls, verify, prune and clear; info") {
   CHECK(contains(info.out, "tune file    " + dir + "/tune.yml: 0 entries"));
 }
 
+TEST_CASE("cli: cache ls, verify, prune and info count one thing in the singular: 1 entry, 1 file") {
+  TempDir work("flashgen-cli-cache-one");
+  const std::string dir = work.path() + "/cache";
+  const auto env = base_env(dir);
+  REQUIRE(run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none"}, env).rc == 0);
+  for (const char* action : {"ls", "verify"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 0);
+    CHECK(contains(r.out, "user cache " + dir + ": 1 entry, "));
+    CHECK(contains(r.out, "\n1 entry: 1 ok"));
+    CHECK_FALSE(contains(r.out, "1 entries"));
+  }
+  test::write_bytes(dir + "/.orphan.tmp.1.2.3", {'x'});
+  const Run prune = run_cli({"cache", "prune", "--temp-age", "0"}, env);
+  INFO("prune:\n", prune.out, prune.err);
+  CHECK(prune.rc == 0);
+  CHECK(contains(prune.out, "prune: 1 file, 1 byte freed in " + dir));
+  save_one_entry_tune_file(dir + "/tune.yml", "CLI Test GPU", "dtype=f16,seqlen=128,heads=1,head_dim=16",
+                           Tile{64, 64, 4, 2}, 100);
+  const Run info = run_cli({"info", "--arch", "80"}, env);
+  INFO("info:\n", info.out);
+  CHECK(info.rc == 0);
+  CHECK(contains(info.out, "tune file    " + dir + "/tune.yml: 1 entry\n"));
+}
+
+TEST_CASE("cli: explain counts a tile of one warp and one stage, and a grid of one block, in the singular") {
+  TempDir work("flashgen-cli-explain-one");
+  const Run r = run_cli({"explain", "--problem", "dtype=f16,seqlen=16,heads=1,head_dim=64", "--arch", "80",
+                         "--no-compile", "--tile", "16x64x1x1"},
+                        base_env(work.path() + "/cache"));
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "block_m 16, block_n 64, 1 warp (32 threads), 1 stage; from --tile"));
+  CHECK(contains(r.out, " + 1 stage x (K "));
+  CHECK(contains(r.out, "grid         1 block (ceil(seqlen_q / block_m)"));
+}
+
 TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen and explain through --device") {
   TempDir work("flashgen-cli-tune");
   const auto env = base_env(work.path() + "/cache");
@@ -1044,16 +1099,7 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
 
   // A tune file made on "CLI Test GPU" for this class.
   const std::string tune = work.path() + "/tune.yml";
-  TuneEntry e;
-  e.device = "CLI Test GPU";
-  e.arch = 90;
-  e.profile = "hopper";
-  e.profile_hash = profile_hash(profile_for_arch(90));
-  e.generator = kGeneratorVersion;
-  e.problem = problem_class(cli::to_problem(cli::parse_problem_text(llama)));
-  e.tile = Tile{128, 32, 8, 2};
-  e.tflops = 300;
-  save_tune_file(tune, TuneFile{{e}});
+  save_one_entry_tune_file(tune, "CLI Test GPU", llama, Tile{128, 32, 8, 2}, 300);
   std::ofstream(work.path() + "/p.yml") << "problems:\n  - {dtype: f16, seqlen: 4096, heads_q: 32, heads_kv: 8, "
                                            "head_dim: 128, mask: causalbr}\n";
   const Run tuned = run_cli({"pregen", "--arch", "90", "--problems", work.path() + "/p.yml", "--device",
@@ -1702,6 +1748,8 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
   std::ofstream(work.path() + "/unknown-key.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/ampere.yml")
                                                  << "\ncolour: blue\n";
   std::ofstream(work.path() + "/turing.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
+  std::ofstream(work.path() + "/two-documents.yml") << read_text(FLASHGEN_SOURCE_DIR "/profiles/ampere.yml") << "---\n"
+                                                    << read_text(FLASHGEN_SOURCE_DIR "/profiles/turing.yml");
   struct Case {
     std::string path;
     std::vector<std::string> reason;
@@ -1711,6 +1759,9 @@ TEST_CASE("cli configuration: a broken FLASHGEN_PROFILE is one configuration err
            {work.path() + "/missing.yml", {"cannot read profile file", "No such file or directory"}},
            {work.path() + "/unknown-key.yml", {"key 'colour' is unknown; allowed keys:"}},
            {work.path() + "/turing.yml", {"does not list compute capability sm_80"}},
+           {work.path() + "/two-documents.yml",
+            {work.path() + "/two-documents.yml: has 2 YAML documents (separated by '---'); a profile file is one "
+                           "document"}},
        }) {
     CAPTURE(c.path);
     auto env = base_env(cache);
@@ -1949,6 +2000,7 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
   const auto env = base_env(cache);
   const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
   std::ofstream(work.path() + "/not-a-tune-file.yml") << "entries: []\n";
+  std::ofstream(work.path() + "/two-documents.yml") << "version: 1\nentries: []\n---\nversion: 1\nentries: []\n";
   const std::vector<std::string> pregen = {"pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
                                            "--masks", "none", "--list"};
   check_usage_errors({
@@ -1975,6 +2027,10 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
            {with(pregen, {"--tune-file", work.path() + "/not-a-tune-file.yml"}),
             {"--tune-file has value '" + work.path() + "/not-a-tune-file.yml', which is not a usable tune file: ",
              "key 'version' is missing"}},
+           {with(pregen, {"--tune-file", work.path() + "/two-documents.yml"}),
+            {"--tune-file has value '" + work.path() + "/two-documents.yml', which is not a usable tune file: " +
+                 work.path() + "/two-documents.yml: has 2 YAML documents (separated by '---'); a tune file is one "
+                 "document"}},
        },
        env);
   CHECK((!std::filesystem::exists(cache) || test::list_dir(cache).empty()));
@@ -1982,6 +2038,25 @@ TEST_CASE("cli: an empty --tile, --tiles, --device, --profile or --tune-file, an
   CHECK(run_cli({"explain", "--problem", p, "--arch", "80", "--no-compile", "--tile", "default", "--device", "X"}, env)
             .rc == 0);
   CHECK(run_cli(with(pregen, {"--tiles", "default", "--device", "X", "--profile", "ampere"}), env).rc == 0);
+}
+
+TEST_CASE("cli: a --problems file that is empty, missing or a directory is refused (exit 2) as --tune-file is") {
+  // Before: CLI11's "File does not exist: <path>" without the option, or what it must name.
+  TempDir work("flashgen-cli-problems-file");
+  const auto env = base_env(work.path() + "/c");
+  const std::string missing = work.path() + "/missing.yml";
+  std::vector<UsageError> cases;
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"pregen", "--arch", "80", "--list"}, {"tune", "--dry-run", "--arch", "80"}}) {
+    cases.push_back({with(command, {"--problems", missing}),
+                     {"--problems: value '" + missing + "' is not allowed: no such file (it must name a YAML "
+                      "problem file)"}});
+    cases.push_back({with(command, {"--problems", work.path()}),
+                     {"--problems: value '" + work.path() + "' is not allowed: it is a directory, not a YAML "
+                      "problem file"}});
+    cases.push_back({with(command, {"--problems", ""}), {"--problems: an empty path; "}});
+  }
+  check_usage_errors(cases, env);
 }
 
 TEST_CASE("cli: inspection commands create no user cache directory; cache ls / verify report it absent") {
@@ -2058,7 +2133,7 @@ TEST_CASE("cli: inspection commands create no user cache directory; cache ls / v
   CHECK((st.st_mode & 0777) == 0700);
   const Run ls = run_cli({"cache", "ls"}, env);
   CHECK(ls.rc == 0);
-  CHECK(contains(ls.out, "user cache " + dir + ": 1 entries"));
+  CHECK(contains(ls.out, "user cache " + dir + ": 1 entry, "));
 }
 
 TEST_CASE("cli: pregen of a set that yields no kernels fails (exit 2) and says why") {

@@ -779,6 +779,52 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
   CHECK(warned.find("it is not a regular file") != std::string::npos);
 }
 
+TEST_CASE("YAML files of more than one document are refused, naming the file: profiles and tune files as problem files") {
+  // Before: a profile or tune file gave its first document and dropped the others unread.
+  TempDir dir("flashgen-yaml-documents");
+  const std::vector<char> hopper_yml = test::read_bytes(std::string(FLASHGEN_SOURCE_DIR) + "/profiles/hopper.yml");
+  struct Kind {
+    std::string what;  // as the messages name it
+    std::string document;
+    std::function<void(const std::string&)> load;
+  };
+  const Kind profile{"profile file", std::string(hopper_yml.begin(), hopper_yml.end()),
+                     [](const std::string& path) { (void)load_profile_file(path); }};
+  const Kind tune{"tune file", valid_file(), [](const std::string& path) { (void)load_tune_file(path); }};
+  const Kind problems{"problem file", "problems:\n  - {dtype: f16, seqlen: 128, heads: 1, head_dim: 64}\n",
+                      [](const std::string& path) { (void)cli::load_problem_set(path); }};
+  // The file `k.document` twice, separated by "---" (or once and an empty document after the "---").
+  const auto write = [&](const Kind& k, bool twice) {
+    const std::string name = k.what.substr(0, k.what.find(' '));  // profile, tune, problem
+    const std::string path = dir.path() + (twice ? "/two-" : "/trailing-") + name + ".yml";
+    std::ofstream(path) << k.document << "---\n" << (twice ? k.document : "");
+    return path;
+  };
+  for (const Kind& k : {profile, tune, problems}) {
+    CAPTURE(k.what);
+    const std::string two = write(k, true);
+    CHECK_THROWS_WITH_AS(k.load(two),
+                         doctest::Contains((two + ": has 2 YAML documents (separated by '---'); a " + k.what +
+                                            " is one document")
+                                               .c_str()),
+                         InvalidArgument);
+    CHECK_NOTHROW(k.load(write(k, false)));  // an empty document holds nothing to drop
+  }
+  // Through FLASHGEN_PROFILE and FLASHGEN_TUNE_FILE: refused as any invalid file is there.
+  {
+    const std::string two = write(profile, true);
+    EnvGuard env("FLASHGEN_PROFILE", two);
+    CHECK_THROWS_WITH_AS(
+        profile_for_arch(90),
+        doctest::Contains(("FLASHGEN_PROFILE=" + two + " cannot be used: " + two + ": has 2 YAML documents").c_str()),
+        InvalidArgument);
+  }
+  const std::string two = write(tune, true);
+  const std::string warned = plan_with_unusable_tune_file(two);
+  CHECK(contains(warned, "tune file " + two + " is not used"));
+  CHECK(contains(warned, two + ": has 2 YAML documents"));
+}
+
 TEST_CASE("YAML files larger than 16 MiB are refused before they are read; real profiles and tune files are far below") {
   // Before: a 4 GiB sparse problem file took 42 s and 8 GB of memory. A sparse file costs no disk here.
   TempDir dir("flashgen-yaml-size");
