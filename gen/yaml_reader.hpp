@@ -20,10 +20,12 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include <fmt/format.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "flashgen/types.hpp"
@@ -70,30 +72,77 @@ inline std::string read_yaml_file(const std::string& path, const char* what) {
   return text;
 }
 
+// Counts a document's content while yaml-cpp's parser reads it (a document of
+// only a null, e.g. after a trailing "---", has none).
+class YamlContentCounter : public YAML::EventHandler {
+ public:
+  bool content = false;
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override { content = true; }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override { content = true; }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    content = true;
+  }
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+    content = true;
+  }
+  void OnMapEnd() override {}
+};
+
 // The one YAML document of `yaml_text` (a null node when it has none); `origin`
 // names the text in errors and `what` its kind ("profile file", "tune file",
 // "problem file"). InvalidArgument "<origin>: invalid YAML ..." when it does not
 // parse, and "<origin>: has N YAML documents (separated by '---'); a <what> is one
 // document<hint>" when it has more than one (YAML::Load would read the first and
 // drop the others unread). Empty documents (e.g. after a trailing "---") hold
-// nothing to drop and do not count.
+// nothing to drop and do not count; one that comes before the document is refused
+// (YAML::Load reads only the first). The documents are counted through the parser
+// one at a time, at most one more than the text has document markers ("---",
+// "..."): yaml-cpp 0.7's LoadAll never returns on some malformed text (",[1!!int "
+// parses as one document, then the parser reports a next one forever; fuzz_profile
+// found it).
 inline YAML::Node load_one_document(const std::string& yaml_text, const std::string& origin, const char* what,
                                     const char* hint) {
-  std::vector<YAML::Node> documents;
+  auto count = [&](std::string_view marker) {
+    size_t n = 0;
+    for (size_t at = yaml_text.find(marker); at != std::string::npos; at = yaml_text.find(marker, at + 1)) ++n;
+    return n;
+  };
+  const size_t most = 1 + count("---") + count("...");
+  size_t documents = 0;
+  bool first_has_content = false;
+  YAML::Node root;
   try {
-    for (const YAML::Node& n : YAML::LoadAll(yaml_text))
-      if (!n.IsNull()) documents.push_back(n);
+    std::istringstream in(yaml_text);
+    YAML::Parser parser(in);
+    for (size_t i = 0; i < most; ++i) {
+      YamlContentCounter doc;
+      if (!parser.HandleNextDocument(doc)) break;
+      if (doc.content) {
+        ++documents;
+        if (i == 0) first_has_content = true;
+      }
+    }
+    if (first_has_content) root = YAML::Load(yaml_text);
   } catch (const YAML::ParserException& e) {
     throw InvalidArgument(
         fmt::format("{}: invalid YAML at line {}, column {}: {}", origin, e.mark.line + 1, e.mark.column + 1, e.msg));
   } catch (const YAML::Exception& e) {
     throw InvalidArgument(fmt::format("{}: invalid YAML: {}", origin, e.what()));
   }
-  if (documents.size() > 1) {
+  if (documents > 1) {
     throw InvalidArgument(fmt::format("{}: has {} YAML documents (separated by '---'); a {} is one document{}", origin,
-                                      documents.size(), what, hint));
+                                      documents, what, hint));
   }
-  return documents.empty() ? YAML::Node() : documents.front();
+  if (documents == 1 && !first_has_content) {
+    throw InvalidArgument(fmt::format("{}: an empty YAML document ('---') comes before its document; a {} is one "
+                                      "document, with nothing before it",
+                                      origin, what));
+  }
+  return root;
 }
 
 class YamlReader {

@@ -809,6 +809,19 @@ TEST_CASE("YAML files of more than one document are refused, naming the file: pr
                                                .c_str()),
                          InvalidArgument);
     CHECK_NOTHROW(k.load(write(k, false)));  // an empty document holds nothing to drop
+    // An empty document before the one document: refused (yaml-cpp's Load reads only the first).
+    const std::string name = k.what.substr(0, k.what.find(' '));
+    const std::string late = dir.path() + "/late-" + name + ".yml";
+    std::ofstream(late) << "---\n---\n" << k.document;
+    CHECK_THROWS_WITH_AS(k.load(late),
+                         doctest::Contains((late + ": an empty YAML document ('---') comes before its document; a " +
+                                            k.what + " is one document")
+                                               .c_str()),
+                         InvalidArgument);
+    // Text on which yaml-cpp 0.7's LoadAll never returns (fuzz_profile found it): an error, at once.
+    const std::string endless = dir.path() + "/endless-" + name + ".yml";
+    std::ofstream(endless) << ",[1!!int ";
+    CHECK_THROWS_AS(k.load(endless), InvalidArgument);
   }
   // Through FLASHGEN_PROFILE and FLASHGEN_TUNE_FILE: refused as any invalid file is there.
   {
