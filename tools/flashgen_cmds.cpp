@@ -998,8 +998,8 @@ int run_explain(const ExplainOptions& o) {
     }
   }
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
-  row("occupancy", fmt::format("{} block{} per SM ({}{}), limited by {}", m.blocks_per_sm,
-                               m.blocks_per_sm == 1 ? "" : "s", count_of(static_cast<size_t>(m.resident_warps), "warp"),
+  row("occupancy", fmt::format("{} per SM ({}{}), limited by {}", count_of(static_cast<size_t>(m.blocks_per_sm), "block"),
+                               count_of(static_cast<size_t>(m.resident_warps), "warp"),
                                unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,

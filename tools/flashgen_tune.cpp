@@ -636,8 +636,8 @@ int run_tune(const TuneOptions& o) {
   if (::stat(out.c_str(), &st) == 0) file = load_tune_file(out);
   merge_tune_entries(file, winners);
   save_tune_file(out, file);
-  std::printf("\ntune: %zu winner%s written to %s (%s); the winners are compiled in the kernel cache\n",
-              winners.size(), winners.size() == 1 ? "" : "s", out.c_str(),
+  std::printf("\ntune: %s written to %s (%s); the winners are compiled in the kernel cache\n",
+              count_of(winners.size(), "winner").c_str(), out.c_str(),
               count_of(file.entries.size(), "entry", "entries").c_str());
   std::printf("tune: plan() uses them on this device with FLASHGEN_TUNE_FILE=%s%s\n", out.c_str(),
               out == default_tune_file_path() ? " (or without it: this is the default tune file)" : "");
