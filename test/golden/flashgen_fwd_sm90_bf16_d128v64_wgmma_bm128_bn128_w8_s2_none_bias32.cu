@@ -1151,6 +1151,19 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
                       ok ? 16 : 0);
       }
     }
+    if constexpr (PG) {
+      // The next tile's table entries (those of keys ROWS on, which the next call for this
+      // tensor reads before its copies): one prefetch into L1 per 128-byte line, by the first
+      // threads, so that read is an L1 hit instead of an L2 latency with no copy of its own in
+      // flight to cover it (PTX ISA "prefetch"). Only entries of keys that exist.
+      if (valid_rows > ROWS) {
+        typedef unsigned long long addr_t;
+        const addr_t lo = reinterpret_cast<addr_t>(first + ((kslot + ROWS) >> pr.shift));
+        const addr_t hi = reinterpret_cast<addr_t>(first + ((kslot + min(2 * ROWS, valid_rows) - 1) >> pr.shift));
+        const addr_t line = (lo & ~addr_t{127}) + 128ull * (addr_t)tid;
+        if (line <= hi) asm volatile("prefetch.global.L1 [%0];" ::"l"(line));
+      }
+    }
   } else {
     constexpr int G = PASSES < 4 ? PASSES : 4;
 #pragma unroll
