@@ -118,8 +118,10 @@ FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS
 // bar.arrive"). Warpgroup 1 passes once at the start, so warpgroup 0 goes
 // first. A turn window (wait .. pass) never contains a consumer-wide barrier
 // (fg_consumer_sync, fg_consumers_any): one warpgroup would hold the turn there
-// while the other waits for it. Tiles with such a barrier (the band) run
-// without turns, which only gives up the overlap on them.
+// while the other waits for it. So a tile's consumer-wide steps (the V zeroing
+// of a varlen/paged last tile, the band's scan of V) run before its window:
+// each warpgroup reaches them having passed its previous turn, and every tile
+// takes turns.
 constexpr bool PINGPONG = WARPS == 8;
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 FG_DEVICE void fg_turn_wait(int wg) {
@@ -530,15 +532,13 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           fg_consumer_sync();
         }
       }
-      // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
-      if (!BAND) fg_turn_wait(wg);
-      qk(ck);
-      fg_rescale_o(o, corr);
       // A tile the mask cuts for row 0 of the block: its V at the keys row 0
       // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
       // a tile the window cuts for some row, all of its V (scanning only the
       // keys some row does not see kept more registers live: 44 bytes of
-      // spills at D128, bench/NOTES.md session 10).
+      // spills at D128, bench/NOTES.md session 10). Before the turn, like the
+      // zeroing above: its vote and its rare path's barriers span both
+      // warpgroups; the scan's loads then run under the other's GEMMs.
       int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
       if (BAND && MASK != 0) {
         const int scan_from = WINDOW ? 0 : max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
@@ -573,11 +573,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           if (tid == 0) fg_st_shared_s32(band_key, BLOCK_N);  // (read by all before the barrier above)
         }
       }
+      // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
+      fg_turn_wait(wg);
+      qk(ck);
+      fg_rescale_o(o, corr);
       fg_wgmma_fence();
       const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
 @@PV@@
       fg_wgmma_commit();
-      if (!BAND) fg_turn_pass(wg);
+      fg_turn_pass(wg);
       fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
       fg_reg_fence(s);
       if (next) {
