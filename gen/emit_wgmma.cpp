@@ -21,10 +21,6 @@ int tma_map_index(int chunk_width) { return chunk_width == 64 ? 0 : chunk_width 
 
 std::string wgmma_kv_refusal(const AttentionProblem& p) {
   constexpr int64_t kMaxTmaStrideBytes = int64_t{1} << 40;  // cuTensorMapEncodeTiled: strides < 2^40 bytes
-  if (p.paged() && p.page_size < 8)
-    return fmt::format("page_size ({}) is below 8: the wgmma kernel reads a paged KV cache in TMA boxes of whole "
-                       "8-row swizzle atoms",
-                       p.page_size);
   // (of the K/V tensors; paged: a page's slots)
   const int64_t rows = p.paged() ? p.page_size : p.varlen() ? p.total_k : p.seqlen_k;
   const char* rows_name = p.paged() ? "page_size" : p.varlen() ? "total_k" : "seqlen_k";
@@ -146,6 +142,12 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["TMA_K_PAGED"] = tma_paged(qk, "k");
   slots["TMA_V_PAGED"] = tma_paged(vc, "v");
+  // Pages below 8 keys: the producer warpgroup gathers a row per key with cp.async, each
+  // chunk of a row through the same shuffled page number.
+  const char* gather = "fg_gather_rows<{w}, {off}, NR>(dst + 2 * BLOCK_N * {off}, head, row_off, row0, nr, kv_valid, lane);";
+  slots["GATHER"] = spec.paged ? "            if constexpr (decltype(is_k)::value) {\n" + per_chunk(qk, "              ", gather) +
+                                     "\n            } else {\n" + per_chunk(vc, "              ", gather) + "\n            }"
+                               : "            // (not paged)";
   std::string prefetch;
   for (int w : std::set<int>(qk.begin(), qk.end()))
     prefetch += fmt::format("      fg_tma_prefetch(tma.k[{}]);\n", tma_map_index(w));

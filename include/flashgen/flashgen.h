@@ -239,8 +239,8 @@ typedef struct flashgen_problem {
    * entry must be in [0, num_pages); not checked by the host). q and o stay
    * dense, or packed with cu_seqlens_q (cu_seqlens_k NULL). Chunked prefill:
    * seqlen_q < seqlen_k with FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT. A paged cache is
-   * its own kernel specialization ("paged=1"); the wgmma kernel takes page sizes
-   * of 8 or more (plan picks the mma.sync kernel below). Breaches (page_size not
+   * its own kernel specialization ("paged=1"); the wgmma kernel reads pages of 8
+   * or more keys in TMA boxes and gathers smaller ones with cp.async. Breaches (page_size not
    * a power of two in [1, 256], page_table_stride < ceil(seqlen_k / page_size),
    * num_pages 0 with keys, a misaligned table, the fields set without a table)
    * are FLASHGEN_ERROR_INVALID_ARGUMENT naming the field. */

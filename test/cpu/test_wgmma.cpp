@@ -88,6 +88,24 @@ TEST_CASE("wgmma: plan picks it on sm_90 for head dims that are multiples of 16,
   huge.batch = 1;
   CHECK(plan(huge, 90).unit == MatrixUnit::wgmma);
   CHECK(gen::wgmma_kv_refusal(huge).empty());
+  // A paged KV cache at every page size: pages of 8 or more keys in TMA boxes, smaller ones
+  // gathered by the producer warpgroup (the same paged spec; the mode is page_shift's).
+  for (const int64_t ps : {1, 2, 4, 8, 16, 256}) {
+    CAPTURE(ps);
+    AttentionProblem pg = problem(128, 128);
+    pg.page_table = reinterpret_cast<const int32_t*>(uintptr_t{0x71000});
+    pg.page_size = ps;
+    pg.page_table_stride = (pg.seqlen_k + ps - 1) / ps;
+    pg.num_pages = pg.batch * pg.page_table_stride;
+    pg.k.stride_seq = pg.v.stride_seq = pg.heads_kv * 128;
+    pg.k.stride_head = pg.v.stride_head = 128;
+    pg.k.stride_batch = pg.v.stride_batch = ps * pg.k.stride_seq;
+    CHECK_NOTHROW(check_problem(pg));
+    const KernelSpec s = plan(pg, 90);
+    CHECK(s.unit == MatrixUnit::wgmma);
+    CHECK(s.paged);
+    CHECK(gen::wgmma_kv_refusal(pg).empty());
+  }
 }
 
 TEST_CASE("wgmma: launch refuses K/V its tensor maps cannot read, before loading anything") {
@@ -248,6 +266,17 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(src.find("fg_tma_load(dst + 2 * BLOCK_N * 64, tma.v[1], 64, n0, head_v, batch_v, bar);") != std::string::npos);
   CHECK(src.find("setmaxnreg.dec.sync.aligned.u32") != std::string::npos);
   CHECK(src.find("fg_copy_tile_async<") == std::string::npos);
+  // Paged: pages below 8 keys are gathered by the producer warpgroup with cp.async, chunk by
+  // chunk (64 + 32 columns), each thread's copies completing the full barrier.
+  KernelSpec sp = s;
+  sp.paged = true;
+  const std::string paged_src = generate(sp);
+  CHECK(paged_src.find("fg_gather_rows<64, 0, NR>(dst + 2 * BLOCK_N * 0, head, row_off, row0, nr, kv_valid, lane);") !=
+        std::string::npos);
+  CHECK(paged_src.find("fg_gather_rows<32, 64, NR>(dst + 2 * BLOCK_N * 64, head, row_off, row0, nr, kv_valid, lane);") !=
+        std::string::npos);
+  CHECK(paged_src.find("cp.async.mbarrier.arrive.noinc.shared::cta.b64") != std::string::npos);
+  CHECK(src.find("fg_gather_rows<") == std::string::npos);
   CHECK(gen::tma_map_index(64) == 0);
   CHECK(gen::tma_map_index(32) == 1);
   CHECK(gen::tma_map_index(16) == 2);

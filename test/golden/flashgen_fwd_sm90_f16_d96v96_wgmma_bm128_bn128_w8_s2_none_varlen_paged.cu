@@ -1534,6 +1534,40 @@ FG_DEVICE void fg_tma_load(u32 dst, const FgTmaMap& map, int col, int row, int h
       "l"(reinterpret_cast<u64>(&map)), "r"(col), "r"(row), "r"(head), "r"(batch), "r"(bar)
       : "memory");
 }
+// Arrives on mbarrier `bar` once every cp.async this thread issued before has
+// landed; .noinc: the arrival counts against the barrier's expected count
+// (PTX ISA "cp.async.mbarrier.arrive").
+FG_DEVICE void fg_cp_async_arrive_noinc(u32 bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// PAGED with pages below 8 keys: rows row0 .. row0 + nr - 1 (nr <= NR <= 32) of a
+// K/V tile, columns [OFF, OFF + W), into the tile's swizzled sub-tile at shared
+// address `sub` (fg_swz<W>, the layout the descriptors read), by one producer warp.
+// Lane j holds the element offset of row row0 + j from the head's first row
+// (`row_off`: its page's and slot's, computed once); each copy takes its row's with
+// two shuffles. UPR = W / 8 lanes per row, 16 bytes each, so a pass reads 32 / UPR
+// whole rows (whole 128-byte lines at W = 64). Rows from `valid` on are zero-filled
+// (src-size 0, from the head's first row, which is valid).
+template <int W, int OFF, int NR>
+FG_DEVICE void fg_gather_rows(u32 sub, const u16* head, unsigned long long row_off, int row0, int nr, int valid, int lane) {
+  constexpr int UPR = W / 8, RPP = 32 / UPR, PASSES = (NR + RPP - 1) / RPP;
+  // (the lane through an empty asm: what derives from it is computed here, per call,
+  // instead of hoisted out of the item loop and held through it in 24 registers)
+  asm volatile("" : "+r"(lane));
+  const int unit = lane % UPR;
+  const u16* const first = head + OFF + unit * 8;
+  const u32 lo = (u32)row_off, hi = (u32)(row_off >> 32);
+#pragma unroll
+  for (int it = 0; it < PASSES; ++it) {
+    const int j = it * RPP + lane / UPR, row = row0 + j;
+    const unsigned long long off = ((unsigned long long)__shfl_sync(0xffffffffu, hi, j & 31) << 32) |
+                                   __shfl_sync(0xffffffffu, lo, j & 31);
+    if (j < nr) {
+      const bool ok = row < valid;
+      fg_cp_async16(sub + 2 * fg_swz<W>(row, unit), ok ? first + (i64)off : head + OFF, ok ? 16 : 0);
+    }
+  }
+}
 FG_DEVICE void fg_tma_prefetch(const FgTmaMap& map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<u64>(&map)) : "memory");
 }
@@ -1719,13 +1753,22 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
   const u32 band_key = bars + 8 * 4 * STAGES;  // a cut tile's lowest non-finite V key (an s32, BLOCK_N: none)
   const u32 window_bits = band_key;             // WINDOW instead: WIN_WORDS words, a bit per key
+  // PAGED with pages below 8 keys (a TMA box would be under one 8-row swizzle
+  // atom): the whole producer warpgroup gathers the tiles with cp.async, a
+  // row per key through the page table (fg_copy_tile_async's PG form, with
+  // the swizzle of fg_swz, which the descriptors read), and each producer
+  // thread's cp.async.mbarrier.arrive completes the stage's full barrier.
+  // Those copies write shared memory through the generic proxy, so each
+  // consumer fences (fence.proxy.async) after its wait, before its wgmma.
+  const bool gather = PAGED && (int)p.page_shift < 3;
 
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      fg_mbar_init(full_k(s), 1);        // the producer's arrive.expect_tx (+ the tile's bytes)
+      // the producer's arrive.expect_tx (+ the tile's bytes), or (gather) one arrive per producer thread
+      fg_mbar_init(full_k(s), gather ? PRODUCER_THREADS : 1);
       fg_mbar_init(empty_k(s), WARPS);   // one arrive per consumer warp
-      fg_mbar_init(full_v(s), 1);
+      fg_mbar_init(full_v(s), gather ? PRODUCER_THREADS : 1);
       fg_mbar_init(empty_v(s), WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1740,14 +1783,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   // refilled with tile c.
   if (threadIdx.x >= THREADS) {
     // ---- producer warpgroup: one thread issues every copy ----
-    // (PAGED: the first warp, each lane the boxes of its pages; lane 0 claims the stages)
+    // (PAGED: the first warp, each lane the boxes of its pages; lane 0 claims the stages;
+    // gather: every thread)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(PRODUCER_REGS));
     const int plane = (int)threadIdx.x - THREADS;  // the producer thread's lane
-    if (PAGED ? plane < 32 : plane == 0) {
-      fg_tma_prefetch(tma.k[1]);
-      fg_tma_prefetch(tma.k[0]);
-      fg_tma_prefetch(tma.v[1]);
-      fg_tma_prefetch(tma.v[0]);
+    // The item loop, once per way of reading K/V (GATHER: the cp.async gather), so that
+    // neither way's registers stay live through the other's code (24 per thread).
+    const u32 sk_addr = fg_smem_addr(sK), sv_addr = fg_smem_addr(sV);  // (32-bit shared addresses)
+    auto produce = [&](auto gather_tag) {
+      constexpr bool GATHER = decltype(gather_tag)::value;
       u32 c = 0;
       for (i64 r = 0;; ++r) {
         const i64 item = fg_work_item(r);
@@ -1773,10 +1817,45 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // runtime/api.cpp maps the same box), those from the sequence's last key on left out (their
         // stale rows: masked in S, zeroed in V by the consumers); box i of
         // key n0 + i * box_rows is issued by lane i through the table (boxes of at least 8 keys:
-        // smaller pages plan the mma.sync unit, so BLOCK_N / 8 <= 32 boxes fit the warp).
+        // smaller pages are gathered, above, so BLOCK_N / 8 <= 32 boxes fit the warp).
         const int box_shift = min((int)p.page_shift, BLOCK_N_POW2_LOG2), box_rows = 1 << box_shift;
         auto boxes = [&](int n0) { return PAGED ? min(BLOCK_N >> box_shift, (blk.seqlen_k - n0 + box_rows - 1) >> box_shift) : 1; };
+        // GATHER: warp w of the producer copies the tile's rows w * GR .. (w + 1) * GR - 1
+        // in rounds of at most 32 (a table entry per lane); K's copy also prefetches into L1
+        // the table line of the warp's rows of the next tile (V's copy of this tile reads
+        // this tile's entries again, from L1).
+        auto gather = [&](u32 dst, const u16* head, int n0, i64 stride_page, i64 stride_seq, auto is_k) {
+          constexpr int GR = BLOCK_N / 4, NR = GR < 32 ? GR : 32;
+          const int lane = plane & 31, kv_valid = blk.seqlen_k - n0, shift = (int)p.page_shift;
+          const u32 page_mask = (1u << shift) - 1u;
+#pragma unroll
+          for (int k0 = 0; k0 < GR; k0 += NR) {
+            const int row0 = (plane >> 5) * GR + k0, nr = min(NR, GR - k0);
+            const int key = n0 + row0 + lane;
+            const unsigned long long row_off =
+                lane < nr && row0 + lane < kv_valid
+                    ? (unsigned long long)(u32)blk.pages[key >> shift] * (unsigned long long)stride_page +
+                          (unsigned long long)((u32)key & page_mask) * (unsigned long long)stride_seq
+                    : 0ull;
+            if constexpr (decltype(is_k)::value) {
+              fg_gather_rows<64, 0, NR>(dst + 2 * BLOCK_N * 0, head, row_off, row0, nr, kv_valid, lane);
+              fg_gather_rows<32, 64, NR>(dst + 2 * BLOCK_N * 64, head, row_off, row0, nr, kv_valid, lane);
+            } else {
+              fg_gather_rows<64, 0, NR>(dst + 2 * BLOCK_N * 0, head, row_off, row0, nr, kv_valid, lane);
+              fg_gather_rows<32, 64, NR>(dst + 2 * BLOCK_N * 64, head, row_off, row0, nr, kv_valid, lane);
+            }
+            if (decltype(is_k)::value && lane == 0 && row0 + BLOCK_N < kv_valid)
+              asm volatile("prefetch.global.L1 [%0];" ::"l"(blk.pages + ((n0 + row0 + BLOCK_N) >> shift)));
+          }
+        };
         auto load_k = [&](u32 cnt, int n0) {
+          if constexpr (GATHER) {  // every producer thread: its rows of the tile, then its arrive
+            const u32 s = cnt % STAGES;
+            if (cnt >= (u32)STAGES) fg_mbar_wait(empty_k(s), (cnt / STAGES - 1) & 1);
+            gather(sk_addr + 2u * s * K_STAGE, blk.k, n0, p.k_stride_batch, p.k_stride_seq, FgBool<true>{});
+            fg_cp_async_arrive_noinc(full_k(s));
+            return;
+          }
           const int nb = boxes(n0);
           // (PAGED: lane i's box i, its page number read before the stage is claimed, so the
           // table's latency overlaps the wait for the consumers instead of following it)
@@ -1784,7 +1863,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           const int page = PAGED && plane < nb ? blk.pages[key >> (int)p.page_shift] * batch_k : 0;
           const u32 s = claim(cnt, empty_k(0), full_k(0), PAGED ? K_TILE_BYTES / BLOCK_N * box_rows * nb : K_TILE_BYTES),
                     bar = full_k(s);
-          const u32 dst = fg_smem_addr(sK + s * K_STAGE);
+          // (PAGED: from the 32-bit base, which keeps the 24-register producer from spilling)
+          const u32 dst = PAGED ? sk_addr + 2u * s * K_STAGE : fg_smem_addr(sK + s * K_STAGE);
           if constexpr (PAGED) {
             if (plane < nb) {
               fg_tma_load(dst + 2 * (BLOCK_N * 0 + 64 * r0), tma.k[0], 0, slot, head_k, page, bar);
@@ -1796,6 +1876,13 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           }
         };
         auto load_v = [&](u32 cnt, int n0) {
+          if constexpr (GATHER) {  // every producer thread: its rows of the tile, then its arrive
+            const u32 s = cnt % STAGES;
+            if (cnt >= (u32)STAGES) fg_mbar_wait(empty_v(s), (cnt / STAGES - 1) & 1);
+            gather(sv_addr + 2u * s * V_STAGE, blk.v, n0, p.v_stride_batch, p.v_stride_seq, FgBool<false>{});
+            fg_cp_async_arrive_noinc(full_v(s));
+            return;
+          }
           const int nb = boxes(n0);
           // (PAGED: lane i's box i, its page number read before the stage is claimed, so the
           // table's latency overlaps the wait for the consumers instead of following it)
@@ -1803,7 +1890,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           const int page = PAGED && plane < nb ? blk.pages[key >> (int)p.page_shift] * batch_v : 0;
           const u32 s = claim(cnt, empty_v(0), full_v(0), PAGED ? V_TILE_BYTES / BLOCK_N * box_rows * nb : V_TILE_BYTES),
                     bar = full_v(s);
-          const u32 dst = fg_smem_addr(sV + s * V_STAGE);
+          // (PAGED: from the 32-bit base, which keeps the 24-register producer from spilling)
+          const u32 dst = PAGED ? sv_addr + 2u * s * V_STAGE : fg_smem_addr(sV + s * V_STAGE);
           if constexpr (PAGED) {
             if (plane < nb) {
               fg_tma_load(dst + 2 * (BLOCK_N * 0 + 64 * r0), tma.v[0], 0, slot, head_v, page, bar);
@@ -1822,6 +1910,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         }
         c += n;
       }
+    };
+    if (PAGED && gather) {
+      produce(FgBool<true>{});
+    } else if (PAGED ? plane < 32 : plane == 0) {
+      fg_tma_prefetch(tma.k[1]);
+      fg_tma_prefetch(tma.k[0]);
+      fg_tma_prefetch(tma.v[1]);
+      fg_tma_prefetch(tma.v[0]);
+      produce(FgBool<false>{});
     }
     return;
   }
@@ -1909,6 +2006,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
 
     if (n_tiles > 0) {
       fg_mbar_wait(full_k(c % STAGES), (c / STAGES) & 1);
+      if (gather) fg_fence_proxy_async();  // the producer's cp.async writes, before wgmma reads them
       fg_turn_wait(wg);
       qk(c);
       fg_turn_pass(wg);
@@ -1932,6 +2030,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       const bool next = j + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
+      if (gather) fg_fence_proxy_async();  // (as above)
       // VARLEN: the sequence's last tile may reach into the next sequence's
       // keys (the tensor map zero-fills only past the packed tensor); PAGED:
       // into a page's unused slots, or rows no box filled. Their weights are 0,

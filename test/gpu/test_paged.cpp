@@ -415,11 +415,10 @@ UnitOutcome run_one(const PCase& c, const Unit& u) {
       kernel = fmt::format("{} bm{} bn{}", flashgen::to_string(ran.unit), ran.tile.block_m, ran.tile.block_n);
     }
     // The unit: the profile's own, except the wgmma profile's decode, which runs its
-    // m16n8k16 unit; page sizes below 8 may also leave wgmma (either is fine).
+    // m16n8k16 unit (page sizes below 8 included: the wgmma producer gathers them).
     flashgen::MatrixUnit want = flashgen::parse_matrix_unit(u.name);
-    const bool either = u.name == "wgmma" && c.page_size < 8 && c.decode_splits < 0;
     if (u.name == "wgmma" && (c.decode_splits >= 0 || c.head_dim % 16 != 0)) want = flashgen::MatrixUnit::m16n8k16;
-    if (ran.unit != want && !(either && ran.unit == flashgen::MatrixUnit::m16n8k16))
+    if (ran.unit != want)
       res.fail(fmt::format("ran unit {} instead of {}", flashgen::to_string(ran.unit), flashgen::to_string(want)));
     if (!ran.paged) res.fail("the kernel that ran is not a paged kernel");
 
@@ -562,11 +561,15 @@ PCase pc(const char* group, DType dt, int64_t d, int64_t hq, int64_t hkv, MaskKi
 }
 
 // Forward through plan + launch, dense Q: chunked prefill (causal bottom-right),
-// no mask, a bottom-right window, GQA 4; page sizes 1, 8, 16, 64, 256.
+// no mask, a bottom-right window, GQA 4; page sizes 1, 2, 4, 8, 16, 64, 256 (below 8 the
+// wgmma producer gathers rows with cp.async: head dims 64 + 32 and 4 x 64 chunks there too).
 std::vector<PCase> forward_cases() {
   std::vector<PCase> v;
   v.push_back(pc("paged fwd", DType::f16, 64, 8, 2, MaskKind::causal_bottom_right, 16));
   v.push_back(pc("paged fwd", DType::bf16, 128, 8, 2, MaskKind::none, 1));
+  v.push_back(pc("paged fwd", DType::bf16, 128, 16, 4, MaskKind::causal_bottom_right, 1));
+  v.push_back(pc("paged fwd", DType::f16, 96, 8, 2, MaskKind::causal_bottom_right, 2));
+  v.push_back(pc("paged fwd", DType::bf16, 256, 8, 2, MaskKind::causal_bottom_right, 4));
   PCase c = pc("paged fwd", DType::f16, 64, 8, 2, MaskKind::window_bottom_right, 8);
   c.window_left = 100;
   c.window_right = 0;
