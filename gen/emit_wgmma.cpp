@@ -142,11 +142,25 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["TMA_K_PAGED"] = tma_paged(qk, "k");
   slots["TMA_V_PAGED"] = tma_paged(vc, "v");
-  // Pages below 8 keys: the producer warpgroup gathers a row per key with cp.async, each
-  // chunk of a row through the same shuffled page number.
-  const char* gather = "fg_gather_rows<{w}, {off}, NR>(dst + 2 * BLOCK_N * {off}, head, row_off, row0, nr, kv_valid, lane);";
-  slots["GATHER"] = spec.paged ? "            if constexpr (decltype(is_k)::value) {\n" + per_chunk(qk, "              ", gather) +
-                                     "\n            } else {\n" + per_chunk(vc, "              ", gather) + "\n            }"
+  // Pages below 8 keys: the producer warpgroup gathers a row per key with cp.async, one
+  // call per run of equal-width chunks (D128: one call of two 64-column chunks), so each
+  // shuffled row offset serves every chunk of the run.
+  auto gather_lines = [](const std::vector<int>& chunks, const char* indent) {
+    std::string out;
+    int off = 0;
+    for (size_t i = 0; i < chunks.size();) {
+      size_t n = 1;
+      while (i + n < chunks.size() && chunks[i + n] == chunks[i]) ++n;
+      out += fmt::format("{}fg_gather_rows<{}, {}, {}, NR>(dst, head, row_off, row0, nr, kv_valid, lane);\n", indent,
+                         chunks[i], off, n);
+      off += chunks[i] * static_cast<int>(n);
+      i += n;
+    }
+    if (!out.empty()) out.pop_back();
+    return out;
+  };
+  slots["GATHER"] = spec.paged ? "            if constexpr (decltype(is_k)::value) {\n" + gather_lines(qk, "              ") +
+                                     "\n            } else {\n" + gather_lines(vc, "              ") + "\n            }"
                                : "            // (not paged)";
   std::string prefetch;
   for (int w : std::set<int>(qk.begin(), qk.end()))

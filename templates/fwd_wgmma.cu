@@ -172,15 +172,18 @@ FG_DEVICE void fg_cp_async_arrive_noinc(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
 // PAGED with pages below 8 keys: rows row0 .. row0 + nr - 1 (nr <= NR <= 32) of a
-// K/V tile, columns [OFF, OFF + W), into the tile's swizzled sub-tile at shared
-// address `sub` (fg_swz<W>, the layout the descriptors read), by one producer warp.
-// Lane j holds the element offset of row row0 + j from the head's first row
-// (`row_off`: its page's and slot's, computed once); each copy takes its row's with
-// two shuffles. UPR = W / 8 lanes per row, 16 bytes each, so a pass reads 32 / UPR
-// whole rows (whole 128-byte lines at W = 64). Rows from `valid` on are zero-filled
-// (src-size 0, from the head's first row, which is valid).
-template <int W, int OFF, int NR>
-FG_DEVICE void fg_gather_rows(u32 sub, const u16* head, unsigned long long row_off, int row0, int nr, int valid, int lane) {
+// K/V tile, NC chunks of W columns from column OFF (chunk c: [OFF + c W, OFF + (c + 1) W)),
+// into the tile's swizzled sub-tiles from shared address `tile` (chunk c's at
+// 2 BLOCK_N (OFF + c W) bytes on, fg_swz<W>: the layout the descriptors read), by one
+// producer warp. Lane j holds the element offset of row row0 + j from the head's first
+// row (`row_off`: its page's and slot's, computed once); a pass takes its row's with
+// two shuffles and copies that row's unit in every chunk. UPR = W / 8 lanes per row,
+// 16 bytes each, so a pass reads 32 / UPR whole row chunks (128-byte lines at W = 64).
+// Rows from `valid` on are zero-filled (src-size 0, from the head's first row, which is
+// valid).
+template <int W, int OFF, int NC, int NR>
+FG_DEVICE void fg_gather_rows(u32 tile, const u16* head, unsigned long long row_off, int row0, int nr, int valid,
+                              int lane) {
   constexpr int UPR = W / 8, RPP = 32 / UPR, PASSES = (NR + RPP - 1) / RPP;
   // (the lane through an empty asm: what derives from it is computed here, per call,
   // instead of hoisted out of the item loop and held through it in 24 registers)
@@ -195,7 +198,10 @@ FG_DEVICE void fg_gather_rows(u32 sub, const u16* head, unsigned long long row_o
                                    __shfl_sync(0xffffffffu, lo, j & 31);
     if (j < nr) {
       const bool ok = row < valid;
-      fg_cp_async16(sub + 2 * fg_swz<W>(row, unit), ok ? first + (i64)off : head + OFF, ok ? 16 : 0);
+      const u16* const src = ok ? first + (i64)off : head + OFF;
+      const u32 dst = tile + 2 * (BLOCK_N * OFF + fg_swz<W>(row, unit));
+#pragma unroll
+      for (int c = 0; c < NC; ++c) fg_cp_async16(dst + 2 * BLOCK_N * W * c, src + (ok ? c * W : 0), ok ? 16 : 0);
     }
   }
 }

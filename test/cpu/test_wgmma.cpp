@@ -271,10 +271,11 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   KernelSpec sp = s;
   sp.paged = true;
   const std::string paged_src = generate(sp);
-  CHECK(paged_src.find("fg_gather_rows<64, 0, NR>(dst + 2 * BLOCK_N * 0, head, row_off, row0, nr, kv_valid, lane);") !=
-        std::string::npos);
-  CHECK(paged_src.find("fg_gather_rows<32, 64, NR>(dst + 2 * BLOCK_N * 64, head, row_off, row0, nr, kv_valid, lane);") !=
-        std::string::npos);
+  CHECK(paged_src.find("fg_gather_rows<64, 0, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
+  CHECK(paged_src.find("fg_gather_rows<32, 64, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
+  // Equal-width chunks share one call (each shuffled row offset serves them all): D256 is 4 x 64.
+  sp.head_dim = sp.head_dim_v = 256;
+  CHECK(generate(sp).find("fg_gather_rows<64, 0, 4, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
   CHECK(paged_src.find("cp.async.mbarrier.arrive.noinc.shared::cta.b64") != std::string::npos);
   CHECK(src.find("fg_gather_rows<") == std::string::npos);
   CHECK(gen::tma_map_index(64) == 0);
