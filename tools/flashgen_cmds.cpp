@@ -932,7 +932,11 @@ int run_explain(const ExplainOptions& o) {
                                    : std::string("power-of-two chunks")));
   row("tile", fmt::format("block_m {}, block_n {}, {}{} ({} threads), {}; from {}", spec.tile.block_m,
                           spec.tile.block_n, count_of(static_cast<size_t>(spec.tile.warps), "warp"),
-                          unit.producer_warps != 0 ? " + a producer warpgroup (TMA)" : "", spec.threads(),
+                          unit.producer_warps == 0 ? ""
+                          : d.paged() && d.page_size < 8
+                              ? " + a producer warpgroup (cp.async gather: pages below 8 keys)"
+                              : " + a producer warpgroup (TMA)",
+                          spec.threads(),
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
   // wgmma: each K/V stage rounded up to 1024 bytes, and 1024 bytes for the tiles' alignment.
