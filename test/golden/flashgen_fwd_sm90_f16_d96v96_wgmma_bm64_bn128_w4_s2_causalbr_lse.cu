@@ -1760,8 +1760,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   const u32 window_bits = band_key;             // WINDOW instead: WIN_WORDS words, a bit per key
   // PAGED with pages below 8 keys (a TMA box would be under one 8-row swizzle
   // atom): the whole producer warpgroup gathers the tiles with cp.async, a
-  // row per key through the page table (fg_copy_tile_async's PG form, with
-  // the swizzle of fg_swz, which the descriptors read), and each producer
+  // row per key through the page table (fg_gather_rows, with the swizzle of
+  // fg_swz, which the descriptors read), and each producer
   // thread's cp.async.mbarrier.arrive completes the stage's full barrier.
   // Those copies write shared memory through the generic proxy, so each
   // consumer fences (fence.proxy.async) after its wait, before its wgmma.
