@@ -5,7 +5,7 @@ contiguous, on the same inputs (bf16, D 128, GQA Hq 32 / Hkv 8), one process.
 
 Layout: K and V [num_pages, page_size, 8, 128], pages shuffled (a random
 permutation of the page ids: a sequence's pages are neither contiguous nor in
-order), int32 page_table [batch, ceil(seqlen_k / page_size)]; key j of sequence b
+order; --order sequential lays them out in order instead), int32 page_table [batch, ceil(seqlen_k / page_size)]; key j of sequence b
 is slot j % page_size of page page_table[b, j / page_size]. --spare (default
 1/8) more pages than the sequences use are allocated and filled with NaN, as is
 every slot no sequence uses. The contiguous cache is [batch, seqlen_k, 8, 128]
@@ -79,6 +79,10 @@ def parse_args():
     ap.add_argument("--prefill", default="4x8192+2048", help="(b) BATCHxCACHED+CHUNK ('' to skip)")
     ap.add_argument("--spare", type=float, default=0.125,
                     help="unused pages (NaN) allocated beside the used ones, as a fraction of them (at least 1)")
+    ap.add_argument("--order", default="shuffled", choices=["shuffled", "sequential"],
+                    help="page ids of the table: a random permutation (default), or in order (each sequence's "
+                         "pages contiguous in memory, one after the other: the kernel still reads them "
+                         "through the table, page by page)")
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "f16"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--baseline", default="",
@@ -160,7 +164,7 @@ def main():
     failures = 0
     print(f"device {props.name} ({sms} SMs), torch {torch.__version__}, runs {args.runs} (median), warm-up "
           f"{args.warmup}, {args.sets} rotated input sets; {args.dtype}, D {D}, Hq {HQ} / Hkv {HKV}; page sizes "
-          f"{args.page_sizes}, pages shuffled, {args.spare:g} spare pages (NaN)")
+          f"{args.page_sizes}, pages {args.order}, {args.spare:g} spare pages (NaN)")
 
     # ------------------------------------------------------------------ helpers
     def ok(err):
@@ -229,12 +233,13 @@ def main():
     def paged_cache(kc, vc, page_size):
         """The pages of contiguous kc/vc [B, Sk, Hkv, D]: (kp, vp, table, spare) with kp/vp [num_pages,
         page_size, Hkv, D] (unused pages and slots NaN), table int32 [B, ceil(Sk / page_size)] of
-        shuffled page ids, spare the ids of the unused pages."""
+        page ids (shuffled, or in order with --order sequential), spare the ids of the unused pages."""
         B, Sk = kc.shape[:2]
         n = -(-Sk // page_size)
         used = B * n
         num_pages = used + max(1, int(used * args.spare))
-        perm = torch.randperm(num_pages, device="cuda")
+        perm = (torch.randperm(num_pages, device="cuda") if args.order == "shuffled"
+                else torch.arange(num_pages, device="cuda"))
         table = perm[:used].view(B, n).to(torch.int32).contiguous()
         out = []
         for x in (kc, vc):
