@@ -192,7 +192,11 @@ def main():
             p.seqused_k = seqused.data_ptr() if seqused is not None else None
         return p
 
-    def planned_spec(p):
+    def planned_spec(p, use_decode=False):
+        """The spec flashgen_forward plans for p; with use_decode a label instead: flashgen_decode runs
+        a fwd_split kernel (mma.sync) and a combine, whose specs the C ABI does not return."""
+        if use_decode:
+            return "flashgen_decode (a fwd_split mma.sync kernel, then the combine)"
         spec = ctypes.create_string_buffer(512)
         check(lib, lib.flashgen_plan(ctypes.byref(p), 0, spec, 512), "plan")
         s = spec.value.decode()
@@ -347,7 +351,7 @@ def main():
         ref = reference(q0, k0, v0, full, causal)
         ref_ragged = reference(q0, k0, v0, lens, causal)
         contig_ps = [make_problem(B, Sq, Sk, mask, *s) for s in sets]
-        spec_c = planned_spec(contig_ps[0])
+        spec_c = planned_spec(contig_ps[0], use_decode)
         contig, splits_c = runner(contig_ps, use_decode)
         err_c, o_contig = run_ours(contig, o0, ref, f"{label}: ours contiguous")
         seqused_full = torch.full((B,), Sk, dtype=torch.int32, device="cuda")  # FA4's key counts
@@ -362,7 +366,7 @@ def main():
             paged_ps = [make_problem(B, Sq, Sk, mask, s[0], c[0], c[1], s[3], (c[2], page_size, None))
                         for s, c in zip(sets, caches)]
             try:
-                spec_p = planned_spec(paged_ps[0])
+                spec_p = planned_spec(paged_ps[0], use_decode)
                 paged, splits_p = runner(paged_ps, use_decode)
             except RuntimeError as e:
                 print(f"  {label} page {page_size}: ours paged refused: {first_line(e)}", flush=True)
