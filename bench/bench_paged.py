@@ -5,8 +5,9 @@ contiguous, on the same inputs (bf16, D 128, GQA Hq 32 / Hkv 8), one process.
 
 Layout: K and V [num_pages, page_size, 8, 128], pages shuffled (a random
 permutation of the page ids: a sequence's pages are neither contiguous nor in
-order; --order sequential lays them out in order instead), int32 page_table [batch, ceil(seqlen_k / page_size)]; key j of sequence b
-is slot j % page_size of page page_table[b, j / page_size]. --spare (default
+order; --order sequential lays them out in order instead), int32 page_table
+[batch, ceil(seqlen_k / page_size)]; key j of sequence b is slot j % page_size of
+page page_table[b, j / page_size]. --spare (default
 1/8) more pages than the sequences use are allocated and filled with NaN, as is
 every slot no sequence uses. The contiguous cache is [batch, seqlen_k, 8, 128]
 with the same values.
