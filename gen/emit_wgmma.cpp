@@ -179,6 +179,8 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["V_SCAN"] = per_chunk(
       vc, "          ",
       "fg_v_scan<{w}, decltype(clean)::value>(v_stage + BLOCK_N * {off}, scan_from, tid, bad, lowest, bits);");
+  slots["PV_REDO"] =
+      per_chunk(vc, "          ", "fg_pv_redo<{w}, {off}>(v_stage + BLOCK_N * {off}, pa, o, lim0, lim1, lane);");
   slots["V_ZERO"] = per_chunk(vc, "          ", "fg_v_zero<{w}>(v_stage + BLOCK_N * {off}, valid, tid);");
   slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
   slots["STORE_O"] =

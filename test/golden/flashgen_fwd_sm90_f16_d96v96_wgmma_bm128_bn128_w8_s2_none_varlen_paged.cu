@@ -1718,6 +1718,55 @@ FG_DEVICE void fg_v_zero(u16* sub, int from, int i) {
   for (int k = from * (W / 8) + i; k < UNITS; k += THREADS) u[k] = U4{0u, 0u, 0u, 0u};
 }
 
+// The rare path of the first band tile's check (see `tile` in the kernel): this
+// warp's O columns [OFF, OFF + W) recomputed as P.V of the tile with FMAs,
+// from P (pa, the values wgmma read, in the input dtype) and V sub-tile `sub`
+// (W columns, fg_swz<W>), skipping the keys a row does not see (tile-relative
+// keys above lim0 for row g, lim1 for row g + 8). A non-finite V value at such
+// a key then adds nothing, where wgmma multiplies its weight 0 by it (NaN); a
+// value at a key the row sees makes the row non-finite, as in the reference.
+// O before the tile is 0 (it is the first tile), so the sums replace it. Lane
+// t of a quad holds P at keys 2t, 2t + 1 (+ 8) of each k16 step (the m16n8 A
+// layout, to_p): each key's weights are shuffled from their lane. A runtime
+// key loop (rare code, kept small) with no mma (see "causal masks" above).
+template <int W, int OFF>
+FG_DEVICE void fg_pv_redo(const u16* sub, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4], int lim0, int lim1,
+                          int lane) {
+  constexpr int T0 = OFF / 8, TN = W / 8;
+  const int t = lane & 3;
+#pragma unroll
+  for (int u = 0; u < TN; ++u) o[0][T0 + u][0] = o[0][T0 + u][1] = o[0][T0 + u][2] = o[0][T0 + u][3] = 0.f;
+#pragma unroll 1
+  for (int k = 0; k < BLOCK_N; ++k) {
+    const int kk = k >> 4, kl = k & 15;
+    u32 a = 0u, b = 0u;
+#pragma unroll
+    for (int q = 0; q < BLOCK_N / 16; ++q)
+      if (q == kk) {
+        a = kl < 8 ? pa[q][0] : pa[q][2];
+        b = kl < 8 ? pa[q][1] : pa[q][3];
+      }
+    const int src = (lane & ~3) | ((kl & 7) >> 1), sh = (kl & 1) * 16;
+    a = __shfl_sync(0xffffffffu, a, src);
+    b = __shfl_sync(0xffffffffu, b, src);
+    const float p0 = fg_in_to_f32((u16)(a >> sh)), p1 = fg_in_to_f32((u16)(b >> sh));
+    const bool see0 = k <= lim0, see1 = k <= lim1;
+#pragma unroll
+    for (int u = 0; u < TN; ++u) {
+      const u32 v = *reinterpret_cast<const u32*>(sub + fg_swz<W>(k, u) + 2 * t);
+      const float x0 = fg_in_to_f32((u16)(v & 0xffffu)), x1 = fg_in_to_f32((u16)(v >> 16));
+      if (see0) {
+        o[0][T0 + u][0] = fmaf(p0, x0, o[0][T0 + u][0]);
+        o[0][T0 + u][1] = fmaf(p0, x1, o[0][T0 + u][1]);
+      }
+      if (see1) {
+        o[0][T0 + u][2] = fmaf(p1, x0, o[0][T0 + u][2]);
+        o[0][T0 + u][3] = fmaf(p1, x1, o[0][T0 + u][3]);
+      }
+    }
+  }
+}
+
 // Whether `v` holds for any consumer thread (named barrier 2 of THREADS
 // threads with an OR reduction; PTX ISA "bar.red"). Every consumer calls it.
 FG_DEVICE bool fg_consumers_any(bool v) {
@@ -1828,7 +1877,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         auto boxes = [&](int n0) { return PAGED ? min(BLOCK_N >> box_shift, (blk.seqlen_k - n0 + box_rows - 1) >> box_shift) : 1; };
         // GATHER: warp w of the producer copies the tile's rows w * GR .. (w + 1) * GR - 1
         // in rounds of at most 32 (a table entry per lane); K's copy also prefetches into L1
-        // the table line of the warp's rows of the next tile (V's copy of this tile reads
+        // the table line of the warp's rows of the next tile, the one below (V's copy of this tile reads
         // this tile's entries again, from L1).
         auto gather = [&](u32 dst, const u16* head, int n0, i64 stride_page, i64 stride_seq, auto is_k) {
           constexpr int GR = BLOCK_N / 4, NR = GR < 32 ? GR : 32;
@@ -1850,8 +1899,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
               fg_gather_rows<64, 0, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);
               fg_gather_rows<32, 64, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);
             }
-            if (decltype(is_k)::value && lane == 0 && row0 + BLOCK_N < kv_valid)
-              asm volatile("prefetch.global.L1 [%0];" ::"l"(blk.pages + ((n0 + row0 + BLOCK_N) >> shift)));
+            if (decltype(is_k)::value && lane == 0 && n0 - BLOCK_N >= (KEYS_FROM_KEY0 ? blk.key0 : 0))  // (the next: the tile below)
+              asm volatile("prefetch.global.L1 [%0];" ::"l"(blk.pages + ((n0 + row0 - BLOCK_N) >> shift)));
           }
         };
         auto load_k = [&](u32 cnt, int n0) {
@@ -1909,10 +1958,11 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           }
         };
         // K runs one tile ahead of V: the consumers need K[j+1] and V[j] together.
+        // The tiles go from the last key tile down (the consumers' order, see `tile`).
         const int n = blk.n_tiles;
         for (int t = 0; t <= n; ++t) {
-          if (t < n) load_k(c + t, row0 + t * BLOCK_N);
-          if (t >= 1) load_v(c + t - 1, row0 + (t - 1) * BLOCK_N);
+          if (t < n) load_k(c + t, row0 + (n - 1 - t) * BLOCK_N);
+          if (t >= 1) load_v(c + t - 1, row0 + (n - t) * BLOCK_N);
         }
         c += n;
       }
@@ -2019,21 +2069,24 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_wgmma_wait<0>();
       fg_reg_fence(s);
       release(empty_k(c % STAGES));
-      fg_softmax(p, blk, 0, warp, g, t, s, row_max, row_sum, corr);
+      fg_softmax(p, blk, n_tiles - 1, warp, g, t, s, row_max, row_sum, corr);
       to_p();
     }
-    // Tile j: entering, P of tile j is in `pa` and corr holds the factor for
-    // O (no wgmma in flight); S of tile j+1 is issued, O rescaled, P.V of tile
-    // j issued, and the softmax of tile j+1 runs while P.V does. On the last
-    // tile an S is computed on whatever the next stage holds and never read (a
-    // branch around the wgmma would make ptxas serialize them). Nothing is in
-    // flight between tiles, so the tiles a causal mask cuts for some row of the
-    // block (BAND) run in a loop of their own: the others issue P.V with
-    // constant descriptors.
-    auto tile = [&](int j, auto band) {
+    // Tile i (the i-th taken; key tile kt = n_tiles - 1 - i: the tiles go from
+    // the last key tile down, as the producer loads them): entering, P of tile
+    // i is in `pa` and corr holds the factor for O (no wgmma in flight); S of
+    // tile i+1 is issued, O rescaled, P.V of tile i issued, and the softmax of
+    // tile i+1 runs while P.V does. On the last tile an S is computed on
+    // whatever the next stage holds and never read (a branch around the wgmma
+    // would make ptxas serialize them). Nothing is in flight between tiles, so
+    // the tiles a causal mask cuts for some row of the block (BAND, taken
+    // first) run in a loop of their own: the others issue P.V with constant
+    // descriptors.
+    auto tile = [&](int i, auto band) {
       constexpr bool BAND = decltype(band)::value;
-      const u32 ck = c + j + 1, cv = c + j;
-      const bool next = j + 1 < n_tiles;
+      const int kt = n_tiles - 1 - i;
+      const u32 ck = c + i + 1, cv = c + i;
+      const bool next = i + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       if (gather) fg_fence_proxy_async();  // (as above)
@@ -2043,8 +2096,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       // but a NaN or inf in V there would make 0 * V NaN, so those V rows are
       // zeroed in shared memory before P.V reads them (before the turn: the
       // barrier spans both warpgroups).
-      if ((VARLEN || PAGED) && j == n_tiles - 1) {
-        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - j * BLOCK_N;
+      if ((VARLEN || PAGED) && kt == n_tiles - 1) {
+        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - kt * BLOCK_N;
         if (valid < BLOCK_N) {
           u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
           fg_v_zero<64>(v_stage + BLOCK_N * 0, valid, tid);
@@ -2053,16 +2106,26 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           fg_consumer_sync();
         }
       }
-      // A tile the mask cuts for row 0 of the block: its V at the keys row 0
-      // does not see, scanned for non-finite values (see fg_v_scan). WINDOW:
-      // a tile the window cuts for some row, all of its V (scanning only the
-      // keys some row does not see kept more registers live: 44 bytes of
-      // spills at D128, bench/NOTES.md session 10). Before the turn, like the
-      // zeroing above: its vote and its rare path's barriers span both
-      // warpgroups; the scan's loads then run under the other's GEMMs.
+      // Non-finite V values at keys some rows do not see (a masked weight 0
+      // times inf or NaN is NaN in wgmma's sums):
+      //  - the first tile taken, when the causal mask cuts it (CHECK): O is 0
+      //    before it, so after its P.V a row's O is non-finite exactly when the
+      //    tile put a non-finite value there. Each warp checks its O (one FFMA
+      //    per value and a vote) and, on the rare path, recomputes its rows'
+      //    P.V with FMAs that skip the keys a row does not see (fg_pv_redo).
+      //    No barrier, and the tile's V is never written.
+      //  - later cut tiles (a diagonal that does not fall on a tile edge
+      //    cuts two), and WINDOW's: V at the keys row 0 of the block does not
+      //    see, scanned (fg_v_scan). WINDOW: a tile the window cuts for some
+      //    row, all of its V (scanning only the keys some row does not see kept
+      //    more registers live: 44 bytes of spills at D128, bench/NOTES.md
+      //    session 10). Before the turn, like the zeroing above: its vote and
+      //    its rare path's barriers span both warpgroups; the scan's loads then
+      //    run under the other's GEMMs.
+      const bool check = BAND && !WINDOW && MASK != 0 && i == 0;
       int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
-      if (BAND && MASK != 0) {
-        const int scan_from = WINDOW ? 0 : max(0, blk.m_start + blk.diag + 1 - j * BLOCK_N);
+      if (BAND && MASK != 0 && !check) {
+        const int scan_from = WINDOW ? 0 : max(0, blk.m_start + blk.diag + 1 - kt * BLOCK_N);
         const u32 bits = WINDOW ? window_bits : 0u;
         u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
         u32 bad = 0u;
@@ -2079,7 +2142,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
           fg_fence_proxy_async();  // the cleaned values, before wgmma reads them
           fg_consumer_sync();
           fg_window_poison_rows<FgFragM16, WIN_WORDS>([&](int w) { return (u32)fg_ld_shared_s32(window_bits + 4 * w); },
-                                                      blk, j, warp * 16 + g, 0, row_sum);
+                                                      blk, kt, warp * 16 + g, 0, row_sum);
           fg_consumer_sync();
           if (tid == 0) {
 #pragma unroll
@@ -2105,32 +2168,48 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     fg_pv<32, 64>(v_tile + 2 * BLOCK_N * 64, pa, o);
       fg_wgmma_commit();
       fg_turn_pass(wg);
-      fg_wgmma_wait<1>();  // S of tile j+1 complete (P.V of tile j may still run)
+      fg_wgmma_wait<1>();  // S of tile i+1 complete (P.V of tile i may still run)
       fg_reg_fence(s);
       if (next) {
         release(empty_k(ck % STAGES));
-        fg_softmax(p, blk, j + 1, warp, g, t, s, row_max, row_sum, corr);
+        fg_softmax(p, blk, kt - 1, warp, g, t, s, row_max, row_sum, corr);
       }
-      fg_wgmma_wait<0>();  // P.V of tile j complete
+      fg_wgmma_wait<0>();  // P.V of tile i complete
       fg_reg_fence(o);
-      if (band_k < BLOCK_N) fg_poison_rows<FgFragM16>(blk, j, warp * 16 + g, band_k, row_sum);
+      if (check) {
+        // o * 0 is 0 for a finite o and NaN otherwise; four chains
+        float z[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int x = 0; x < OT; ++x)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) z[e] = fmaf(o[0][x][e], 0.f, z[e]);
+        if (__any_sync(0xffffffffu, (z[0] + z[1]) + (z[2] + z[3]) != 0.f)) {  // rare: some O of the warp is not finite
+          const int kfirst = (KEYS_FROM_KEY0 ? blk.key0 : 0) + kt * BLOCK_N, row = blk.m_start + warp * 16 + g;
+          const int lim0 = fg_abs_row_q(row) + blk.diag - kfirst, lim1 = fg_abs_row_q(row + 8) + blk.diag - kfirst;
+          const u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
+          fg_pv_redo<64, 0>(v_stage + BLOCK_N * 0, pa, o, lim0, lim1, lane);
+          fg_pv_redo<32, 64>(v_stage + BLOCK_N * 64, pa, o, lim0, lim1, lane);
+        }
+      }
+      if (band_k < BLOCK_N) fg_poison_rows<FgFragM16>(blk, kt, warp * 16 + g, band_k, row_sum);
       release(empty_v(cv % STAGES));
       if (next) to_p();
     };
-    // The first tile the mask cuts for row 0 of the block (cut first): the
-    // least j with j * BLOCK_N + BLOCK_N - 1 > m_start + diag.
-    // WINDOW: also the tiles before the first one the block's last row sees
-    // whole (cut first on the lower side), and the key tiles count from key0.
+    // The tiles taken first: the ones the mask cuts for row 0 of the block,
+    // key tiles from band_from on (the least kt with kt * BLOCK_N + BLOCK_N - 1
+    // > m_start + diag). WINDOW: last, the tiles below the first one the
+    // block's last row sees whole (cut on the lower side, key tiles below
+    // low_band), and the key tiles count from key0.
     const int key0 = KEYS_FROM_KEY0 ? blk.key0 : 0;
     const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1 - key0) / BLOCK_N)) : n_tiles;
-    int j = 0;
-    if (WINDOW) {
-      const int low_band = min(n_tiles, max(0, (blk.m_start + rows_valid - 1 + blk.diag_lo - key0 + BLOCK_N - 1) / BLOCK_N));
-      for (; j < low_band; ++j) tile(j, FgBool<true>{});
-    }
-    for (; j < band_from; ++j) tile(j, FgBool<false>{});
+    const int low_band =
+        WINDOW ? min(n_tiles, max(0, (blk.m_start + rows_valid - 1 + blk.diag_lo - key0 + BLOCK_N - 1) / BLOCK_N)) : 0;
+    int i = 0;
     if (MASK != 0)
-      for (; j < n_tiles; ++j) tile(j, FgBool<true>{});
+      for (; i < n_tiles - band_from; ++i) tile(i, FgBool<true>{});
+    for (; i < n_tiles - low_band; ++i) tile(i, FgBool<false>{});
+    if (WINDOW)
+      for (; i < n_tiles; ++i) tile(i, FgBool<true>{});
     c += n_tiles;
     if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
 
