@@ -1646,17 +1646,27 @@ FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1]
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
-// On a tile the mask cuts for some row of the block, the consumers look for a
-// non-finite V value at the keys row 0 of the block does not see (fg_v_scan,
-// fg_consumers_any); almost always there is none, and wgmma reads the tile as
-// it is (the hidden keys' weights are 0). Otherwise the block finds the
-// lowest such key k, zeroes those values in shared memory (wgmma then reads the
-// cleaned tile), and the rows that see k get NaN (fg_poison_rows): with causal
-// masks a row that sees a key sees every lower one, so the other rows see no
-// cleaned value. The decisions are the block's (every consumer thread takes
-// part), and nothing of it is a warp-level mma: mma.sync code in this kernel
-// makes ptxas keep the key loop's descriptor arithmetic out of the uniform
-// datapath (an R2UR before every wgmma; bench/NOTES.md).
+// A masked key's weight is 0, but wgmma multiplies it by the key's V, and 0
+// times inf or NaN is NaN. The block takes its key tiles from the last one
+// down (the producer and the consumers alike), so the first
+// tile taken is the one the causal mask cuts and O is 0 before it. After that
+// tile's P.V each warp checks its O (one FFMA per value and a vote): almost
+// always every value is finite and nothing else runs; otherwise the warp
+// recomputes its rows' P.V of that tile with FMAs that skip the keys a row does
+// not see (fg_pv_redo), which keeps the values of the keys it sees, non-finite
+// ones included. No barrier, and V is never written. On a later cut tile (a
+// diagonal that does not fall on a tile edge cuts two) and on the tiles a
+// window cuts, O holds earlier tiles, so the consumers look for a non-finite V
+// value at the keys row 0 of the block does not see (fg_v_scan,
+// fg_consumers_any) before P.V; almost always there is none, and wgmma reads
+// the tile as it is. Otherwise the block finds the lowest such key k, zeroes
+// those values in shared memory (wgmma then reads the cleaned tile), and the
+// rows that see k get NaN (fg_poison_rows): with causal masks a row that sees
+// a key sees every lower one, so the other rows see no cleaned value. Those
+// decisions are the block's (every consumer thread takes part). Nothing of it
+// is a warp-level mma: mma.sync code in this kernel makes ptxas keep the key
+// loop's descriptor arithmetic out of the uniform datapath (an R2UR before
+// every wgmma; bench/NOTES.md).
 
 // Sub-tile `sub` of a V stage (W columns, BLOCK_N keys; the swizzle moves
 // 16-byte units only within a key's row) at keys from `from` on, 16 bytes at
