@@ -27,6 +27,11 @@ template <bool B>
 struct FgBool {
   static constexpr bool value = B;
 };
+// An int as a type, likewise.
+template <int N>
+struct FgInt {
+  static constexpr int value = N;
+};
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -1089,26 +1094,75 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
     // tile's first page (`first`; the first key's slot `kslot`) in 32-bit unsigned
     // arithmetic, and a row's offset is two unsigned 64-bit products (the same bits as
     // the signed ones, without sign extensions).
-    u32 page[PASSES];
     const u32 mask = (1u << pr.shift) - 1u, kslot = (u32)pr.key & mask;
     const int* const first = pr.pages + (pr.key >> pr.shift);
     const u16* const base = src + OFF + unit * 8;
+    // PG, pages of RSTEP to ROWS / 2 rows and a tile that starts a page (kslot 0: a tile's first
+    // key is a multiple of BLOCK_N unless a split or sequence starts elsewhere): each pass's
+    // rows lie in one page, P = page_size / RSTEP passes to a page (pass it: entry it / P, slot
+    // (it % P) * RSTEP + row0). The table is read once per page, and a pass that continues a
+    // page steps from the previous pass's address by RSTEP slots, one 64-bit add, where the
+    // general path below reads an entry and forms two 64-bit products per pass (at page 16 the
+    // decode kernel issued 1.73x the instructions of page 64; bench/NOTES.md session 20).
+    // The cases are compile-time P (a switch on the run-time shift).
+    constexpr int LOG2_RSTEP = RSTEP >= 256 ? 8 : RSTEP >= 128 ? 7 : RSTEP >= 64 ? 6 : RSTEP >= 32 ? 5 : RSTEP >= 16 ? 4
+                             : RSTEP >= 8 ? 3 : RSTEP >= 4 ? 2 : RSTEP >= 2 ? 1 : 0;
+    // (the path needs RSTEP a power of two and P <= 16: other tiles, e.g. 3 or 6 warps, or one
+    // warp with 256 columns, keep the general path)
+    constexpr bool RUNS_OK = PG && (1 << LOG2_RSTEP) == RSTEP && PASSES <= 32;
+    const int pshift = pr.shift - LOG2_RSTEP;
+    auto page_runs = [&](auto pc) {
+      constexpr int P = decltype(pc)::value, NPG = (PASSES + P - 1) / P;
+      u32 page[NPG];
 #pragma unroll
-    for (int it = 0; it < PASSES; ++it) {
-      const int row = row0 + it * RSTEP;
-      page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[(kslot + row) >> pr.shift] : 0u;
+      for (int q = 0; q < NPG; ++q) {
+        const int row = row0 + q * P * RSTEP;
+        page[q] = (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[q] : 0u;
+      }
+      const u16* const thr = base + (i64)((unsigned long long)row0 * (unsigned long long)pr.stride_seq);
+      const i64 step = (i64)RSTEP * pr.stride_seq;
+      const u16* g = thr;
+#pragma unroll
+      for (int it = 0; it < PASSES; ++it) {
+        const int row = row0 + it * RSTEP;
+        g = it % P == 0 ? thr + (i64)((unsigned long long)page[it / P] * (unsigned long long)pr.stride_page) : g + step;
+        if (UNITS % THREADS == 0 || row < ROWS) {
+          const bool ok = row < valid_rows;
+          fg_cp_async16(smem_at(it, row), ok ? g : src + OFF, ok ? 16 : 0);
+        }
+      }
+    };
+    const bool runs = RUNS_OK && kslot == 0u && pshift >= 0 && (1 << pshift) < PASSES;
+    if constexpr (RUNS_OK) {
+      if (runs) {
+        switch (pshift) {
+          case 0: page_runs(FgInt<1>{}); break;
+          case 1: if constexpr (PASSES > 2) page_runs(FgInt<2>{}); break;
+          case 2: if constexpr (PASSES > 4) page_runs(FgInt<4>{}); break;
+          case 3: if constexpr (PASSES > 8) page_runs(FgInt<8>{}); break;
+          default: if constexpr (PASSES > 16) page_runs(FgInt<16>{}); break;
+        }
+      }
     }
+    if (!runs) {
+      u32 page[PASSES];
 #pragma unroll
-    for (int it = 0; it < PASSES; ++it) {
-      const int row = row0 + it * RSTEP;
-      if (UNITS % THREADS == 0 || row < ROWS) {
-        const bool ok = row < valid_rows;
-        fg_cp_async16(smem_at(it, row),
-                      ok ? (PG ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
-                                           (unsigned long long)((kslot + row) & mask) * (unsigned long long)pr.stride_seq)
-                               : g0 + it * gstep)
-                         : src + OFF,
-                      ok ? 16 : 0);
+      for (int it = 0; it < PASSES; ++it) {
+        const int row = row0 + it * RSTEP;
+        page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[(kslot + row) >> pr.shift] : 0u;
+      }
+#pragma unroll
+      for (int it = 0; it < PASSES; ++it) {
+        const int row = row0 + it * RSTEP;
+        if (UNITS % THREADS == 0 || row < ROWS) {
+          const bool ok = row < valid_rows;
+          fg_cp_async16(smem_at(it, row),
+                        ok ? (PG ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
+                                             (unsigned long long)((kslot + row) & mask) * (unsigned long long)pr.stride_seq)
+                                 : g0 + it * gstep)
+                           : src + OFF,
+                        ok ? 16 : 0);
+        }
       }
     }
     if constexpr (PG) {
