@@ -27,11 +27,6 @@ template <bool B>
 struct FgBool {
   static constexpr bool value = B;
 };
-// An int as a type, likewise.
-template <int N>
-struct FgInt {
-  static constexpr int value = N;
-};
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 

@@ -28,11 +28,6 @@ template <bool B>
 struct FgBool {
   static constexpr bool value = B;
 };
-// An int as a type, likewise.
-template <int N>
-struct FgInt {
-  static constexpr int value = N;
-};
 
 FG_DEVICE float fg_neg_inf() { return __int_as_float(0xff800000u); }
 
@@ -1060,12 +1055,13 @@ FG_DEVICE u32 fg_pack_in(float lo, float hi) {
 // Copy ROWS rows x W elements (columns [OFF, OFF+W) of the head dim) from
 // global `src` (row stride `stride` elements) into the swizzled sub-tile
 // `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
-// each (src-size 0 zero-fills; the address given is then the tile's first
-// row, which is valid); published by fg_copy_wait + a barrier. PG: row r is
-// fg_page_row(pr, src, r) (a paged KV cache; `stride` is not read). Otherwise
-// 16-byte loads (up to four in flight per thread) then shared stores,
-// published by the next barrier. FULL (ASYNC_COPY only): every row is valid
-// (valid_rows is not read), so no predicates and one pointer bump per copy.
+// each (src-size 0 zero-fills; the address given is then still a valid one,
+// the tile's first row or, PG, a row of page 0); published by fg_copy_wait +
+// a barrier. PG: row r is fg_page_row(pr, src, r) (a paged KV cache; `stride`
+// is not read). Otherwise 16-byte loads (up to four in flight per thread) then
+// shared stores, published by the next barrier. FULL (ASYNC_COPY only): every
+// row is valid (valid_rows is not read), so no predicates and one pointer bump
+// per copy.
 template <int W, int OFF, int ROWS, bool FULL = false, bool PG = false>
 FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int valid_rows, int tid,
                                   const FgPageRows& pr = FgPageRows{}) {
@@ -1105,43 +1101,54 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
     // page steps from the previous pass's address by RSTEP slots, one 64-bit add, where the
     // general path below reads an entry and forms two 64-bit products per pass (at page 16 the
     // decode kernel issued 1.73x the instructions of page 64; bench/NOTES.md session 20).
-    // The cases are compile-time P (a switch on the run-time shift).
+    // P = 1 << pshift is a run-time value, so one copy of the loop serves every page size (a
+    // switch on the shift over compile-time P made up to five copies a load site: the decode
+    // kernel grew from 4952 SASS instructions to 6928, and its page-64 rows, which never enter
+    // this path, ran 3 % slower).
     constexpr int LOG2_RSTEP = RSTEP >= 256 ? 8 : RSTEP >= 128 ? 7 : RSTEP >= 64 ? 6 : RSTEP >= 32 ? 5 : RSTEP >= 16 ? 4
                              : RSTEP >= 8 ? 3 : RSTEP >= 4 ? 2 : RSTEP >= 2 ? 1 : 0;
-    // (the path needs RSTEP a power of two and P <= 16: other tiles, e.g. 3 or 6 warps, or one
-    // warp with 256 columns, keep the general path)
+    // (the path needs RSTEP a power of two and at most 32 passes, an entry held per pass at
+    // page RSTEP: other tiles, e.g. 3 or 6 warps, or one warp with 256 columns, keep the
+    // general path)
     constexpr bool RUNS_OK = PG && (1 << LOG2_RSTEP) == RSTEP && PASSES <= 32;
     const int pshift = pr.shift - LOG2_RSTEP;
-    auto page_runs = [&](auto pc) {
-      constexpr int P = decltype(pc)::value, NPG = (PASSES + P - 1) / P;
-      u32 page[NPG];
-#pragma unroll
-      for (int q = 0; q < NPG; ++q) {
-        const int row = row0 + q * P * RSTEP;
-        page[q] = (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[q] : 0u;
-      }
-      const u16* const thr = base + (i64)((unsigned long long)row0 * (unsigned long long)pr.stride_seq);
-      const i64 step = (i64)RSTEP * pr.stride_seq;
-      const u16* g = thr;
-#pragma unroll
-      for (int it = 0; it < PASSES; ++it) {
-        const int row = row0 + it * RSTEP;
-        g = it % P == 0 ? thr + (i64)((unsigned long long)page[it / P] * (unsigned long long)pr.stride_page) : g + step;
-        if (UNITS % THREADS == 0 || row < ROWS) {
-          const bool ok = row < valid_rows;
-          fg_cp_async16(smem_at(it, row), ok ? g : src + OFF, ok ? 16 : 0);
-        }
-      }
-    };
-    const bool runs = RUNS_OK && kslot == 0u && pshift >= 0 && (1 << pshift) < PASSES;
+    // The path also needs a page's and RSTEP slots' byte strides below 2^32 (a page of 16 rows
+    // of 8 heads x 128 columns is 2^15 bytes; larger strides keep the general path): a page's
+    // first address is then one 32 x 32-bit multiply-add onto the thread's base address.
+    const bool runs = RUNS_OK && kslot == 0u && pshift >= 0 && (1 << pshift) < PASSES &&
+                      (unsigned long long)(pr.stride_page | RSTEP * pr.stride_seq) < (1ull << 31);
     if constexpr (RUNS_OK) {
       if (runs) {
-        switch (pshift) {
-          case 0: page_runs(FgInt<1>{}); break;
-          case 1: if constexpr (PASSES > 2) page_runs(FgInt<2>{}); break;
-          case 2: if constexpr (PASSES > 4) page_runs(FgInt<4>{}); break;
-          case 3: if constexpr (PASSES > 8) page_runs(FgInt<8>{}); break;
-          default: if constexpr (PASSES > 16) page_runs(FgInt<16>{}); break;
+        // This thread's rows are row0 + r, r < left valid; page q holds rows from q << shift, so
+        // entry q is read (e[q], a constant offset from `first`) for q < npg, the pages that hold
+        // one of them (npg <= 0: none). An entry left unread is 0: a pass in such a page addresses
+        // page 0 at slot row0 + (it % P) * RSTEP (src-size 0; the address is valid, as src's is).
+        const int left = min(valid_rows, ROWS) - row0;
+        const int npg = (left + (int)mask) >> pr.shift;
+        u32 e[PASSES];
+#pragma unroll
+        for (int q = 0; q < PASSES; ++q) e[q] = q < npg ? (u32)first[q] : 0u;
+        typedef unsigned long long addr_t;
+        const addr_t thr = reinterpret_cast<addr_t>(base) + 2ull * (u32)row0 * (addr_t)pr.stride_seq;
+        const u32 page_bytes = 2u * (u32)pr.stride_page, step_bytes = 2u * RSTEP * (u32)pr.stride_seq;
+        addr_t g = thr;
+#pragma unroll
+        for (int it = 0; it < PASSES; ++it) {
+          const int row = row0 + it * RSTEP;
+          // Pass it opens a page when P divides it, i.e. P is at most its lowest set bit `low`
+          // (one compare per distinct bit, not per pass). Its entry e[it >> pshift] is a select
+          // over the shifts that open it: e indexed at run time would be local memory. (ptxas
+          // forms both addresses and selects one; written as predicated PTX, or as a multiply-add
+          // a pass, the load issued no fewer instructions.)
+          const int low = it & -it;
+          u32 pg = e[it];
+#pragma unroll
+          for (int s = 1; s < 5; ++s)
+            if ((1 << s) <= low && pshift == s) pg = e[it >> s];
+          if (it == 0 || (1 << pshift) <= low) g = thr + (addr_t)pg * page_bytes;
+          else g += step_bytes;
+          if (UNITS % THREADS == 0 || row < ROWS)
+            fg_cp_async16(smem_at(it, row), reinterpret_cast<const void*>(g), it * RSTEP < left ? 16 : 0);
         }
       }
     }
