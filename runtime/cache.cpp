@@ -255,11 +255,18 @@ void resolve_locked(CacheState& s) {
   s.bundles.clear();
   const std::vector<std::string> bundle_paths =
       s.has_override && s.override_.bundles ? *s.override_.bundles : split_path_list(env("FLASHGEN_CACHE_PATH"));
+  std::vector<std::pair<dev_t, ino_t>> seen;  // a directory listed twice (by any spelling) is searched once
   for (const auto& b : bundle_paths) {
     Bundle bundle;
     bundle.path = b;
     struct stat st {};
-    if (::stat(b.c_str(), &st) != 0) {
+    const bool exists = ::stat(b.c_str(), &st) == 0;
+    if (exists) {
+      const std::pair<dev_t, ino_t> id{st.st_dev, st.st_ino};
+      if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
+      seen.push_back(id);
+    }
+    if (!exists) {
       bundle.problem = fmt::format("cannot be examined: {}", errno_text(errno));
     } else {
       bundle.problem = untrusted_dir_reason(b, /*bundle=*/true);

@@ -64,7 +64,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+    if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {  // --help, --version
+      errno = 0;  // (the reason is the failed write's, in app.exit or in the flush)
+      app.exit(e);
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {  // (as for every command's output, below)
+        const int err = errno;
+        std::fprintf(stderr, "%s: error: writing the output to stdout failed%s%s\n", command.c_str(), err ? ": " : "",
+                     err ? std::strerror(err) : "");
+        return 1;
+      }
+      return 0;
+    }
     // Usage errors and numbers out of range (the option checks name the value and what is allowed).
     std::fprintf(stderr, "%s: error: %s; see %s --help\n", command.c_str(), e.what(), command.c_str());
     return 2;

@@ -275,35 +275,36 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
                 "every arch of these built-in profiles, e.g. ampere,hopper; given, the built-in profiles serve the "
                 "whole run and FLASHGEN_PROFILE is not used")
       ->delimiter(',');
-  c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
-      ->capture_default_str();
-  c->add_option("--dtypes", o.dtypes, "f16, bf16 (combinations a profile cannot run are skipped)")
-      ->capture_default_str();
-  c->add_option("--masks", o.masks,
+  std::vector<CLI::Option*> features;  // the flags whose cross product is the set (not with --problems)
+  features.push_back(c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
+      ->capture_default_str());
+  features.push_back(c->add_option("--dtypes", o.dtypes, "f16, bf16 (combinations a profile cannot run are skipped)")
+      ->capture_default_str());
+  features.push_back(c->add_option("--masks", o.masks,
                 "none, causaltl, causalbr, windowtl, windowbr (the window sizes are launch arguments)")
-      ->capture_default_str();
-  c->add_option("--bias", o.biases, "bias kinds: none, input, f32")->capture_default_str();
-  c->add_option("--lse", o.lse, "LSE output: no, yes (both: no,yes)")->capture_default_str();
-  c->add_option("--softcap", o.softcap, "softcap specialization: no, yes (both: no,yes; the cap is a launch argument)")
-      ->capture_default_str();
-  c->add_option("--sinks", o.sinks,
+      ->capture_default_str());
+  features.push_back(c->add_option("--bias", o.biases, "bias kinds: none, input, f32")->capture_default_str());
+  features.push_back(c->add_option("--lse", o.lse, "LSE output: no, yes (both: no,yes)")->capture_default_str());
+  features.push_back(c->add_option("--softcap", o.softcap, "softcap specialization: no, yes (both: no,yes; the cap is a launch argument)")
+      ->capture_default_str());
+  features.push_back(c->add_option("--sinks", o.sinks,
                 "attention-sinks specialization: no, yes (both: no,yes; the sink logits are a launch argument)")
-      ->capture_default_str();
-  c->add_option("--alibi", o.alibi, "ALiBi specialization: no, yes (both: no,yes; the slopes are a launch argument)")
-      ->capture_default_str();
-  c->add_option("--varlen", o.varlen,
+      ->capture_default_str());
+  features.push_back(c->add_option("--alibi", o.alibi, "ALiBi specialization: no, yes (both: no,yes; the slopes are a launch argument)")
+      ->capture_default_str());
+  features.push_back(c->add_option("--varlen", o.varlen,
                 "packed (variable-length) batch specialization: no, yes (both: no,yes; cu_seqlens are a launch "
                 "argument)")
-      ->capture_default_str();
-  c->add_option("--paged", o.paged,
+      ->capture_default_str());
+  features.push_back(c->add_option("--paged", o.paged,
                 "paged KV cache specialization: no, yes (both: no,yes; the page table and page size are launch "
                 "arguments)")
-      ->capture_default_str();
+      ->capture_default_str());
   c->add_option("--tiles", o.tiles,
                 "tiles BLOCK_MxBLOCK_NxWARPSxSTAGES (e.g. 128x64x8x2) or 'default' (the profile's, or a tune "
                 "entry's)")
       ->capture_default_str();
-  c->add_option("--problems", o.problems_file,
+  CLI::Option* problems = c->add_option("--problems", o.problems_file,
                 "YAML file of problems seen in production (problems: [{dtype, head_dim, seqlen_q, heads_q, ...}]); "
                 "replaces the feature flags")
       ->check(existing_file("a YAML problem file", "leave --problems out to compile the set of the feature flags"));
@@ -321,6 +322,9 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
       ->check(integer_in(0, kMaxJobs, "0: one per core"));
   c->add_flag("--list", o.list, "print the specs and exit (nothing is compiled)");
+  // The file's problems replace the feature flags (--tiles, --arch and --profile still apply):
+  // given together, the flags would be dropped without a word.
+  for (CLI::Option* f : features) problems->excludes(f);
   return c;
 }
 
@@ -573,11 +577,15 @@ int run_pregen(const PregenOptions& o) {
     struct stat st {};
     if (!r.cache_path.empty() && ::stat(r.cache_path.c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
   }
-  std::printf("pregen: %s in %s (wall) on %s: %zu compiled (%.1f s of NVRTC, %.2f kernels/s), %zu "
-              "already present, %zu failed%s\n",
+  // (the rate counts the kernels compiled, over the wall time; none compiled, none given)
+  const std::string compiled_text =
+      compiled == 0 ? std::string("0 compiled")
+                    : fmt::format("{} compiled ({:.1f} s of NVRTC, {:.2f} kernels/s)", compiled, nvrtc_seconds,
+                                  wall > 0 ? static_cast<double>(compiled) / wall : 0.0);
+  std::printf("pregen: %s in %s (wall) on %s: %s, %zu already present, %zu failed%s\n",
               count_of(results.size(), "kernel").c_str(), Progress::duration(wall).c_str(),
-              count_of(static_cast<size_t>(used_threads), "thread").c_str(), compiled, nvrtc_seconds,
-              wall > 0 ? static_cast<double>(compiled + present) / wall : 0.0, present, failed + planning_errors.size(),
+              count_of(static_cast<size_t>(used_threads), "thread").c_str(), compiled_text.c_str(), present,
+              failed + planning_errors.size(),
               skipped ? fmt::format("; {} skipped (dtype not supported by the profile)",
                                     count_of(skipped, "flag combination"))
                             .c_str()

@@ -1177,6 +1177,7 @@ TEST_CASE("cli: pregen's summary says 1 kernel, 1 thread, and gives a small size
   CHECK(contains(r.out, " (wall) on 1 thread: 1 compiled"));
   CHECK_FALSE(contains(r.out, "pregen: 1 kernels"));  // (the rate, e.g. "2.21 kernels/s", stays plural)
   CHECK_FALSE(contains(r.out, "on 1 threads"));
+  CHECK(contains(r.out, " kernels/s), 0 already present"));
   // One small cubin: its size in KiB (a d16 kernel is tens of KiB), as the files add up.
   uint64_t bytes = 0;
   for (const std::string& f : test::list_dir(bundle))
@@ -1192,6 +1193,9 @@ TEST_CASE("cli: pregen's summary says 1 kernel, 1 thread, and gives a small size
   CHECK(again.rc == 0);
   CHECK(contains(again.out, "pregen: 1 kernel in "));
   CHECK(contains(again.out, "1 already present"));
+  // Nothing compiled: no NVRTC time and no rate (before: "0 compiled (0.0 s of NVRTC, 1895.75 kernels/s)").
+  CHECK(contains(again.out, " (wall) on 1 thread: 0 compiled, 1 already present, 0 failed"));
+  CHECK_FALSE(contains(again.out, "kernels/s"));
 }
 
 TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-zero exit") {
@@ -2275,6 +2279,59 @@ TEST_CASE("cli: output that cannot be written (stdout on a full device) is a fai
     CHECK(r.rc == 1);
     CHECK(contains(r.err, "flashgen " + args[0] + ": error: writing the output to stdout failed"));
   }
+  // --help and --version too (before: exit 0, nothing said).
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--version"}, std::vector<std::string>{"--help"},
+        std::vector<std::string>{"show", "--help"}}) {
+    CAPTURE(args.back());
+    const Run r = run_cli(args, env, FLASHGEN_CLI, "/dev/full");
+    INFO("stderr:\n", r.err);
+    CHECK(r.rc == 1);
+    CHECK(contains(r.err, "error: writing the output to stdout failed: No space left on device"));
+    // The same to a writable stdout: exit 0 with the text.
+    const Run ok = run_cli(args, env);
+    CHECK(ok.rc == 0);
+    CHECK_FALSE(ok.out.empty());
+  }
+}
+
+TEST_CASE("cli: a bundle directory listed twice in FLASHGEN_CACHE_PATH (any spelling) is searched and listed once") {
+  TempDir work("flashgen-cli-bundle-twice");
+  const std::string bundle = work.path() + "/b";
+  const Run made = run_cli({"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "--masks", "none", "-j",
+                            "1", "--out", bundle},
+                           base_env(work.path() + "/c"));
+  REQUIRE(made.rc == 0);
+  auto env = base_env(work.path() + "/c");
+  env.push_back("FLASHGEN_CACHE_PATH=" + bundle + ":" + bundle + "/:" + work.path() + "//b");
+  const Run ls = run_cli({"cache", "ls"}, env);
+  INFO("stdout:\n", ls.out, "\nstderr:\n", ls.err);
+  CHECK(ls.rc == 0);
+  CHECK(contains(ls.out, "bundle " + bundle + ": 1 entry"));
+  CHECK(contains(ls.out, "\n1 entry: 1 ok"));  // (before: 3 entries, the one kernel listed three times)
+}
+
+TEST_CASE("cli: pregen --problems with a feature flag is refused (exit 2), not the flag dropped; --tiles applies") {
+  // Before: --head-dims 256 --masks causalbr --lse yes with --problems listed the file's d=64 none lse=0 kernel.
+  TempDir work("flashgen-cli-problems-flags");
+  const auto env = base_env(work.path() + "/c");
+  const std::string file = work.path() + "/p.yml";
+  std::ofstream(file) << "problems:\n  - {dtype: f16, seqlen: 128, heads: 2, head_dim: 64}\n";
+  const std::vector<std::string> base = {"pregen", "--arch", "80", "--list", "--problems", file};
+  std::vector<UsageError> cases;
+  for (const auto& [flag, value] : std::vector<std::pair<std::string, std::string>>{
+           {"--head-dims", "256"}, {"--dtypes", "bf16"}, {"--masks", "causalbr"}, {"--bias", "f32"},
+           {"--lse", "yes"}, {"--softcap", "yes"}, {"--sinks", "yes"}, {"--alibi", "yes"}, {"--varlen", "yes"},
+           {"--paged", "yes"}})
+    cases.push_back({with(base, {flag, value}), {flag + " excludes --problems"}});
+  check_usage_errors(cases, env);
+  const Run plain = run_cli(base, env);
+  INFO("stdout:\n", plain.out, "\nstderr:\n", plain.err);
+  REQUIRE(plain.rc == 0);
+  CHECK(contains(plain.out, ",d=64,dv=64,"));
+  const Run tiled = run_cli(with(base, {"--tiles", "64x64x4x2"}), env);
+  CHECK(tiled.rc == 0);
+  CHECK(contains(tiled.out, ",bm=64,bn=64,w=4,s=2,"));
 }
 
 TEST_CASE("cli: cache options another action takes are refused (exit 2), not ignored; --dir '' is refused") {
