@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   app.footer(
       "Problems are written key=value,... e.g.\n"
       "  --problem dtype=f16,batch=1,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr\n"
-      "Environment: FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH, FLASHGEN_TUNE_FILE, FLASHGEN_NVRTC_LIBRARY,\n"
-      "FLASHGEN_PROFILE (see README.md).");
+      "Left out: dtype f16, batch 1, seqlen_k = seqlen_q, heads_kv = heads_q, head_dim_v = head_dim.\n" +
+      std::string(kEnvironmentHelp));
 
   app.set_version_flag("--version",
                        fmt::format("flashgen {} (libflashgen {}; code generator {}, kernel cache format {})",

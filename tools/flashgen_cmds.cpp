@@ -322,6 +322,12 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   c->add_option("-j,--jobs", o.threads, "compile threads (default, or 0: one per core)")
       ->check(integer_in(0, kMaxJobs, "0: one per core"));
   c->add_flag("--list", o.list, "print the specs and exit (nothing is compiled)");
+  // (pregen takes problems from a file, not --problem: its own footer)
+  c->footer(
+      "A --problems file lists problems with the keys of a problem string (flashgen --help), e.g.\n"
+      "  problems:\n"
+      "    - {dtype: f16, seqlen_q: 4096, heads_q: 32, heads_kv: 8, head_dim: 128, mask: causalbr}\n" +
+      std::string(kEnvironmentHelp));
   // The file's problems replace the feature flags (--tiles, --arch and --profile still apply):
   // given together, the flags would be dropped without a word.
   for (CLI::Option* f : features) problems->excludes(f);

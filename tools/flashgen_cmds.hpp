@@ -139,6 +139,10 @@ CLI::Validator existing_file(const std::string& what, const std::string& instead
 CLI::Validator arch_number();
 
 /// Bounds of the numeric options (the allowed ranges their messages state).
+/// The environment variables the tool reads, the last lines of every --help.
+inline constexpr const char* kEnvironmentHelp =
+    "Environment: FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH, FLASHGEN_TUNE_FILE, FLASHGEN_NVRTC_LIBRARY,\n"
+    "FLASHGEN_PROFILE (see README.md).";
 inline constexpr int64_t kMaxJobs = 4096;           ///< -j/--jobs (0: one per core)
 inline constexpr int64_t kMaxSms = 4096;            ///< explain --sms
 inline constexpr double kMaxAgeDays = 36500;        ///< cache prune --older-than (100 years)

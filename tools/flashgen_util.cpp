@@ -107,6 +107,8 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
   }
   seen[key] = true;
   if (key == "name") {
+    // (a label, but an empty value is refused like any other key's: never taken as the default)
+    if (value.empty()) throw InvalidArgument(fmt::format("{} has value '': must be a non-empty label", what));
     d.name = value;
   } else if (key == "dtype") {
     d.dtype = parse_dtype(value, what);

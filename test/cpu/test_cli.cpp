@@ -1468,6 +1468,9 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
             {"key 'seqlens_q' has value '1::2': length 2 ('') must be an integer"}},
            {{"explain", "--problem", "dtype=f16,seqlens_q=,seqlens_k=1,heads=8,head_dim=64"},
             {"key 'seqlens_q' has value '': length 1 ('') must be an integer"}},
+           // (before: an empty name was taken, against "an empty value is refused the same way")
+           {{"explain", "--problem", "name=,dtype=f16,seqlen=64,heads=8,head_dim=64"},
+            {"key 'name' has value '': must be a non-empty label"}},
            {{"explain", "--problem", "dtype=f16,batch=4,seqlens_q=100:50:7,seqlens_k=100:50:7,heads=8,head_dim=64"},
             {"key 'batch' (4) conflicts with 'seqlens_q' (3 sequences): a packed batch has one sequence per length; "
              "leave batch out or make it 3"}},
@@ -2293,6 +2296,17 @@ TEST_CASE("cli: output that cannot be written (stdout on a full device) is a fai
     CHECK(ok.rc == 0);
     CHECK_FALSE(ok.out.empty());
   }
+}
+
+TEST_CASE("cli: pregen --help shows a --problems file, not a --problem option it does not have") {
+  TempDir work("flashgen-cli-pregen-help");
+  const Run r = run_cli({"pregen", "--help"}, base_env(work.path() + "/c"));
+  CHECK(r.rc == 0);
+  CHECK(contains(r.out, "A --problems file lists problems"));
+  CHECK_FALSE(contains(r.out, "  --problem dtype="));  // (before: the tool's footer, with a --problem example)
+  CHECK(contains(r.out, "Environment: FLASHGEN_CACHE_DIR"));
+  const Run top = run_cli({"--help"}, base_env(work.path() + "/c"));
+  CHECK(contains(top.out, "Left out: dtype f16, batch 1, seqlen_k = seqlen_q, heads_kv = heads_q"));
 }
 
 TEST_CASE("cli: a bundle directory listed twice in FLASHGEN_CACHE_PATH (any spelling) is searched and listed once") {
