@@ -469,7 +469,8 @@ int run_pregen(const PregenOptions& o) {
   std::set<std::string> skipped_why;  // "bf16 on volta (sm_70)"
   for (int arch : archs) {
     const Profile& profile = profile_for_arch(arch);  // Unsupported names the nearest profiles
-    for (const ProblemDesc& p : problems) {
+    for (size_t row = 0; row < problems.size(); ++row) {
+      const ProblemDesc& p = problems[row];
       if (!profile.supports_dtype(p.dtype) && o.problems_file.empty()) {
         ++skipped;  // a flag combination this profile cannot run
         skipped_why.insert(fmt::format("{} on {} (sm_{})", to_string(p.dtype), profile.name, arch));
@@ -497,8 +498,12 @@ int run_pregen(const PregenOptions& o) {
               if (seen.insert(k->canonical()).second) jobs.push_back(Job{*k, p.name});
           }
         } catch (const Error& e) {
-          planning_errors.push_back(fmt::format("sm_{} {}{}: {}", arch, p.str(), tile ? " tile " + tile->str() : "",
-                                                e.what()));
+          // (a file's problem: its row, as the file's parse errors name it)
+          planning_errors.push_back(fmt::format("{}sm_{} {}{}: {}",
+                                                o.problems_file.empty()
+                                                    ? std::string()
+                                                    : fmt::format("{}: problems[{}]: ", o.problems_file, row),
+                                                arch, p.str(), tile ? " tile " + tile->str() : "", e.what()));
         }
       }
     }

@@ -279,6 +279,9 @@ TEST_CASE("cli: pregen from a problem file, failures are summarized and exit non
   CHECK(contains(r.err, "pregen: failures:"));
   CHECK(contains(r.err, "wide: f16"));
   CHECK(contains(r.err, "head_dim (320)"));
+  // The row of the file, as its parse errors name it (before: the problem only).
+  CHECK(contains(r.err, work.path() + "/problems.yml: problems[1]: sm_80 "));
+  CHECK_FALSE(contains(r.err, "problems[0]"));
 
   const Run bad_tile = run_cli({"pregen", "--arch", "90", "--head-dims", "256", "--dtypes", "f16", "--masks", "none",
                                 "--tiles", "256x128x4x4", "--list"},
