@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -415,6 +416,15 @@ int run_pregen(const PregenOptions& o) {
       if (out.empty()) throw InvalidArgument(fmt::format("{} has no value: give no, yes or no,yes", option));
       return out;
     };
+    // An empty list must not quietly mean "no problems": name the flag (as yes_no does).
+    for (const auto& [values, option, example] :
+         {std::tuple{&o.head_dims, "--head-dims", "64,128"}, std::tuple{&o.dtypes, "--dtypes", "f16,bf16"},
+          std::tuple{&o.masks, "--masks", "none,causalbr"}, std::tuple{&o.biases, "--bias", "none"}}) {
+      if (items(*values).empty())
+        throw InvalidArgument(fmt::format("{} has no value ('{}'): give one or more, e.g. {}, or leave {} out for "
+                                          "its default",
+                                          option, join(*values, ","), example, option));
+    }
     const std::vector<bool> lses = yes_no(o.lse, "--lse"), softcaps = yes_no(o.softcap, "--softcap"),
                             sinks = yes_no(o.sinks, "--sinks"), alibis = yes_no(o.alibi, "--alibi"),
                             varlens = yes_no(o.varlen, "--varlen"), pageds = yes_no(o.paged, "--paged");
@@ -510,13 +520,11 @@ int run_pregen(const PregenOptions& o) {
   }
   // An empty set is bad input, not a success: nothing would be compiled or listed.
   if (jobs.empty() && planning_errors.empty()) {
-    throw InvalidArgument(
-        problems.empty()
-            ? std::string("the set yields no kernels: the flags give no problem (--head-dims, --dtypes, --masks "
-                          "and --bias each need at least one value); nothing to compile")
-            : fmt::format("the set yields no kernels: all {} flag combinations were skipped (dtype not supported by "
-                          "the profile: {}); nothing to compile (choose --dtypes the profiles take, or other archs)",
-                          skipped, join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", ")));
+    // (every flag has a value by now, and a file at least one problem: the combinations were skipped)
+    throw InvalidArgument(fmt::format(
+        "the set yields no kernels: all {} flag combinations were skipped (dtype not supported by the profile: {}); "
+        "nothing to compile (choose --dtypes the profiles take, or other archs)",
+        skipped, join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", ")));
   }
   if (o.list) {
     for (const Job& j : jobs) std::printf("%s\n", j.spec.canonical().c_str());

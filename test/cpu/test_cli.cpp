@@ -2177,13 +2177,16 @@ TEST_CASE("cli: pregen of a set that yields no kernels fails (exit 2) and says w
     CHECK(contains(r.err, "bf16 on turing (sm_75)"));
     CHECK(contains(r.err, "nothing to compile"));
   }
-  for (const std::string& masks : {std::string(""), std::string(",")}) {
-    CAPTURE(masks);
-    const Run r = run_cli({"pregen", "--arch", "80", "--masks", masks}, env);
-    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
-    CHECK(r.rc == 2);
-    CHECK(contains(r.err, "the set yields no kernels: the flags give no problem"));
-  }
+  // An empty list names its flag (before: "the flags give no problem", the flag left to guess).
+  for (const char* flag : {"--masks", "--head-dims", "--dtypes", "--bias"})
+    for (const std::string& value : {std::string(""), std::string(",")}) {
+      CAPTURE(flag);
+      CAPTURE(value);
+      const Run r = run_cli({"pregen", "--arch", "80", flag, value}, env);
+      INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+      CHECK(r.rc == 2);
+      CHECK(contains(r.err, fmt::format("flashgen pregen: error: {} has no value ('{}'): give one or more", flag, value)));
+    }
   CHECK_FALSE(std::filesystem::exists(cache));  // nothing was written
   // A set that yields kernels for some arch is not empty: the bf16 combinations turing cannot run are skipped.
   const Run some = run_cli({"pregen", "--profile", "turing", "--arch", "80", "--dtypes", "bf16", "--head-dims", "64",
