@@ -27,6 +27,16 @@
 #include "runtime/cache.hpp"
 #include "tools/flashgen_cmds.hpp"
 
+// Whether stdout's output could not be written (flushed here); then says so on stderr, with the
+// reason in errno if the failed write set it.
+static bool stdout_failed(const std::string& command) {
+  if (std::fflush(stdout) == 0 && !std::ferror(stdout)) return false;
+  const int err = errno;
+  std::fprintf(stderr, "%s: error: writing the output to stdout failed%s%s\n", command.c_str(), err ? ": " : "",
+               err ? std::strerror(err) : "");
+  return true;
+}
+
 int main(int argc, char** argv) {
   using namespace flashgen::cli;
   CLI::App app{"flashgen: generate, pre-compile, tune and inspect libflashgen's flash-attention kernels"};
@@ -67,13 +77,7 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {  // --help, --version
       errno = 0;  // (the reason is the failed write's, in app.exit or in the flush)
       app.exit(e);
-      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {  // (as for every command's output, below)
-        const int err = errno;
-        std::fprintf(stderr, "%s: error: writing the output to stdout failed%s%s\n", command.c_str(), err ? ": " : "",
-                     err ? std::strerror(err) : "");
-        return 1;
-      }
-      return 0;
+      return stdout_failed(command) ? 1 : 0;
     }
     // Usage errors and numbers out of range (the option checks name the value and what is allowed).
     std::fprintf(stderr, "%s: error: %s; see %s --help\n", command.c_str(), e.what(), command.c_str());
@@ -85,12 +89,7 @@ int main(int argc, char** argv) {
     // Output that could not be written (a full disk, a closed pipe or stdout)
     // is a failure, not a success with nothing said.
     errno = 0;
-    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-      const int err = errno;
-      std::fprintf(stderr, "%s: error: writing the output to stdout failed%s%s\n", command.c_str(), err ? ": " : "",
-                   err ? std::strerror(err) : "");
-      return rc != 0 ? rc : 1;
-    }
+    if (stdout_failed(command)) return rc != 0 ? rc : 1;
     return rc;
   } catch (const ConfigError& e) {
     // Once, with the whole reason, before any kernel was attempted.
