@@ -174,8 +174,8 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["Q_FETCH"] = q_chunk_lines(qk, QStep::fetch, "      ", "nb.q", "nb.rows_valid");
   slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
   slots["QK"] = per_chunk(
-      qk, "    ", "fg_qk<{w}, {off}>(q_tile + 2 * (BLOCK_M * {off} + wg_row0 * {w}), k_tile + 2 * BLOCK_N * {off}, s);");
-  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + 2 * BLOCK_N * {off}, pa, o);");
+      qk, "    ", "fg_qk<{w}, {off}>(q_units + (BLOCK_M * {off} + wg_row0 * {w}) / 8, k_tile + BLOCK_N * {off} / 8, s);");
+  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + BLOCK_N * {off} / 8, pa, o);");
   slots["V_SCAN"] = per_chunk(
       vc, "          ",
       "fg_v_scan<{w}, decltype(clean)::value>(v_stage + BLOCK_N * {off}, scan_from, tid, bad, lowest, bits);");

@@ -148,14 +148,30 @@ FG_DEVICE void fg_mbar_arrive(u32 bar) {
 FG_DEVICE void fg_mbar_expect_tx(u32 bar, u32 bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
-// Waits until the phase with the given parity has completed.
+// Waits until the phase with the given parity has completed. SLEEP (the
+// producer's waits for a free stage, which last about a tile's math): each try
+// may suspend the thread until the phase completes, up to the time hint (PTX
+// ISA "mbarrier.test_wait / mbarrier.try_wait": suspendTimeHint, in ns), so a
+// waiting producer warp does not spin on the issue slots of the consumer warps
+// beside it on its SM sub-partition. Without it (the consumers' waits, which
+// are short or none) the thread retries at once.
+template <bool SLEEP = false>
 FG_DEVICE void fg_mbar_wait(u32 bar, u32 parity) {
-  asm volatile(
-      "{\n.reg .pred done;\nFG_WAIT:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra FG_WAIT;\n}\n" ::"r"(bar),
-      "r"(parity)
-      : "memory");
+  if constexpr (SLEEP) {
+    asm volatile(
+        "{\n.reg .pred done;\nFG_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1, %2;\n"
+        "@!done bra FG_WAIT;\n}\n" ::"r"(bar),
+        "r"(parity), "n"(10000000)
+        : "memory");
+  } else {
+    asm volatile(
+        "{\n.reg .pred done;\nFG_WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra FG_WAIT;\n}\n" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+  }
 }
 // One box of the 4-D tensor map (column, row, head, batch) into shared `dst`;
 // completion is counted in bytes on `bar`.
@@ -217,29 +233,38 @@ FG_DEVICE void fg_tma_prefetch(const FgTmaMap& map) {
 // groups is the stride byte offset. The leading byte offset is not used by
 // these layouts (K-major: one k16 step lies inside a row; MN-major: N = W is
 // one atom wide); it is given the same value.
+// The kernel keeps a tile's start address in descriptor units (`fg_desc_units`:
+// bytes / 16, the start-address field) and forms each wgmma's descriptor as
+// that plus a constant: a shared address of the block is below 2^18 (at most
+// 228 KB of shared memory), so the sum stays inside the 14-bit field, and the
+// other fields are constants (the high word entirely). One 32-bit add per
+// wgmma, instead of masking and shifting every address.
+FG_DEVICE u32 fg_desc_units(u32 addr) { return (addr & 0x3FFFFu) >> 4; }
 template <int W>
-FG_DEVICE u64 fg_desc(u32 addr) {
-  constexpr u64 SWIZZLE = W == 64 ? 1 : (W == 32 ? 2 : 3);
-  constexpr u64 GROUP = 8 * W * 2;
-  return (u64)((addr & 0x3FFFFu) >> 4) | ((GROUP >> 4) << 16) | ((GROUP >> 4) << 32) | (SWIZZLE << 62);
+FG_DEVICE u64 fg_desc(u32 units) {
+  constexpr u32 SWIZZLE = W == 64 ? 1 : (W == 32 ? 2 : 3);
+  constexpr u32 GROUP = 8 * W * 2;
+  return ((u64)((GROUP >> 4) | (SWIZZLE << 30)) << 32) | (units + ((GROUP >> 4) << 16));  // (units < 2^14)
 }
 
 @@WGMMA_OPS@@
 
 // S (+)= Q[:, OFF:OFF+W] . K[:, OFF:OFF+W]^T: W / 16 k16 steps, each +32 bytes
-// along the rows of both sub-tiles (inside one swizzle row).
+// along the rows of both sub-tiles (inside one swizzle row). q and k: the
+// sub-tiles' start addresses in descriptor units (fg_desc_units).
 template <int W, int OFF>
-FG_DEVICE void fg_qk(u32 q_addr, u32 k_addr, float (&s)[1][NT][4]) {
+FG_DEVICE void fg_qk(u32 q, u32 k, float (&s)[1][NT][4]) {
 #pragma unroll
   for (int ks = 0; ks < W / 16; ++ks)
-    fg_wgmma_qk(s, fg_desc<W>(q_addr + 32 * ks), fg_desc<W>(k_addr + 32 * ks), OFF == 0 && ks == 0 ? 0 : 1);
+    fg_wgmma_qk(s, fg_desc<W>(q + 2 * ks), fg_desc<W>(k + 2 * ks), OFF == 0 && ks == 0 ? 0 : 1);
 }
 
-// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row groups).
+// O[:, OFF:OFF+W] += P . V[:, OFF:OFF+W]: one k16 step per 16 keys (two row
+// groups, 32 * W bytes). v: the sub-tile's start address in descriptor units.
 template <int W, int OFF>
-FG_DEVICE void fg_pv(u32 v_addr, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
+FG_DEVICE void fg_pv(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
 #pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v_addr + kk * 32 * W));
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v + kk * 2 * W));
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
@@ -468,7 +493,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         // released the stage's previous tile, then announce the tile's bytes.
         auto claim = [&](u32 cnt, u32 empty0, u32 full0, u32 bytes) {
           const u32 s = cnt % STAGES;
-          if (cnt >= (u32)STAGES) fg_mbar_wait(empty0 + 8 * s, (cnt / STAGES - 1) & 1);
+          if (cnt >= (u32)STAGES) fg_mbar_wait<true>(empty0 + 8 * s, (cnt / STAGES - 1) & 1);
           if (plane == 0) fg_mbar_expect_tx(full0 + 8 * s, bytes);
           if (PAGED) __syncwarp();
           return s;
@@ -506,7 +531,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         auto load_k = [&](u32 cnt, int n0) {
           if constexpr (GATHER) {  // every producer thread: its rows of the tile, then its arrive
             const u32 s = cnt % STAGES;
-            if (cnt >= (u32)STAGES) fg_mbar_wait(empty_k(s), (cnt / STAGES - 1) & 1);
+            if (cnt >= (u32)STAGES) fg_mbar_wait<true>(empty_k(s), (cnt / STAGES - 1) & 1);
             gather(sk_addr + 2u * s * K_STAGE, blk.k, n0, p.k_stride_batch, p.k_stride_seq, FgBool<true>{});
             fg_cp_async_arrive_noinc(full_k(s));
             return;
@@ -531,7 +556,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
         auto load_v = [&](u32 cnt, int n0) {
           if constexpr (GATHER) {  // every producer thread: its rows of the tile, then its arrive
             const u32 s = cnt % STAGES;
-            if (cnt >= (u32)STAGES) fg_mbar_wait(empty_v(s), (cnt / STAGES - 1) & 1);
+            if (cnt >= (u32)STAGES) fg_mbar_wait<true>(empty_v(s), (cnt / STAGES - 1) & 1);
             gather(sv_addr + 2u * s * V_STAGE, blk.v, n0, p.v_stride_batch, p.v_stride_seq, FgBool<false>{});
             fg_cp_async_arrive_noinc(full_v(s));
             return;
@@ -576,7 +601,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(CONSUMER_REGS));
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int wg = warp >> 2, wg_row0 = wg * 64;  // this warpgroup, its first block row
+  // this warpgroup, its first block row (through a shuffle, which ptxas knows to be
+  // warp-uniform: what derives from it, the Q descriptors among them, can live in
+  // uniform registers)
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), wg_row0 = wg * 64;
   if (PINGPONG && wg == 1) fg_turn_pass(wg);  // warpgroup 0 takes the first turn
   if (MASK != 0 && tid == 0) {  // (before the item loop's first barrier)
     if (WINDOW) {
@@ -587,6 +615,9 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     }
   }
   const float scale = (float)p.softmax_scale;
+  // The tiles' start addresses in descriptor units (fg_desc): Q, and stage 0
+  // of K and V.
+  const u32 q_units = fg_desc_units(fg_smem_addr(sQ)), k_units = fg_desc_units(fg_smem_addr(sK)), v_units = fg_desc_units(fg_smem_addr(sV));
   auto release = [&](u32 bar) {
     if (lane == 0) fg_mbar_arrive(bar);
   };
@@ -633,8 +664,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     u32 pa[BLOCK_N / 16][4];  // P rounded to the input dtype: the A fragments of P.V
     // S = Qs . K^T of K tile number `cnt` (issued and committed, not waited for).
     auto qk = [&](u32 cnt) {
-      const u32 q_tile = fg_smem_addr(sQ);
-      const u32 k_tile = fg_smem_addr(sK + (cnt % STAGES) * K_STAGE);
+      const u32 k_tile = k_units + (cnt % STAGES) * (K_STAGE / 8);
       fg_wgmma_fence();
 @@QK@@
       fg_wgmma_commit();
@@ -750,7 +780,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       qk(ck);
       fg_rescale_o(o, corr);
       fg_wgmma_fence();
-      const u32 v_tile = fg_smem_addr(sV + (cv % STAGES) * V_STAGE);
+      const u32 v_tile = v_units + (cv % STAGES) * (V_STAGE / 8);
 @@PV@@
       fg_wgmma_commit();
       fg_turn_pass(wg);

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# One device call: Nsight Compute on dense forward kernels, ours and FlashAttention-4's, one
+# launch each (bench/ncu_dense.py: warm-up outside the profiled NVTX range), the full section
+# set with the per-instruction stall samples (SourceCounters). Builds the library only (no tests).
+#   usage: bench/ncu_dense.sh RUN...     RUN = system:shape:dtype:mask[:spec], e.g.
+#          bench/ncu_dense.sh ours:3:bf16:none fa4:3:bf16:none ours:2:f16:causal
+#   (system ours|fa4; shape an index into bench.py's list; spec: a kernel spec string for ours)
+# Writes $OUT/ncu-dense.tar.gz: per run NAME.txt (ncu's details page) and NAME-sass.csv (the
+# source page: every SASS instruction with its executed count and stall samples), NAME =
+# system-shape-dtype-mask; prints the headline metrics. FlashAttention-4 needs
+# /tmp/libs-cu13.tar.xz (or /tmp/part00 + .anchor/cdsl_b/part01) and .anchor/whl, as bench/run.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-$PWD/out}"
+mkdir -p "$OUT"
+[[ $# -ge 1 ]] || { echo "usage: bench/ncu_dense.sh system:shape:dtype:mask[:spec]..." >&2; exit 2; }
+export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build/kernel-cache}"
+# (the library bench/run.sh or test/run_device.sh built in this call, else one of its own)
+lib="$PWD/build/libflashgen.so"
+if [[ ! -f "$lib" ]]; then
+  lib="$PWD/build-ncu/libflashgen.so"
+  deps_args=()
+  [[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
+  { cmake -S . -B build-ncu -DCMAKE_BUILD_TYPE=Release -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
+      cmake --build build-ncu -j "$(nproc)" --target flashgen >/dev/null; } ||
+    { echo "bench/ncu_dense.sh: build failed" >&2; exit 1; }
+fi
+# FlashAttention-4 (as bench/run.sh sets it up)
+if [[ ! -f /tmp/libs-cu13.tar.xz && -f /tmp/part00 && -f .anchor/cdsl_b/part01 ]]; then
+  cat /tmp/part00 .anchor/cdsl_b/part01 >/tmp/libs-cu13.tar.xz
+fi
+if [[ -d .anchor/whl && -f /tmp/libs-cu13.tar.xz && ! -d /tmp/site/flash_attn ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .anchor/whl/*.whl &&
+    tar -xJf /tmp/libs-cu13.tar.xz -C /tmp/site || echo "bench/ncu_dense.sh: FlashAttention-4 setup failed" >&2
+fi
+[[ -d /tmp/site/flash_attn ]] && export PYTHONPATH="/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages${PYTHONPATH:+:$PYTHONPATH}"
+work=$(mktemp -d)
+rc=0
+for run in "$@"; do
+  IFS=: read -r system shape dtype mask spec <<<"$run"
+  name="$system-$shape-$dtype-$mask${spec:+-spec}"
+  extra=()
+  [[ -n "${spec:-}" ]] && extra=(--spec "$spec")
+  ncu --clock-control none --nvtx --nvtx-include "prof/" --launch-count 1 --set full --import-source no -f -o "$work/$name" \
+    python3 bench/ncu_dense.py --system "$system" --shape "$shape" --dtype "$dtype" --mask "$mask" \
+    --lib "$lib" "${extra[@]}" >"$work/$name.log" 2>&1
+  r=$?
+  rc=$((rc | r))
+  grep -E "ncu_dense.py:|==ERROR==|==WARNING==" "$work/$name.log" | head -5
+  [[ -f "$work/$name.ncu-rep" ]] || { echo "$name: no report (rc $r)"; tail -5 "$work/$name.log"; continue; }
+  ncu --import "$work/$name.ncu-rep" --page details >"$work/$name.txt" 2>&1
+  ncu --import "$work/$name.ncu-rep" --page source --csv --print-source sass >"$work/$name-sass.csv" 2>&1
+  echo "== $name"
+  grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Registers Per Thread|Theoretical Occupancy|Warp Cycles Per Issued|Executed Instructions  " \
+    "$work/$name.txt" | head -16
+done
+tar -czf "$OUT/ncu-dense.tar.gz" -C "$work" $(cd "$work" && ls | grep -v '\.ncu-rep$')
+ls -la "$OUT/ncu-dense.tar.gz"
+exit "$rc"
