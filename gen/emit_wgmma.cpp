@@ -61,6 +61,16 @@ std::string acc_operands(int n, const std::string& array, const std::string& fir
   return s;
 }
 
+// P.V as one wgmma per k16 step across every V chunk (fg_pv_whole) when the chunks
+// are all 64 wide, so that they are the N direction's swizzle atoms of one MN-major
+// operand (N = head_dim_v <= 256); otherwise one wgmma per chunk (fg_pv).
+bool pv_whole(const std::vector<int>& v_chunks) {
+  if (v_chunks.size() < 2) return false;
+  for (int w : v_chunks)
+    if (w != 64) return false;
+  return true;
+}
+
 std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) {
   const char* t = spec.dtype == DType::bf16 ? "bf16" : "f16";
   const int n = spec.tile.block_n, regs = n / 2;
@@ -81,6 +91,7 @@ std::string wgmma_ops(const KernelSpec& spec, const std::vector<int>& v_chunks) 
       fmt::arg("n", n), fmt::arg("t", t), fmt::arg("regs", reg_list(0, regs)), fmt::arg("acc", regs + 2),
       fmt::arg("da", regs), fmt::arg("db", regs + 1), fmt::arg("outs", acc_operands(n, "d", "")));
   std::set<int> widths(v_chunks.begin(), v_chunks.end());
+  if (pv_whole(v_chunks)) widths.insert(spec.head_dim_v);  // (fg_pv_whole's, N = head_dim_v)
   for (int w : widths) {
     const int r = w / 2;
     s += fmt::format(
@@ -175,7 +186,8 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
   slots["QK"] = per_chunk(
       qk, "    ", "fg_qk<{w}, {off}>(q_units + (BLOCK_M * {off} + wg_row0 * {w}) / 8, k_tile + BLOCK_N * {off} / 8, s);");
-  slots["PV"] = per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + BLOCK_N * {off} / 8, pa, o);");
+  slots["PV"] = pv_whole(vc) ? std::string("    fg_pv_whole<HEAD_DIM_V>(v_tile, pa, o);")
+                             : per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + BLOCK_N * {off} / 8, pa, o);");
   slots["V_SCAN"] = per_chunk(
       vc, "          ",
       "fg_v_scan<{w}, decltype(clean)::value>(v_stage + BLOCK_N * {off}, scan_from, tid, bad, lowest, bits);");

@@ -1553,6 +1553,14 @@ FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS
 // each warpgroup reaches them having passed its previous turn, and every tile
 // takes turns.
 constexpr bool PINGPONG = WARPS == 8;
+// Where O is rescaled: with head_dim_v >= 128 at the end of a tile, after
+// its P.V and outside the turn window, so the other warpgroup's turn comes
+// as soon as this one's wgmmas are issued (the window's length bounds the
+// tile pair when the GEMMs are long); below, inside the window, where the
+// rescale's FMULs overlap the QK^T wgmma and the softmax's chain is what
+// bounds the tile (D64: 2-4 % slower the other way; bench/NOTES.md
+// session 22, steps 54-55).
+constexpr bool RESCALE_AFTER_PV = HEAD_DIM_V >= 128;
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 FG_DEVICE void fg_turn_wait(int wg) {
   if constexpr (PINGPONG) {
@@ -1702,6 +1710,17 @@ struct FgPv<64> {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
   }
 };
+template <>
+struct FgPv<128> {
+  template <int J0>
+  static FG_DEVICE void mma(float (&o)[1][OT][4], const u32 (&a)[4], u64 db) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+        : "+f"(o[0][J0 + 0][0]), "+f"(o[0][J0 + 0][1]), "+f"(o[0][J0 + 0][2]), "+f"(o[0][J0 + 0][3]), "+f"(o[0][J0 + 1][0]), "+f"(o[0][J0 + 1][1]), "+f"(o[0][J0 + 1][2]), "+f"(o[0][J0 + 1][3]), "+f"(o[0][J0 + 2][0]), "+f"(o[0][J0 + 2][1]), "+f"(o[0][J0 + 2][2]), "+f"(o[0][J0 + 2][3]), "+f"(o[0][J0 + 3][0]), "+f"(o[0][J0 + 3][1]), "+f"(o[0][J0 + 3][2]), "+f"(o[0][J0 + 3][3]), "+f"(o[0][J0 + 4][0]), "+f"(o[0][J0 + 4][1]), "+f"(o[0][J0 + 4][2]), "+f"(o[0][J0 + 4][3]), "+f"(o[0][J0 + 5][0]), "+f"(o[0][J0 + 5][1]), "+f"(o[0][J0 + 5][2]), "+f"(o[0][J0 + 5][3]), "+f"(o[0][J0 + 6][0]), "+f"(o[0][J0 + 6][1]), "+f"(o[0][J0 + 6][2]), "+f"(o[0][J0 + 6][3]), "+f"(o[0][J0 + 7][0]), "+f"(o[0][J0 + 7][1]), "+f"(o[0][J0 + 7][2]), "+f"(o[0][J0 + 7][3]), "+f"(o[0][J0 + 8][0]), "+f"(o[0][J0 + 8][1]), "+f"(o[0][J0 + 8][2]), "+f"(o[0][J0 + 8][3]), "+f"(o[0][J0 + 9][0]), "+f"(o[0][J0 + 9][1]), "+f"(o[0][J0 + 9][2]), "+f"(o[0][J0 + 9][3]), "+f"(o[0][J0 + 10][0]), "+f"(o[0][J0 + 10][1]), "+f"(o[0][J0 + 10][2]), "+f"(o[0][J0 + 10][3]), "+f"(o[0][J0 + 11][0]), "+f"(o[0][J0 + 11][1]), "+f"(o[0][J0 + 11][2]), "+f"(o[0][J0 + 11][3]), "+f"(o[0][J0 + 12][0]), "+f"(o[0][J0 + 12][1]), "+f"(o[0][J0 + 12][2]), "+f"(o[0][J0 + 12][3]), "+f"(o[0][J0 + 13][0]), "+f"(o[0][J0 + 13][1]), "+f"(o[0][J0 + 13][2]), "+f"(o[0][J0 + 13][3]), "+f"(o[0][J0 + 14][0]), "+f"(o[0][J0 + 14][1]), "+f"(o[0][J0 + 14][2]), "+f"(o[0][J0 + 14][3]), "+f"(o[0][J0 + 15][0]), "+f"(o[0][J0 + 15][1]), "+f"(o[0][J0 + 15][2]), "+f"(o[0][J0 + 15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+  }
+};
 
 // S (+)= Q[:, OFF:OFF+W] . K[:, OFF:OFF+W]^T: W / 16 k16 steps, each +32 bytes
 // along the rows of both sub-tiles (inside one swizzle row). q and k: the
@@ -1719,6 +1738,22 @@ template <int W, int OFF>
 FG_DEVICE void fg_pv(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v + kk * 2 * W));
+}
+
+// O += P . V over all of V's head-dim chunks at once (N = HEAD_DIM_V), when every
+// chunk is 64 wide: one wgmma per k16 step. The chunks are then the swizzle atoms of
+// one MN-major operand along N, BLOCK_N * 128 bytes apart (the leading byte offset of
+// an MN-major layout), and 8-key groups lie 1024 bytes apart (the stride byte offset)
+// as in one chunk (PTX ISA "Matrix Descriptor Format", "Shared Memory Matrix Layout").
+// v: the tile's start address in descriptor units.
+template <int W>
+FG_DEVICE void fg_pv_whole(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
+  static_assert(W == HEAD_DIM_V && W % 64 == 0 && W <= 256, "fg_pv_whole: 64-wide chunks, N = HEAD_DIM_V <= 256");
+  constexpr u32 LBO = BLOCK_N * 128 / 16, SBO = 1024 / 16;
+  static_assert(LBO < (1u << 14), "fg_pv_whole: the chunk stride must fit the descriptor's 14-bit field");
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+    FgPv<W>::template mma<0>(o, pa[kk], ((u64)(SBO | (1u << 30)) << 32) | (v + kk * 128 + (LBO << 16)));
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
@@ -2152,13 +2187,16 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_reg_fence(s);
       release(empty_k(c % STAGES));
       fg_softmax(p, blk, n_tiles - 1, warp, g, t, s, row_max, row_sum, corr);
+      if (RESCALE_AFTER_PV) fg_rescale_o(o, corr);  // (O is 0 here)
       to_p();
     }
     // Tile i (the i-th taken; key tile kt = n_tiles - 1 - i: the tiles go from
     // the last key tile down, as the producer loads them): entering, P of tile
     // i is in `pa` and corr holds the factor for O (no wgmma in flight); S of
-    // tile i+1 is issued, O rescaled, P.V of tile i issued, and the softmax of
-    // tile i+1 runs while P.V does. On the last tile an S is computed on
+    // tile i+1 and P.V of tile i are issued in this warpgroup's turn, and the
+    // softmax of tile i+1 runs while P.V does. O is rescaled by corr between
+    // the two issues, or (RESCALE_AFTER_PV) at the end of the previous tile,
+    // after its P.V. On the last tile an S is computed on
     // whatever the next stage holds and never read (a branch around the wgmma
     // would make ptxas serialize them). Nothing is in flight between tiles, so
     // the tiles a causal mask cuts for some row of the block (BAND, taken
@@ -2243,11 +2281,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
       fg_turn_wait(wg);
       qk(ck);
-      fg_rescale_o(o, corr);
+      if (!RESCALE_AFTER_PV) fg_rescale_o(o, corr);
       fg_wgmma_fence();
       const u32 v_tile = v_units + (cv % STAGES) * (V_STAGE / 8);
-    fg_pv<64, 0>(v_tile + BLOCK_N * 0 / 8, pa, o);
-    fg_pv<64, 64>(v_tile + BLOCK_N * 64 / 8, pa, o);
+    fg_pv_whole<HEAD_DIM_V>(v_tile, pa, o);
       fg_wgmma_commit();
       fg_turn_pass(wg);
       fg_wgmma_wait<1>();  // S of tile i+1 complete (P.V of tile i may still run)
@@ -2275,7 +2312,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       if (band_k < BLOCK_N) fg_poison_rows<FgFragM16>(blk, kt, warp * 16 + g, band_k, row_sum);
       release(empty_v(cv % STAGES));
-      if (next) to_p();
+      if (next) {
+        if (RESCALE_AFTER_PV) fg_rescale_o(o, corr);  // for tile i+1's P.V
+        to_p();
+      }
     };
     // The tiles taken first: the ones the mask cuts for row 0 of the block,
     // key tiles from band_from on (the least kt with kt * BLOCK_N + BLOCK_N - 1

@@ -1552,6 +1552,14 @@ FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS
 // each warpgroup reaches them having passed its previous turn, and every tile
 // takes turns.
 constexpr bool PINGPONG = WARPS == 8;
+// Where O is rescaled: with head_dim_v >= 128 at the end of a tile, after
+// its P.V and outside the turn window, so the other warpgroup's turn comes
+// as soon as this one's wgmmas are issued (the window's length bounds the
+// tile pair when the GEMMs are long); below, inside the window, where the
+// rescale's FMULs overlap the QK^T wgmma and the softmax's chain is what
+// bounds the tile (D64: 2-4 % slower the other way; bench/NOTES.md
+// session 22, steps 54-55).
+constexpr bool RESCALE_AFTER_PV = HEAD_DIM_V >= 128;
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 FG_DEVICE void fg_turn_wait(int wg) {
   if constexpr (PINGPONG) {
@@ -1729,6 +1737,22 @@ template <int W, int OFF>
 FG_DEVICE void fg_pv(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
 #pragma unroll
   for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<OFF / 8>(o, pa[kk], fg_desc<W>(v + kk * 2 * W));
+}
+
+// O += P . V over all of V's head-dim chunks at once (N = HEAD_DIM_V), when every
+// chunk is 64 wide: one wgmma per k16 step. The chunks are then the swizzle atoms of
+// one MN-major operand along N, BLOCK_N * 128 bytes apart (the leading byte offset of
+// an MN-major layout), and 8-key groups lie 1024 bytes apart (the stride byte offset)
+// as in one chunk (PTX ISA "Matrix Descriptor Format", "Shared Memory Matrix Layout").
+// v: the tile's start address in descriptor units.
+template <int W>
+FG_DEVICE void fg_pv_whole(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
+  static_assert(W == HEAD_DIM_V && W % 64 == 0 && W <= 256, "fg_pv_whole: 64-wide chunks, N = HEAD_DIM_V <= 256");
+  constexpr u32 LBO = BLOCK_N * 128 / 16, SBO = 1024 / 16;
+  static_assert(LBO < (1u << 14), "fg_pv_whole: the chunk stride must fit the descriptor's 14-bit field");
+#pragma unroll
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
+    FgPv<W>::template mma<0>(o, pa[kk], ((u64)(SBO | (1u << 30)) << 32) | (v + kk * 128 + (LBO << 16)));
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
@@ -2164,13 +2188,16 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_reg_fence(s);
       release(empty_k(c % STAGES));
       fg_softmax(p, blk, n_tiles - 1, warp, g, t, s, row_max, row_sum, corr);
+      if (RESCALE_AFTER_PV) fg_rescale_o(o, corr);  // (O is 0 here)
       to_p();
     }
     // Tile i (the i-th taken; key tile kt = n_tiles - 1 - i: the tiles go from
     // the last key tile down, as the producer loads them): entering, P of tile
     // i is in `pa` and corr holds the factor for O (no wgmma in flight); S of
-    // tile i+1 is issued, O rescaled, P.V of tile i issued, and the softmax of
-    // tile i+1 runs while P.V does. On the last tile an S is computed on
+    // tile i+1 and P.V of tile i are issued in this warpgroup's turn, and the
+    // softmax of tile i+1 runs while P.V does. O is rescaled by corr between
+    // the two issues, or (RESCALE_AFTER_PV) at the end of the previous tile,
+    // after its P.V. On the last tile an S is computed on
     // whatever the next stage holds and never read (a branch around the wgmma
     // would make ptxas serialize them). Nothing is in flight between tiles, so
     // the tiles a causal mask cuts for some row of the block (BAND, taken
@@ -2255,7 +2282,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
       fg_turn_wait(wg);
       qk(ck);
-      fg_rescale_o(o, corr);
+      if (!RESCALE_AFTER_PV) fg_rescale_o(o, corr);
       fg_wgmma_fence();
       const u32 v_tile = v_units + (cv % STAGES) * (V_STAGE / 8);
     fg_pv<64, 0>(v_tile + BLOCK_N * 0 / 8, pa, o);
@@ -2287,7 +2314,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       if (band_k < BLOCK_N) fg_poison_rows<FgFragM16>(blk, kt, warp * 16 + g, band_k, row_sum);
       release(empty_v(cv % STAGES));
-      if (next) to_p();
+      if (next) {
+        if (RESCALE_AFTER_PV) fg_rescale_o(o, corr);  // for tile i+1's P.V
+        to_p();
+      }
     };
     // The tiles taken first: the ones the mask cuts for row 0 of the block,
     // key tiles from band_from on (the least kt with kt * BLOCK_N + BLOCK_N - 1
