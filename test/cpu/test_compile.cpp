@@ -12,6 +12,9 @@
 // 128 up to 72; every kernel with spills is listed in
 // the summary.
 //
+// The job list is the same on every machine for the archs its NVRTC targets (the
+// rotations advance over every known arch; jobs of an arch it does not target are
+// dropped), so a machine without sm_70 compiles a subset of what CI compiles.
 // Coverage (not a full cross product; every value of every factor at every arch):
 //   A. every arch x profile dtype x head_dim in {16, 32, 64, 72, 80, 96, 128, 160, 192, 256},
 //      with the (mask, bias, lse) combination rotating through all 18;
@@ -19,7 +22,12 @@
 //      combinations, dtype alternating over the profile's dtypes;
 //   C. the split-KV forward (fwd_split) on every arch with the profile's
 //      mma.sync unit: head dims 64, 128, 256 x pack 1, 4, 16 x its dtypes,
-//      and for pack 4 the decode planner's key-split tile (16 rows).
+//      and for pack 4 the decode planner's key-split tile (16 rows);
+//   D-F. windows, sinks and ALiBi; packed batches and paged caches; one
+//      paged 3-warp tile (each section says what it adds);
+//   G. the wgmma kernels (sm_90a) of the sm_90 profile's wgmma_flash tiles: six
+//      head dims x its dtypes, windows with sinks and ALiBi, softcap, packed
+//      batches over a paged cache.
 // sm_70 compiles with an NVRTC of CUDA 12 (CUDA 13's refuses sm_70; see
 // runtime/nvrtc.hpp); without one on the machine its part is skipped with a
 // message saying so. The Blackwell archs need NVRTC 12.9 or later (12.8 has
@@ -44,6 +52,7 @@
 #include <vector>
 
 #include "flashgen/flashgen.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
 #include "test/cpu/rt_test_util.hpp"
@@ -81,10 +90,13 @@ std::vector<Combo> all_combos() {
 //  - packed batches or paged KV caches at head dims above 128: 8-32 bytes at
 //    255 registers (the sequence's offsets, the page table's row pointer).
 //    Bounded at 40.
-//  - wgmma with a paged KV cache: 20-60 bytes (the producer warpgroup's 24
+//  - wgmma with a paged KV cache: 20-72 bytes (the producer warpgroup's 24
 //    registers hold the page lookups of its boxes; the consumers' 64-bit work
-//    item division becomes a call whose return address goes to the stack).
-//    Bounded at 64.
+//    item division becomes a call whose return address goes to the stack; the
+//    D256 causal packed batch with LSE loads 72 bytes). Bounded at 80.
+//  - wgmma above head dim 128 with a bias: D256 with LSE reports 12 bytes of
+//    stores and 48 of loads, at the kernel's start and after the key loop
+//    (nvdisasm: no STL/LDL inside a key loop). Bounded at 48.
 //  - sm_90a wgmma kernels with a causal mask: the loop of the tiles the mask
 //    cuts (templates/fwd_wgmma.cu) is a second copy of the key loop; the D256
 //    bm128 bn64 w8 tile reports 8 bytes, the others 0. Bounded at 8.
@@ -104,7 +116,9 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   if (s.unit == MatrixUnit::m8n8k4 && s.head_dim > 128 && s.sinks && s.mask != MaskKind::none) return 64;
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 80;
   // (before the window rule: a paged d256 window kernel reports 24-32 bytes)
-  if (s.unit == MatrixUnit::wgmma && s.paged) return 64;
+  if (s.unit == MatrixUnit::wgmma && s.paged) return 80;
+  // wgmma above head dim 128 with a bias: 12 bytes of stores, 48 of loads (D256, LSE).
+  if (s.unit == MatrixUnit::wgmma && std::max(s.head_dim, s.head_dim_v) > 128 && s.bias != BiasKind::none) return 48;
   if ((s.varlen || s.paged) && std::max(s.head_dim, s.head_dim_v) > 128) return 40;
   // m16n8k16 with a sliding window: 4-8 bytes at 255 registers at head dims 128-256 (the window's
   // lower-edge mask and the P.V steps' bad-key bits). Bounded at 16.
@@ -190,6 +204,14 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
     MESSAGE("sm_" << arch << " kernels skipped: NVRTC " << rt::nvrtc_version().str()
                   << " does not target it (NVRTC 12.9 or later does)");
   }
+  // The jobs are generated over every arch the grid knows, in one order, and the
+  // rotations below advance for each of them whether or not this machine's NVRTC
+  // targets it; a job for an arch it does not target is dropped. So every machine
+  // compiles the same kernels for the archs it has (without a CUDA 12 NVRTC, sm_70's
+  // are left out, not the other archs' combinations shifted to untested ones).
+  const std::vector<int> gen_archs = {70, 75, 80, 86, 89, 90, 100, 103, 120, 121};
+  const std::set<int> compiled_archs(archs.begin(), archs.end());
+  for (int arch : archs) REQUIRE(std::find(gen_archs.begin(), gen_archs.end(), arch) != gen_archs.end());
   const std::vector<int> head_dims = {16, 32, 64, 72, 80, 96, 128, 160, 192, 256};
   const std::vector<int> full_combo_dims = {96, 256};
   const std::vector<Combo> combos = all_combos();
@@ -207,6 +229,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
     for (const auto& pr : problems) why += "\n  " + pr;
     INFO("spec ", s.canonical(), " profile ", profile.name, why);
     REQUIRE(problems.empty());
+    if (compiled_archs.count(s.arch) == 0) return false;
     if (!seen.insert(s.canonical()).second) return false;
     jobs.push_back({s});
     return true;
@@ -215,7 +238,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
     add_valid(test::spec_for(profile, arch, dt, d, d, c.mask, c.bias, c.lse), profile);
   };
   size_t rotate = 0;
-  for (int arch : archs) {
+  for (int arch : gen_archs) {
     const Profile& profile = profile_for_arch(arch);
     const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
     for (DType dt : dtypes)
@@ -253,7 +276,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
   // mma.sync unit: head dims 64, 128, 256, pack 1, 4, 16 and the 18 (mask,
   // bias, lse) combinations rotating, the profile's dtypes.
   size_t split_jobs = 0;
-  for (int arch : archs) {
+  for (int arch : gen_archs) {
     const Profile& profile = profile_for_arch(arch);
     // (every builtin profile's matrix_unit is an mma.sync unit; wgmma is an extra)
     for (DType dt : profile.matrix_unit.operand_dtypes)
@@ -279,7 +302,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
           CHECK(k.key_warps() == (profile.matrix_unit.shape == MatrixUnit::m8n8k4 ? 1 : std::min(4, k.tile.block_n / 16)));
           INFO("spec ", k.canonical());
           REQUIRE(validate(k, profile).empty());
-          if (seen.insert(k.canonical()).second) {
+          if (compiled_archs.count(arch) != 0 && seen.insert(k.canonical()).second) {
             jobs.push_back({k});
             ++split_jobs;
           }
@@ -300,7 +323,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
                                      {MaskKind::window_bottom_right, true, true},
                                      {MaskKind::causal_top_left, true, true}};
   size_t modifier_jobs = 0;
-  for (int arch : archs) {
+  for (int arch : gen_archs) {
     const Profile& profile = profile_for_arch(arch);
     const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
     for (int d : {64, 128, 256})
@@ -326,7 +349,7 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
   // paged, both), the forward and the split kernel.
   const MaskKind varlen_masks[] = {MaskKind::causal_bottom_right, MaskKind::window_top_left, MaskKind::none};
   size_t varlen_jobs = 0;
-  for (int arch : archs) {
+  for (int arch : gen_archs) {
     const Profile& profile = profile_for_arch(arch);
     const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
     for (int d : {64, 256})
@@ -358,6 +381,40 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
     s.paged = true;
     add_valid(s, profile);
   }
+
+  // G. The wgmma kernels (sm_90a) of every sm_90 profile's wgmma_flash tiles: head dims 64, 80,
+  // 96, 128, 192, 256 x the profile's dtypes with the (mask, bias, lse) combinations rotating; then
+  // at head dims 64, 128 and 256 a sliding window with sinks and ALiBi, softcap with a causal
+  // mask, and a packed batch over a paged cache.
+  size_t wgmma_jobs = 0;
+  for (int arch : gen_archs) {
+    const Profile& profile = profile_for_arch(arch);
+    if (profile.wgmma_flash.empty()) continue;
+    const std::vector<DType>& dtypes = profile.matrix_unit.operand_dtypes;
+    auto wgmma_spec = [&](DType dt, int d, MaskKind mask, BiasKind bias, bool lse) {
+      KernelSpec s = test::spec_for(profile, arch, dt, d, d, mask, bias, lse);
+      s.unit = MatrixUnit::wgmma;
+      s.tile = profile.tile_for(d, MatrixUnit::wgmma).tile;
+      return s;
+    };
+    for (DType dt : dtypes)
+      for (int d : {64, 80, 96, 128, 192, 256}) {
+        const Combo& c = combos[rotate++ % combos.size()];
+        if (add_valid(wgmma_spec(dt, d, c.mask, c.bias, c.lse), profile)) ++wgmma_jobs;
+      }
+    for (int d : {64, 128, 256}) {
+      const DType dt = dtypes[rotate++ % dtypes.size()];
+      KernelSpec w = wgmma_spec(dt, d, MaskKind::window_bottom_right, BiasKind::none, true);
+      w.sinks = w.alibi = true;
+      KernelSpec c = wgmma_spec(dt, d, MaskKind::causal_top_left, BiasKind::none, false);
+      c.softcap = true;
+      KernelSpec v = wgmma_spec(dt, d, MaskKind::causal_bottom_right, BiasKind::none, true);
+      v.varlen = v.paged = true;
+      for (const KernelSpec& k : {w, c, v})
+        if (add_valid(k, profile)) ++wgmma_jobs;
+    }
+  }
+  if (compiled_archs.count(90) != 0) CHECK(wgmma_jobs >= 20);
 
   test::ScopedCache cache;  // fresh: every kernel goes through NVRTC
   struct Result {
@@ -404,8 +461,10 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
     CHECK(test::is_elf(r.kernel.cubin));
     CHECK(r.kernel.name == j.spec.kernel_name());
     INFO("ptxas report:\n", r.kernel.compile_log);
+    // (wgmma kernels compile for sm_90a: the unit's arch suffix)
     CHECK(r.kernel.compile_log.find("Compiling entry function '" + j.spec.kernel_name() + "' for 'sm_" +
-                                    std::to_string(j.spec.arch) + "'") != std::string::npos);
+                                    std::to_string(j.spec.arch) + std::string(gen::unit_traits(j.spec.unit).arch_suffix) +
+                                    "'") != std::string::npos);
     const PtxasReport rep = parse_ptxas(r.kernel.compile_log);
     CHECK(rep.ok);
     CHECK(rep.entries >= 1);
