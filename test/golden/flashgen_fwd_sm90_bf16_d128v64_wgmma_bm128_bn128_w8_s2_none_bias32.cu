@@ -1667,9 +1667,11 @@ FG_DEVICE void fg_tma_prefetch(const FgTmaMap& map) {
 // 0-13 start address >> 4, 16-29 leading byte offset >> 4, 32-45 stride byte
 // offset >> 4, 62-63 swizzle mode: 1 = 128B, 2 = 64B, 3 = 32B). Rows are
 // grouped by 8 (one swizzle atom of 8 * W * 2 bytes); the distance between
-// groups is the stride byte offset. The leading byte offset is not used by
-// these layouts (K-major: one k16 step lies inside a row; MN-major: N = W is
-// one atom wide); it is given the same value.
+// groups is the stride byte offset. The leading byte offset LBO (bytes) is
+// not used by the one-atom layouts (K-major: one k16 step lies inside a row;
+// MN-major: N = W is one atom wide) and defaults to the same value; an
+// MN-major operand several atoms wide along N (fg_pv_whole) gives the distance
+// between its atoms.
 // The kernel keeps a tile's start address in descriptor units (`fg_desc_units`:
 // bytes / 16, the start-address field) and forms each wgmma's descriptor as
 // that plus a constant: a shared address of the block is below 2^18 (at most
@@ -1677,11 +1679,12 @@ FG_DEVICE void fg_tma_prefetch(const FgTmaMap& map) {
 // other fields are constants (the high word entirely). One 32-bit add per
 // wgmma, instead of masking and shifting every address.
 FG_DEVICE u32 fg_desc_units(u32 addr) { return (addr & 0x3FFFFu) >> 4; }
-template <int W>
+template <int W, u32 LBO = 8 * W * 2>
 FG_DEVICE u64 fg_desc(u32 units) {
   constexpr u32 SWIZZLE = W == 64 ? 1 : (W == 32 ? 2 : 3);
   constexpr u32 GROUP = 8 * W * 2;
-  return ((u64)((GROUP >> 4) | (SWIZZLE << 30)) << 32) | (units + ((GROUP >> 4) << 16));  // (units < 2^14)
+  static_assert(LBO % 16 == 0 && (LBO >> 4) < (1u << 14), "fg_desc: the leading byte offset must fit the 14-bit field");
+  return ((u64)((GROUP >> 4) | (SWIZZLE << 30)) << 32) | (units + ((LBO >> 4) << 16));  // (units < 2^14)
 }
 
 // S (+)= A.B: wgmma.mma_async m64n128k16, A (Q) and B (K) from shared memory,
@@ -1737,11 +1740,8 @@ FG_DEVICE void fg_pv(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][
 template <int W>
 FG_DEVICE void fg_pv_whole(u32 v, const u32 (&pa)[BLOCK_N / 16][4], float (&o)[1][OT][4]) {
   static_assert(W == HEAD_DIM_V && W % 64 == 0 && W <= 256, "fg_pv_whole: 64-wide chunks, N = HEAD_DIM_V <= 256");
-  constexpr u32 LBO = BLOCK_N * 128 / 16, SBO = 1024 / 16;
-  static_assert(LBO < (1u << 14), "fg_pv_whole: the chunk stride must fit the descriptor's 14-bit field");
 #pragma unroll
-  for (int kk = 0; kk < BLOCK_N / 16; ++kk)
-    FgPv<W>::template mma<0>(o, pa[kk], ((u64)(SBO | (1u << 30)) << 32) | (v + kk * 128 + (LBO << 16)));
+  for (int kk = 0; kk < BLOCK_N / 16; ++kk) FgPv<W>::template mma<0>(o, pa[kk], fg_desc<64, BLOCK_N * 128>(v + kk * 128));
 }
 
 // ---- causal masks and non-finite V (fwd_block.cuh, "causal masks and P.V") --
