@@ -290,15 +290,22 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                            t.head_dim_le, out.back().head_dim_le));
       }
       if (wgmma) {
-        if (t.tile.warps != u.warps_a && t.tile.warps != u.warps_b) {
-          r.fail(path + ".warps", fmt::format("has value {}: wgmma tiles have one or two consumer warpgroups "
-                                              "(warps {} or {}; the producer warpgroup is added)",
-                                              t.tile.warps, u.warps_a, u.warps_b));
+        if (t.tile.warps != u.warps_a && t.tile.warps != u.warps_b && t.tile.warps != u.warps_c) {
+          r.fail(path + ".warps", fmt::format("has value {}: wgmma tiles have one, two or three consumer "
+                                              "warpgroups (warps {}, {} or {}; the producer warpgroup is added)",
+                                              t.tile.warps, u.warps_a, u.warps_b, u.warps_c));
         }
-        if (t.tile.warps == u.warps_a && t.tile.block_n > u.max_block_n_low_warps) {
-          r.fail(path + ".block_n", fmt::format("has value {}: at most {} with warps {} (two blocks per SM leave "
-                                                "128 registers per thread at launch)",
-                                                t.tile.block_n, u.max_block_n_low_warps, u.warps_a));
+        if ((t.tile.warps == u.warps_a || t.tile.warps == u.warps_c) && t.tile.block_n > u.max_block_n_low_warps) {
+          r.fail(path + ".block_n", fmt::format("has value {}: at most {} with warps {} (two blocks per SM with "
+                                                "warps {}, 512 threads a block with warps {}: 128 registers per "
+                                                "thread at launch)",
+                                                t.tile.block_n, u.max_block_n_low_warps, t.tile.warps, u.warps_a,
+                                                u.warps_c));
+        }
+        if (t.tile.warps == u.warps_c && t.head_dim_le > 128) {
+          r.fail(path + ".warps", fmt::format("has value {} with head_dim_le {}: three consumer warpgroups "
+                                              "(160 registers a thread) take head dims up to 128",
+                                              t.tile.warps, t.head_dim_le));
         }
         if (u.block_m_is_16_warps && t.tile.block_m != 16 * t.tile.warps) {
           r.fail(path + ".block_m", fmt::format("has value {}: a wgmma tile has 64 query rows per warpgroup "

@@ -725,18 +725,27 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
     }
   }
   if (u.warps_a != 0 && spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
-      ((spec.tile.warps != u.warps_a && spec.tile.warps != u.warps_b) ||
+      ((spec.tile.warps != u.warps_a && spec.tile.warps != u.warps_b && spec.tile.warps != u.warps_c) ||
        (u.block_m_is_16_warps && spec.tile.block_m != 16 * spec.tile.warps))) {
-    add(fmt::format("block_m ({}) and warps ({}) must give one or two consumer warpgroups ({} warps each) "
-                    "{} query rows apiece for the {} unit: warps {} or {} and block_m = 16 * warps.",
-                    spec.tile.block_m, spec.tile.warps, u.warps_a, 16 * u.warps_a, unit_name, u.warps_a, u.warps_b));
+    add(fmt::format("block_m ({}) and warps ({}) must give one, two or three consumer warpgroups ({} warps "
+                    "each) of {} query rows apiece for the {} unit: warps {}, {} or {} and block_m = 16 * warps.",
+                    spec.tile.block_m, spec.tile.warps, u.warps_a, 16 * u.warps_a, unit_name, u.warps_a, u.warps_b,
+                    u.warps_c));
   }
-  if (u.max_block_n_low_warps != 0 && spec.tile.warps == u.warps_a && spec.tile.block_n > u.max_block_n_low_warps) {
-    add(fmt::format("block_n ({}) must be at most {} for the {} unit with warps {}: two such blocks "
-                    "share an SM, so a thread starts with 128 registers, fewer than a wgmma m64nNk16 "
-                    "with N > {} needs; use warps {} (one block per SM) for wider key tiles.",
-                    spec.tile.block_n, u.max_block_n_low_warps, unit_name, u.warps_a, u.max_block_n_low_warps,
-                    u.warps_b));
+  const bool low_regs = spec.tile.warps == u.warps_a || (u.warps_c != 0 && spec.tile.warps == u.warps_c);
+  if (u.max_block_n_low_warps != 0 && low_regs && spec.tile.block_n > u.max_block_n_low_warps) {
+    add(fmt::format("block_n ({}) must be at most {} for the {} unit with warps {}: a thread starts with 128 "
+                    "registers (warps {}: two blocks share an SM; warps {}: 512 threads a block), fewer than a "
+                    "wgmma m64nNk16 with N > {} needs; use warps {} for wider key tiles.",
+                    spec.tile.block_n, u.max_block_n_low_warps, unit_name, spec.tile.warps, u.warps_a, u.warps_c,
+                    u.max_block_n_low_warps, u.warps_b));
+  }
+  // Three consumer warpgroups: 160 registers a consumer after setmaxnreg; O alone takes
+  // head_dim_v / 2 of them, and above head dim 128 ptxas spills hundreds of bytes or refuses.
+  if (u.warps_c != 0 && spec.tile.warps == u.warps_c && std::max(spec.head_dim, spec.head_dim_v) > 128) {
+    add(fmt::format("head_dim ({}) and head_dim_v ({}) must be at most 128 for the {} unit with warps {}: its "
+                    "consumers have 160 registers a thread; use warps {} or {} for larger head dims.",
+                    spec.head_dim, spec.head_dim_v, unit_name, u.warps_c, u.warps_b, u.warps_a));
   }
   if (spec.tile.stages >= 1 && spec.tile.stages < u.min_stages) {
     add(fmt::format("stages ({}) must be at least {} for the {} unit (the next K tile is read while "

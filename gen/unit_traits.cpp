@@ -15,17 +15,17 @@ namespace {
 // Columns: unit, instruction, k, a/b/d registers, FLOPs per instruction,
 // min_arch, only_arch, arch_suffix, bf16_min_arch, producer_warps,
 // head_dim_multiple, min_chunk, max_chunk, block_m_is_16_warps, warps_a,
-// warps_b, max_block_n_low_warps, min_stages, smem_align, persistent, tma,
+// warps_b, warps_c, max_block_n_low_warps, min_stages, smem_align, persistent, tma,
 // warpgroup, tile_list, key_split_warps.
 constexpr std::array<UnitTraits, 4> kUnits{{
     {MatrixUnit::m16n8k16, "mma.sync.aligned.m16n8k16", 16, 4, 2, 4, 2 * 16 * 8 * 16, 80, 0, "", 80, 0, 8, 8, 0,
-     false, 0, 0, 0, 1, 0, false, false, false, "flash", true},
+     false, 0, 0, 0, 0, 1, 0, false, false, false, "flash", true},
     {MatrixUnit::m16n8k8, "mma.sync.aligned.m16n8k8", 8, 2, 1, 4, 2 * 16 * 8 * 8, 75, 0, "", 80, 0, 8, 8, 0, false, 0,
-     0, 0, 1, 0, false, false, false, "flash", true},
+     0, 0, 0, 1, 0, false, false, false, "flash", true},
     {MatrixUnit::m8n8k4, "mma.sync.aligned.m8n8k4", 4, 2, 2, 8, 4 * 2 * 8 * 8 * 4, 70, 0, "", 0, 0, 8, 8, 0, false, 0,
-     0, 0, 1, 0, false, false, false, "flash", false},
+     0, 0, 0, 1, 0, false, false, false, "flash", false},
     {MatrixUnit::wgmma, "wgmma.mma_async.sync.aligned.m64nNk16", 16, 0, 0, 0, 0, 90, 90, "a", 90, 4, 16, 16, 64, true,
-     4, 8, kWgmmaMaxBlockNOneGroup, 2, 1024, true, true, true, "wgmma_flash", false},
+     4, 8, 12, kWgmmaMaxBlockNOneGroup, 2, 1024, true, true, true, "wgmma_flash", false},
 }};
 
 }  // namespace

@@ -48,11 +48,12 @@ struct UnitTraits {
   int min_chunk, max_chunk;
   /// Tile rules beyond the generic ones (validate(), profile rows):
   /// block_m == 16 * warps instead of a multiple of it; warps one of
-  /// warps_a / warps_b when they are nonzero (wgmma: 4 or 8, one or two
-  /// consumer warpgroups); block_n at most max_block_n_low_warps when warps ==
-  /// warps_a (0 = no such rule); stages at least min_stages.
+  /// warps_a / warps_b / warps_c when they are nonzero (wgmma: 4, 8 or 12,
+  /// one, two or three consumer warpgroups); block_n at most
+  /// max_block_n_low_warps when warps == warps_a (0 = no such rule); stages at
+  /// least min_stages.
   bool block_m_is_16_warps;
-  int warps_a, warps_b;
+  int warps_a, warps_b, warps_c;
   int max_block_n_low_warps;
   int min_stages;
   /// Alignment in bytes of the tiles in dynamic shared memory, with every K

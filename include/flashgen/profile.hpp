@@ -16,10 +16,11 @@ namespace flashgen {
 /// One row of a profile's `flash:` list: the tile (types.hpp) used for head
 /// dims <= head_dim_le (rows are sorted by head_dim_le; the first that covers
 /// the problem's max(head_dim, head_dim_v) wins).
-/// Rows of `wgmma_flash:` (the wgmma unit) follow stricter rules: warps 4 or
-/// 8 (one or two consumer warpgroups; the kernel adds a producer warpgroup),
-/// block_m == 16 * warps (64 query rows per warpgroup), block_n <= 256 (<= 192
-/// with warps 4), stages in [2, 4].
+/// Rows of `wgmma_flash:` (the wgmma unit) follow stricter rules: warps 4, 8
+/// or 12 (one, two or three consumer warpgroups; the kernel adds a producer
+/// warpgroup), block_m == 16 * warps (64 query rows per warpgroup), block_n <=
+/// 256 (<= 192 with warps 4 or 12), head_dim_le <= 128 with warps 12, stages in
+/// [2, 4].
 struct FlashTile {
   int head_dim_le = 0;  ///< inclusive head-dim bound, elements
   Tile tile;            ///< block_m, block_n, warps, stages

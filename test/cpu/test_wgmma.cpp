@@ -137,13 +137,28 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s = wgmma_spec();
   s.tile.block_m = 128;  // 4 warps = one warpgroup = 64 rows
   e = validate(s, hopper);
-  CHECK(mentions(e, "block_m (128) and warps (4) must give one or two consumer warpgroups (4 warps each) 64 query "
-                    "rows apiece for the wgmma unit: warps 4 or 8"));
+  CHECK(mentions(e, "block_m (128) and warps (4) must give one, two or three consumer warpgroups (4 warps each) of "
+                    "64 query rows apiece for the wgmma unit: warps 4, 8 or 12"));
+
+  s = wgmma_spec();
+  s.tile.warps = 12;  // three consumer warpgroups, 192 rows: the turns go round three barriers
+  s.tile.block_m = 192;
+  s.tile.block_n = 96;
+  CHECK(validate(s, hopper).empty());
+  s.tile.block_m = 128;
+  CHECK(mentions(validate(s, hopper), "block_m (128) and warps (12) must give one, two or three consumer warpgroups"));
+  s.tile.block_m = 192;
+  s.tile.block_n = 208;  // 128 registers a thread at launch, as with one warpgroup
+  CHECK(mentions(validate(s, hopper), "block_n (208) must be at most 192 for the wgmma unit with warps 12"));
+  s.tile.block_n = 64;
+  s.head_dim = s.head_dim_v = 256;  // O alone would take 128 of a consumer's 160 registers
+  CHECK(mentions(validate(s, hopper), "head_dim (256) and head_dim_v (256) must be at most 128 for the wgmma unit "
+                                      "with warps 12"));
 
   s = wgmma_spec();
   s.tile.warps = 16;  // four consumer warpgroups: more than the kernel has
   s.tile.block_m = 256;
-  CHECK(mentions(validate(s, hopper), "warps (16) must give one or two consumer warpgroups"));
+  CHECK(mentions(validate(s, hopper), "warps (16) must give one, two or three consumer warpgroups"));
 
   s = wgmma_spec();
   s.tile.block_n = 208;  // with one warpgroup (two blocks per SM) ptxas cannot fit it in 128 registers
@@ -225,8 +240,18 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
   CHECK_THROWS_WITH_AS(
       parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 256, block_n: 64, warps: 16, stages: 2}\n",
                     "t.yml"),
-      Contains("wgmma_flash[0].warps' has value 16: wgmma tiles have one or two consumer warpgroups"),
+      Contains("wgmma_flash[0].warps' has value 16: wgmma tiles have one, two or three consumer warpgroups"),
       InvalidArgument);
+  CHECK_NOTHROW(parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 192, block_n: 96, warps: 12, stages: 2}\n",
+                              "t.yml"));
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 192, block_n: 224, warps: 12, stages: 2}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].block_n' has value 224: at most 192 with warps 12"), InvalidArgument);
+  CHECK_THROWS_WITH_AS(
+      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 256, block_m: 192, block_n: 64, warps: 12, stages: 2}\n",
+                    "t.yml"),
+      Contains("wgmma_flash[0].warps' has value 12 with head_dim_le 256"), InvalidArgument);
   std::string other = base;
   other.replace(other.find("[90]"), 4, "[90, 100]");
   CHECK_THROWS_WITH_AS(

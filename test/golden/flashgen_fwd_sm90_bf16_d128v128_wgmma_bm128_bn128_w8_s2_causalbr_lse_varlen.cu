@@ -636,10 +636,10 @@ FG_DEVICE void fg_store_o(u16* dst, const u16* so, i64 stride, int valid_rows, i
 
 // ---- forward attention, warpgroup wgmma.mma_async m64nNk16 (templates/fwd_wgmma.cu) ----
 // sm_90a, warp-specialized and persistent.
-// Block = WARPS / 4 consumer warpgroups (BLOCK_M = 64 * WARPS / 4 query rows,
-// 64 per warpgroup) + one producer warpgroup. Each block loops over work items
-// (m block, head, batch); the producer's first thread streams every item's K/V
-// tiles into a STAGES-deep ring of shared buffers with TMA
+// Block = WARPS / 4 consumer warpgroups (one to three; BLOCK_M = 64 * WARPS / 4
+// query rows, 64 per warpgroup) + one producer warpgroup. Each block loops
+// over work items (m block, head, batch); the producer's first thread streams
+// every item's K/V tiles into a STAGES-deep ring of shared buffers with TMA
 // (cp.async.bulk.tensor, 2-D boxes of BLOCK_N rows x one head-dim chunk, the
 // swizzle done by the copy engine) and mbarriers (PTX ISA "Parallel
 // Synchronization and Communication Instructions: mbarrier", "Tensor Copy
@@ -683,7 +683,7 @@ constexpr bool IS_BF16 = true;
 constexpr int THREADS = WARPS * 32;          // consumer threads (what the shared parts call THREADS)
 constexpr int PRODUCER_THREADS = 128;        // one warpgroup: setmaxnreg acts on whole warpgroups
 constexpr int CTA_THREADS = THREADS + PRODUCER_THREADS;
-// Two blocks per SM with one consumer warpgroup, one with two (the register
+// Two blocks per SM with one consumer warpgroup, one with two or three (the register
 // file is 64K 32-bit registers per SM on every sm_90 part).
 constexpr int MIN_BLOCKS = WARPS == 4 ? 2 : 1;
 constexpr int LAUNCH_REGS = 65536 / (CTA_THREADS * MIN_BLOCKS) / 8 * 8;  // what ptxas allots at launch
@@ -1539,22 +1539,26 @@ FG_DEVICE void fg_reg_fence(float (&r)[1][N][4]) {
 }
 // Barrier 1 of the consumer threads only (the producer warpgroup never joins).
 FG_DEVICE void fg_consumer_sync() { asm volatile("bar.sync 1, %0;" ::"n"(THREADS) : "memory"); }
-// Ping-pong (two consumer warpgroups): the warpgroups take turns issuing their
-// GEMMs, so that one's softmax runs while the other's GEMMs occupy the tensor
-// cores (FlashAttention-3, arXiv:2407.08608, section 3.1). Named barrier 3 + w
-// is warpgroup w's turn: it waits there (bar.sync, THREADS = its 128 threads +
-// the other warpgroup's 128 arrivals) before its QK^T, and after committing its
-// P.V passes the turn (bar.arrive on the other's barrier; PTX ISA "bar.sync /
-// bar.arrive"). Warpgroup 1 passes once at the start, so warpgroup 0 goes
-// first. A turn window (wait .. pass) never contains a consumer-wide barrier
-// (fg_consumer_sync, fg_consumers_any): one warpgroup would hold the turn there
-// while the other waits for it. So a tile's consumer-wide steps (the V zeroing
-// of a varlen/paged last tile, the band's scan of V) run before its window:
-// each warpgroup reaches them having passed its previous turn, and every tile
-// takes turns.
-constexpr bool PINGPONG = WARPS == 8;
+// Ping-pong (two or three consumer warpgroups): the warpgroups take turns
+// issuing their GEMMs, round robin, so that one's softmax runs while the
+// others' GEMMs occupy the tensor cores (FlashAttention-3, arXiv:2407.08608,
+// section 3.1). Named barrier 3 + w is warpgroup w's turn: it waits there
+// (bar.sync, TURN_THREADS = its 128 threads + the previous warpgroup's 128
+// arrivals) before its QK^T, and after committing its P.V passes the turn to
+// warpgroup (w + 1) mod NWG (bar.arrive on that one's barrier; PTX ISA
+// "bar.sync / bar.arrive"). The last warpgroup passes once at the start, so
+// warpgroup 0 goes first. A turn window (wait .. pass) never contains a
+// consumer-wide barrier (fg_consumer_sync, fg_consumers_any): one warpgroup
+// would hold the turn there while another waits for it. So a tile's
+// consumer-wide steps (the V zeroing of a varlen/paged last tile, the band's
+// scan of V) run before its window: each warpgroup reaches them having passed
+// its previous turn, and every tile takes turns.
+constexpr int NWG = WARPS / 4;  // consumer warpgroups
+constexpr bool PINGPONG = NWG >= 2;
+constexpr int TURN_THREADS = 256;
+static_assert(NWG <= 3, "at most three consumer warpgroups (turn barriers 3..5)");
 // Where O is rescaled: with head_dim_v >= 128 at the end of a tile, after
-// its P.V and outside the turn window, so the other warpgroup's turn comes
+// its P.V and outside the turn window, so the next warpgroup's turn comes
 // as soon as this one's wgmmas are issued (the window's length bounds the
 // tile pair when the GEMMs are long); below, inside the window, where the
 // rescale's FMULs overlap the QK^T wgmma and the softmax's chain is what
@@ -1562,16 +1566,32 @@ constexpr bool PINGPONG = WARPS == 8;
 // session 22, steps 54-55).
 constexpr bool RESCALE_AFTER_PV = HEAD_DIM_V >= 128;
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
+template <int B>
+FG_DEVICE void fg_bar_sync_turn() {
+  asm volatile("bar.sync %0, %1;" ::"n"(B), "n"(TURN_THREADS) : "memory");
+}
+template <int B>
+FG_DEVICE void fg_bar_arrive_turn() {
+  asm volatile("bar.arrive %0, %1;" ::"n"(B), "n"(TURN_THREADS) : "memory");
+}
 FG_DEVICE void fg_turn_wait(int wg) {
-  if constexpr (PINGPONG) {
-    if (wg == 0) asm volatile("bar.sync 3, %0;" ::"n"(THREADS) : "memory");
-    else asm volatile("bar.sync 4, %0;" ::"n"(THREADS) : "memory");
+  if constexpr (NWG == 2) {
+    if (wg == 0) fg_bar_sync_turn<3>();
+    else fg_bar_sync_turn<4>();
+  } else if constexpr (NWG == 3) {
+    if (wg == 0) fg_bar_sync_turn<3>();
+    else if (wg == 1) fg_bar_sync_turn<4>();
+    else fg_bar_sync_turn<5>();
   }
 }
 FG_DEVICE void fg_turn_pass(int wg) {
-  if constexpr (PINGPONG) {
-    if (wg == 0) asm volatile("bar.arrive 4, %0;" ::"n"(THREADS) : "memory");
-    else asm volatile("bar.arrive 3, %0;" ::"n"(THREADS) : "memory");
+  if constexpr (NWG == 2) {
+    if (wg == 0) fg_bar_arrive_turn<4>();
+    else fg_bar_arrive_turn<3>();
+  } else if constexpr (NWG == 3) {
+    if (wg == 2) fg_bar_arrive_turn<3>();
+    else if (wg == 0) fg_bar_arrive_turn<4>();
+    else fg_bar_arrive_turn<5>();
   }
 }
 
@@ -2099,7 +2119,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   // warp-uniform: what derives from it, the Q descriptors among them, can live in
   // uniform registers)
   const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), wg_row0 = wg * 64;
-  if (PINGPONG && wg == 1) fg_turn_pass(wg);  // warpgroup 0 takes the first turn
+  if (PINGPONG && wg == NWG - 1) fg_turn_pass(wg);  // warpgroup 0 takes the first turn
   if (MASK != 0 && tid == 0) {  // (before the item loop's first barrier)
     if (WINDOW) {
 #pragma unroll
@@ -2119,8 +2139,10 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   // Q of an item is fetched into registers while the previous item's epilogue
   // runs (the first item's right here): its global loads are in flight then.
   // Not when O and Q together would take more than 128 registers per thread
-  // (D = 256: 128 + 64, ptxas spills): then at the start of the item.
-  constexpr bool Q_AHEAD = HEAD_DIM_V / 2 + HEAD_DIM / 4 <= 128;
+  // (D = 256: 128 + 64, ptxas spills), nor with three consumer warpgroups (160
+  // registers a consumer: paged D64/D80 kernels spilled): then at the start of
+  // the item.
+  constexpr bool Q_AHEAD = HEAD_DIM_V / 2 + HEAD_DIM / 4 <= 128 && NWG < 3;
   FgQChunk<64, 0> q_in0;
   FgQChunk<64, 64> q_in64;
   auto fetch_q = [&](i64 item) {
@@ -2215,7 +2237,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       // into a page's unused slots, or rows no box filled. Their weights are 0,
       // but a NaN or inf in V there would make 0 * V NaN, so those V rows are
       // zeroed in shared memory before P.V reads them (before the turn: the
-      // barrier spans both warpgroups).
+      // barrier spans every consumer warpgroup).
       if ((VARLEN || PAGED) && kt == n_tiles - 1) {
         const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - kt * BLOCK_N;
         if (valid < BLOCK_N) {
@@ -2240,8 +2262,8 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       //    row, all of its V (scanning only the keys some row does not see kept
       //    more registers live: 44 bytes of spills at D128, bench/NOTES.md
       //    session 10). Before the turn, like the zeroing above: its vote and
-      //    its rare path's barriers span both warpgroups; the scan's loads then
-      //    run under the other's GEMMs.
+      //    its rare path's barriers span every consumer warpgroup; the scan's
+      //    loads then run under the others' GEMMs.
       const bool check = BAND && !WINDOW && MASK != 0 && i == 0;
       int band_k = BLOCK_N;  // the lowest key with one (BLOCK_N: none)
       if (BAND && MASK != 0 && !check) {
