@@ -372,8 +372,10 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
       profile.unit_for(static_cast<int>(problem.head_dim), static_cast<int>(problem.head_dim_v));
   const gen::UnitTraits& traits = gen::unit_traits(unit);
   if (traits.block_m_is_16_warps) {
-    // wgmma: one warpgroup per 64 query rows; any block_n that is a multiple of 16 up to 256.
-    for (int warps : {traits.warps_a, traits.warps_b}) {
+    // wgmma: one warpgroup per 64 query rows (one, two or three consumer warpgroups); any
+    // block_n that is a multiple of 16 up to 256 (validate() keeps the ones the unit takes).
+    for (int warps : {traits.warps_a, traits.warps_b, traits.warps_c}) {
+      if (warps == 0) continue;
       for (int block_n = 32; block_n <= 256; block_n += 16) {
         for (int stages : {traits.min_stages, traits.min_stages + 1}) {
           const KernelSpec s =
