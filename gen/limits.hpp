@@ -20,5 +20,14 @@ constexpr int kMaxThreads = 1024;
 /// thread starts with 65536 / (2 * 256) = 128 registers; ptxas cannot fit a
 /// wgmma m64nNk16 accumulator of N > 192 (and its operands) in that.
 constexpr int kWgmmaMaxBlockNOneGroup = 192;
+/// Same register budget, P.V: with head_dim_v 256 (four 64-wide chunks) P.V is
+/// one m64n256k16 whose accumulator alone is 128 registers a thread, and ptxas
+/// refuses it (C7602, "insufficient registers (128)"); head_dim_v 240 (chunks
+/// 64+64+64+32+16, one wgmma each) compiles without spills.
+constexpr int kWgmmaMaxHeadDimVOneGroup = 240;
+/// Three consumer warpgroups: 160 registers a consumer after setmaxnreg; O
+/// alone takes head_dim_v / 2 of them, and above 128 ptxas spills hundreds of
+/// bytes or refuses.
+constexpr int kWgmmaMaxHeadDimThreeGroups = 128;
 
 }  // namespace flashgen::gen

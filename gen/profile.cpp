@@ -302,10 +302,15 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                                                 t.tile.block_n, u.max_block_n_low_warps, t.tile.warps, u.warps_a,
                                                 u.warps_c));
         }
-        if (t.tile.warps == u.warps_c && t.head_dim_le > 128) {
+        if (t.tile.warps == u.warps_c && t.head_dim_le > gen::kWgmmaMaxHeadDimThreeGroups) {
           r.fail(path + ".warps", fmt::format("has value {} with head_dim_le {}: three consumer warpgroups "
-                                              "(160 registers a thread) take head dims up to 128",
-                                              t.tile.warps, t.head_dim_le));
+                                              "(160 registers a thread) take head dims up to {}",
+                                              t.tile.warps, t.head_dim_le, gen::kWgmmaMaxHeadDimThreeGroups));
+        }
+        if (t.tile.warps == u.warps_a && t.head_dim_le > gen::kWgmmaMaxHeadDimVOneGroup) {
+          r.fail(path + ".warps", fmt::format("has value {} with head_dim_le {}: one consumer warpgroup (128 "
+                                              "registers a thread) takes head_dim_v up to {}",
+                                              t.tile.warps, t.head_dim_le, gen::kWgmmaMaxHeadDimVOneGroup));
         }
         if (u.block_m_is_16_warps && t.tile.block_m != 16 * t.tile.warps) {
           r.fail(path + ".block_m", fmt::format("has value {}: a wgmma tile has 64 query rows per warpgroup "

@@ -740,12 +740,20 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
                     spec.tile.block_n, u.max_block_n_low_warps, unit_name, spec.tile.warps, u.warps_a, u.warps_c,
                     u.max_block_n_low_warps, u.warps_b));
   }
-  // Three consumer warpgroups: 160 registers a consumer after setmaxnreg; O alone takes
-  // head_dim_v / 2 of them, and above head dim 128 ptxas spills hundreds of bytes or refuses.
-  if (u.warps_c != 0 && spec.tile.warps == u.warps_c && std::max(spec.head_dim, spec.head_dim_v) > 128) {
-    add(fmt::format("head_dim ({}) and head_dim_v ({}) must be at most 128 for the {} unit with warps {}: its "
+  // Three consumer warpgroups: 160 registers a consumer after setmaxnreg (gen/limits.hpp).
+  if (u.warps_c != 0 && spec.tile.warps == u.warps_c &&
+      std::max(spec.head_dim, spec.head_dim_v) > gen::kWgmmaMaxHeadDimThreeGroups) {
+    add(fmt::format("head_dim ({}) and head_dim_v ({}) must be at most {} for the {} unit with warps {}: its "
                     "consumers have 160 registers a thread; use warps {} or {} for larger head dims.",
-                    spec.head_dim, spec.head_dim_v, unit_name, u.warps_c, u.warps_b, u.warps_a));
+                    spec.head_dim, spec.head_dim_v, gen::kWgmmaMaxHeadDimThreeGroups, unit_name, u.warps_c, u.warps_b,
+                    u.warps_a));
+  }
+  // One consumer warpgroup: 128 registers a thread, too few for P.V over a 256-wide V.
+  if (u.block_m_is_16_warps && u.warps_a != 0 && spec.tile.warps == u.warps_a &&
+      spec.head_dim_v > gen::kWgmmaMaxHeadDimVOneGroup) {
+    add(fmt::format("head_dim_v ({}) must be at most {} for the {} unit with warps {}: two blocks share an SM, "
+                    "so a thread has 128 registers, fewer than P.V over {} columns needs; use warps {}.",
+                    spec.head_dim_v, gen::kWgmmaMaxHeadDimVOneGroup, unit_name, u.warps_a, spec.head_dim_v, u.warps_b));
   }
   if (spec.tile.stages >= 1 && spec.tile.stages < u.min_stages) {
     add(fmt::format("stages ({}) must be at least {} for the {} unit (the next K tile is read while "

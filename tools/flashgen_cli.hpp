@@ -224,6 +224,7 @@ struct TileModel {
   std::string occupancy_limit;  ///< "shared memory", "registers", "threads", "blocks"
   int resident_warps = 0;
   double latency_efficiency = 0;  ///< min(warps: resident / kWarpsToHideLatency, steps: see tools/flashgen_model.cpp)
+  double spill_efficiency = 1;   ///< 1 / (1 + spill_bytes / 64 per key tile, or per work item for wgmma)
   double wave_efficiency = 1;     ///< blocks / (waves * SMs * blocks_per_sm) (1 when SMs unknown; a packed
                                   ///< batch counts the blocks with rows)
   double padding_efficiency = 1;  ///< useful / executed FLOPs

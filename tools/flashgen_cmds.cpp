@@ -1072,7 +1072,7 @@ int run_explain(const ExplainOptions& o) {
                            "{:.0f}%{})",
                            m.bound, 100.0 * m.score, 100.0 * m.latency_efficiency, 100.0 * m.wave_efficiency,
                            100.0 * m.padding_efficiency,
-                           m.spill_bytes > 0 ? fmt::format(", spills {:.0f}%", 100.0 / (1.0 + m.spill_bytes / 64.0))
+                           m.spill_bytes > 0 ? fmt::format(", spills {:.0f}%", 100.0 * m.spill_efficiency)
                                              : std::string()));
   // forward() runs few-row, long-key problems as a split-KV decode instead
   // (decode_preferred; it depends on the SM count): what that runs.

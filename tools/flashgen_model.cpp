@@ -38,7 +38,11 @@
 // consumers), threads and 32 blocks per SM. The wgmma kernel is persistent
 // (one wave of resident blocks looping over the work items): its wave
 // efficiency is that of the work items over the resident blocks.
-// Spilling costs a factor 1 / (1 + spill_bytes / 64). The two latency
+// Spilling costs a factor 1 / (1 + spill_bytes / 64), per key tile; for the wgmma
+// kernels per work item, 1 / (1 + spill_bytes / 64 / key tiles): every spilling wgmma
+// variant read in the SASS (D80/D96 with three warpgroups, softcap and paged; D256 with
+// a bias; bench/NOTES.md session 23) spills before the key loop and in the epilogue
+// only. The two latency
 // constants are the model's assumptions, not profile data; the model ranks,
 // the GPU decides (flashgen tune times the best few).
 // A packed batch (seqlens_q / seqlens_k) is modelled per sequence: the useful
@@ -198,6 +202,14 @@ int accumulator_registers(const KernelSpec& s) {
 }  // namespace
 
 int estimate_registers(const KernelSpec& s) {
+  // wgmma: what its launch bounds allot (templates/fwd_wgmma.cu LAUNCH_REGS: two blocks per SM
+  // with one consumer warpgroup, one otherwise), which ptxas reports; setmaxnreg then moves
+  // registers from the producer to the consumers.
+  const gen::UnitTraits& u = gen::unit_traits(s.unit);
+  if (u.warpgroup && s.threads() > 0) {
+    const int blocks = s.tile.warps == u.warps_a ? 2 : 1;
+    return std::min(255, 65536 / (s.threads() * blocks) / 8 * 8);
+  }
   // Accumulators, Q fragments when they fit (m16k16 = 4 registers), and the
   // K/V fragments in flight; ptxas may use up to 255 (launch bounds of one block).
   const int m_tiles = std::max(1, s.tile.block_m / std::max(1, 16 * s.tile.warps));
@@ -349,7 +361,9 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   if (roof_dram > 0 && roof_dram < rate) rate = roof_dram, m.bound = "memory";
   const double attained = rate * m.latency_efficiency;
   if (m.latency_efficiency < 1.0 && attained < 0.999 * rate) m.bound += " (latency-limited occupancy)";
-  m.flop_per_clock_per_sm = attained / (1.0 + static_cast<double>(spill_bytes) / 64.0);
+  const double spill_tiles = wgmma ? std::max(1.0, steps) : 1.0;  // (spills amortized over a work item's tiles)
+  m.spill_efficiency = 1.0 / (1.0 + static_cast<double>(spill_bytes) / 64.0 / spill_tiles);
+  m.flop_per_clock_per_sm = attained * m.spill_efficiency;
 
   // The blocks that work: all of them for a dense batch, the ones with rows for a packed one.
   const double busy_blocks = p.varlen() ? work_blocks * Hq : static_cast<double>(m.blocks);

@@ -19,8 +19,8 @@ namespace flashgen {
 /// Rows of `wgmma_flash:` (the wgmma unit) follow stricter rules: warps 4, 8
 /// or 12 (one, two or three consumer warpgroups; the kernel adds a producer
 /// warpgroup), block_m == 16 * warps (64 query rows per warpgroup), block_n <=
-/// 256 (<= 192 with warps 4 or 12), head_dim_le <= 128 with warps 12, stages in
-/// [2, 4].
+/// 256 (<= 192 with warps 4 or 12), head_dim_le <= 128 with warps 12 and <= 240
+/// with warps 4 (register budgets: gen/limits.hpp), stages in [2, 4].
 struct FlashTile {
   int head_dim_le = 0;  ///< inclusive head-dim bound, elements
   Tile tile;            ///< block_m, block_n, warps, stages

@@ -128,9 +128,10 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // row's head and slope). Bounded at 32.
   if (s.family == KernelFamily::fwd_split && s.alibi && s.pack > 1) return 32;
   if (s.unit == MatrixUnit::wgmma && s.mask != MaskKind::none) return 8;
-  // Three consumer warpgroups (160 registers a consumer) with softcap, D80 bn96 f16: one 4-byte
-  // register stored before the key loop and loaded in the epilogue (nvdisasm). Bounded at 8.
-  if (s.unit == MatrixUnit::wgmma && s.tile.warps == 12 && s.softcap) return 8;
+  // Three consumer warpgroups (160 registers a consumer) with softcap, bn96 f16: D80 one 4-byte
+  // register, D96 60 bytes stored and 108 loaded (NVRTC 13), all before the key loop and in the
+  // epilogue (nvdisasm of the cached cubin: none inside the loop). Bounded at 112.
+  if (s.unit == MatrixUnit::wgmma && s.tile.warps == 12 && s.softcap) return 112;
   // sm_90's 128-row m16n8k16 tiles (two 16-row slices per warp) above head dim 88: 4-40 bytes at
   // 255 registers (tools/sass_stats.sh, bench/NOTES.md step 41), 80 bytes of loads for the split
   // kernel with a bias at D128; still 1.17-1.28x the 64-row tile at D128 on an H200. Bounded at 96.
@@ -417,12 +418,12 @@ TEST_CASE("compile: NVRTC grid over archs, dtypes, head dims, masks, bias, LSE, 
         if (add_valid(k, profile)) ++wgmma_jobs;
     }
   }
-  // Three consumer warpgroups (192-row tiles: the hopper profile's d <= 80 row, and D96 bn64, the
-  // widest that fits at D96 without spills), both dtypes, none / causal with a bias and LSE / a
-  // window with sinks and ALiBi / softcap / paged varlen rotating, and softcap without a mask.
+  // Three consumer warpgroups (192-row tiles: the hopper profile's d <= 96 row, and D96 bn64),
+  // both dtypes, none / causal with a bias and LSE / a window with sinks and ALiBi / softcap /
+  // paged varlen rotating, and softcap without a mask.
   if (compiled_archs.count(90) != 0) {
     const Profile& hopper = profile_for_arch(90);
-    const std::pair<int, int> wg3_tiles[] = {{64, 96}, {80, 96}, {96, 64}};
+    const std::pair<int, int> wg3_tiles[] = {{64, 96}, {80, 96}, {96, 96}, {96, 64}};
     int n = 0;
     for (const auto& [d, bn] : wg3_tiles)
       for (DType dt : hopper.matrix_unit.operand_dtypes) {

@@ -628,6 +628,22 @@ TEST_CASE("model: tiles that fit, ranked; the profile default among them; FLOPs 
   CHECK(measured.registers_measured);
   CHECK(measured.blocks_per_sm == 2);
   CHECK(cli::model_tile(m64, p, prof, dev, 255, 512).score < measured.score);
+  // A wgmma kernel's spills cost once per work item (they sit before the key loop and in the
+  // epilogue), an mma.sync kernel's once per key tile.
+  const double clean = cli::model_tile(m64, p, prof, dev, 128, 0).flop_per_clock_per_sm;
+  const double spilled = cli::model_tile(m64, p, prof, dev, 128, 64).flop_per_clock_per_sm;
+  CHECK(spilled < clean);
+  CHECK(spilled > 0.95 * clean);
+  CHECK(cli::model_tile(sync_unit, p, prof, dev, 128, 64).flop_per_clock_per_sm ==
+        doctest::Approx(0.5 * cli::model_tile(sync_unit, p, prof, dev, 128, 0).flop_per_clock_per_sm));
+  // Without a compile, a wgmma tile's registers are what its launch bounds allot
+  // (templates/fwd_wgmma.cu): 65536 / (threads x blocks per SM).
+  KernelSpec w = m64;
+  CHECK(cli::estimate_registers(w) == 128);  // 256 threads, two blocks
+  w.tile = Tile{128, 128, 8, 2};
+  CHECK(cli::estimate_registers(w) == 168);  // 384 threads, one block
+  w.tile = Tile{192, 96, 12, 2};
+  CHECK(cli::estimate_registers(w) == 128);  // 512 threads, one block
   // A tile over the budget does not fit.
   KernelSpec huge = def;
   huge.tile.block_m = 256;

@@ -168,6 +168,23 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s.head_dim = s.head_dim_v = 64;  // (128 x 64 Q + 2 x 2 x 208 x 64 K/V fits the shared memory)
   CHECK(validate(s, hopper).empty());
 
+  // One warpgroup and head_dim_v 256: P.V's m64n256k16 needs more than 128 registers (ptxas C7602);
+  // 240 (chunks issued one by one) compiles, and head_dim 256 with head_dim_v 128 too.
+  s = wgmma_spec();
+  s.tile.block_n = 32;
+  s.head_dim = 64;
+  s.head_dim_v = 256;
+  CHECK(mentions(validate(s, hopper), "head_dim_v (256) must be at most 240 for the wgmma unit with warps 4"));
+  s.head_dim_v = 240;
+  CHECK(validate(s, hopper).empty());
+  s.head_dim = 256;
+  s.head_dim_v = 128;
+  CHECK(validate(s, hopper).empty());
+  s.head_dim_v = 256;
+  s.tile.warps = 8;
+  s.tile.block_m = 128;
+  CHECK(validate(s, hopper).empty());
+
   s = wgmma_spec();
   s.tile.warps = 64;
   s.tile.block_m = 1024;
@@ -225,33 +242,32 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
   CHECK(p.unit_for(72, 72) == MatrixUnit::m16n8k16);
   CHECK(parse_profile(base, "t.yml").wgmma_flash.empty());  // optional
 
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 128, block_n: 96, warps: 4, stages: 2}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].block_m"), InvalidArgument);
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 1}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].stages"), InvalidArgument);
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 64, block_n: 256, warps: 4, stages: 2}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].block_n' has value 256: at most 192 with warps 4"), InvalidArgument);
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 256, block_n: 64, warps: 16, stages: 2}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].warps' has value 16: wgmma tiles have one, two or three consumer warpgroups"),
-      InvalidArgument);
-  CHECK_NOTHROW(parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 192, block_n: 96, warps: 12, stages: 2}\n",
-                              "t.yml"));
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 64, block_m: 192, block_n: 224, warps: 12, stages: 2}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].block_n' has value 224: at most 192 with warps 12"), InvalidArgument);
-  CHECK_THROWS_WITH_AS(
-      parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 256, block_m: 192, block_n: 64, warps: 12, stages: 2}\n",
-                    "t.yml"),
-      Contains("wgmma_flash[0].warps' has value 12 with head_dim_le 256"), InvalidArgument);
+  // Rows the loader refuses, each with the field and the reason its message names.
+  const std::pair<const char*, const char*> refused[] = {
+      {"{head_dim_le: 128, block_m: 128, block_n: 96, warps: 4, stages: 2}", "wgmma_flash[0].block_m"},
+      {"{head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 1}", "wgmma_flash[0].stages"},
+      {"{head_dim_le: 64, block_m: 64, block_n: 256, warps: 4, stages: 2}",
+       "wgmma_flash[0].block_n' has value 256: at most 192 with warps 4"},
+      {"{head_dim_le: 64, block_m: 256, block_n: 64, warps: 16, stages: 2}",
+       "wgmma_flash[0].warps' has value 16: wgmma tiles have one, two or three consumer warpgroups"},
+      {"{head_dim_le: 64, block_m: 192, block_n: 224, warps: 12, stages: 2}",
+       "wgmma_flash[0].block_n' has value 224: at most 192 with warps 12"},
+      {"{head_dim_le: 256, block_m: 192, block_n: 64, warps: 12, stages: 2}",
+       "wgmma_flash[0].warps' has value 12 with head_dim_le 256"},
+      {"{head_dim_le: 256, block_m: 64, block_n: 64, warps: 4, stages: 2}",
+       "wgmma_flash[0].warps' has value 4 with head_dim_le 256: one consumer warpgroup"},
+  };
+  for (const auto& [row, what] : refused) {
+    CAPTURE(row);
+    CHECK_THROWS_WITH_AS(parse_profile(base + "wgmma_flash:\n  - " + row + "\n", "t.yml"), Contains(what),
+                         InvalidArgument);
+  }
+  // ... and the edges it takes: three warpgroups at bn96, one warpgroup up to head dim 240.
+  for (const char* row : {"{head_dim_le: 64, block_m: 192, block_n: 96, warps: 12, stages: 2}",
+                          "{head_dim_le: 240, block_m: 64, block_n: 64, warps: 4, stages: 2}"}) {
+    CAPTURE(row);
+    CHECK_NOTHROW(parse_profile(base + "wgmma_flash:\n  - " + row + "\n", "t.yml"));
+  }
   std::string other = base;
   other.replace(other.find("[90]"), 4, "[90, 100]");
   CHECK_THROWS_WITH_AS(
@@ -300,6 +316,9 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(paged_src.find("fg_gather_rows<32, 64, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
   // Equal-width chunks share one call (each shuffled row offset serves them all): D256 is 4 x 64.
   sp.head_dim = sp.head_dim_v = 256;
+  sp.tile.warps = 8;  // (one warpgroup takes head_dim_v up to 240)
+  sp.tile.block_m = 128;
+  sp.tile.block_n = 64;
   CHECK(generate(sp).find("fg_gather_rows<64, 0, 4, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
   CHECK(paged_src.find("cp.async.mbarrier.arrive.noinc.shared::cta.b64") != std::string::npos);
   CHECK(src.find("fg_gather_rows<") == std::string::npos);
