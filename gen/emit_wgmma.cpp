@@ -172,7 +172,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["GATHER"] = spec.paged ? "            if constexpr (decltype(is_k)::value) {\n" + gather_lines(qk, "              ") +
                                      "\n            } else {\n" + gather_lines(vc, "              ") + "\n            }"
-                               : "            // (not paged)";
+                               : "            (void)row_off;  // (not paged: gather() is never called)";
   std::string prefetch;
   for (int w : std::set<int>(qk.begin(), qk.end()))
     prefetch += fmt::format("      fg_tma_prefetch(tma.k[{}]);\n", tma_map_index(w));

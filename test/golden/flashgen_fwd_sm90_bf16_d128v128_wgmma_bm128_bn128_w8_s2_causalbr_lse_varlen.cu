@@ -2032,7 +2032,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
                     ? (unsigned long long)(u32)blk.pages[key >> shift] * (unsigned long long)stride_page +
                           (unsigned long long)((u32)key & page_mask) * (unsigned long long)stride_seq
                     : 0ull;
-            // (not paged)
+            (void)row_off;  // (not paged: gather() is never called)
             if (decltype(is_k)::value && lane == 0 && n0 - BLOCK_N >= (KEYS_FROM_KEY0 ? blk.key0 : 0))  // (the next: the tile below)
               asm volatile("prefetch.global.L1 [%0];" ::"l"(blk.pages + ((n0 + row0 - BLOCK_N) >> shift)));
           }
