@@ -755,6 +755,7 @@ struct Alternative {
   int changes;
   int64_t distance;
   std::string what;
+  std::string kernel;  // the kernel it plans (two alternatives may reach the same one)
 };
 
 std::vector<int64_t> nearby_head_dims(int64_t v) {
@@ -831,8 +832,23 @@ std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std:
     if (x.changes != y.changes) return x.changes < y.changes;
     return x.distance < y.distance;
   });
-  if (out.size() > 5) out.resize(5);
-  return out;
+  // The first five distinct kernels: an alternative that plans a kernel already listed (e.g. another
+  // arch whose profile tile is the tile given) adds nothing.
+  std::vector<Alternative> distinct;
+  std::set<std::string> kernels;
+  for (Alternative& a : out) {
+    try {
+      const KernelSpec s =
+          a.tile ? spec_with_tile(a.d, a.arch, profile_for_arch(a.arch), *a.tile) : plan(to_problem(a.d), a.arch);
+      a.kernel = s.kernel_name();
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (!kernels.insert(a.kernel).second) continue;
+    distinct.push_back(std::move(a));
+    if (distinct.size() == 5) break;
+  }
+  return distinct;
 }
 
 }  // namespace
@@ -895,15 +911,7 @@ int run_explain(const ExplainOptions& o) {
       std::printf("\nno supported alternative was found by changing head dims, dtype, arch, heads_kv or the tile\n");
     } else {
       std::printf("\nnearest supported alternatives:\n");
-      for (const Alternative& a : alts) {
-        KernelSpec s;
-        try {
-          s = a.tile ? spec_with_tile(a.d, a.arch, profile_for_arch(a.arch), *a.tile) : plan(to_problem(a.d), a.arch);
-        } catch (const std::exception&) {
-          continue;
-        }
-        std::printf("  - %s\n      -> %s\n", a.what.c_str(), s.kernel_name().c_str());
-      }
+      for (const Alternative& a : alts) std::printf("  - %s\n      -> %s\n", a.what.c_str(), a.kernel.c_str());
     }
     // Unsupported input, as show and tune treat it: exit 2 (the report above says why).
     std::fflush(stdout);

@@ -25,6 +25,7 @@
 #include <limits>
 #include <regex>
 #include <sstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -366,13 +367,17 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   CHECK(contains(r.out, "head_dim_v (100) must be a multiple of 8"));
   CHECK(contains(r.out, "dtype (bf16) is not an operand dtype"));
   CHECK(contains(r.out, "nearest supported alternatives:"));
-  // Every alternative printed is a kernel that plans.
+  // Every alternative printed is a kernel that plans, each a different one (heads_kv 4 and 6 plan
+  // the same kernel); the nearest keep sm_75 and take f16.
   size_t alternatives = 0;
+  std::set<std::string> planned;
   for (const std::string& l : lines(r.out)) {
     const size_t at = l.find("-> ");
     if (at == std::string::npos) continue;
+    const std::string kernel = l.substr(at + 3);
+    CHECK(kernel.rfind(alternatives == 0 ? "flashgen_fwd_sm75_f16_d" : "flashgen_fwd_sm", 0) == 0);
+    CHECK(planned.insert(kernel).second);
     ++alternatives;
-    CHECK(l.substr(at + 3).rfind("flashgen_fwd_sm75_f16_d", 0) == 0);
   }
   CHECK(alternatives >= 1);
 
@@ -382,6 +387,24 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
   CHECK(no_tile.rc == 2);
   CHECK(contains(no_tile.out, "smem_bytes"));
   CHECK(contains(no_tile.out, "the profile's tile"));
+
+  // Each alternative is a different kernel: sm_89 with this tile and sm_89 with its profile's tile
+  // (the same 64x32x4x2) are listed once.
+  const Run same = run_cli({"explain", "--no-compile", "--arch", "90", "--problem",
+                            "seqlen=4096,heads=8,head_dim=64,head_dim_v=256", "--tile", "64x32x4x2"},
+                           env);
+  INFO("stdout:\n", same.out);
+  CHECK(same.rc == 2);
+  CHECK(contains(same.out, "head_dim_v (256) must be at most 240 for the wgmma unit with warps 4"));
+  std::set<std::string> kernels;
+  size_t listed = 0;
+  for (const std::string& l : lines(same.out)) {
+    const size_t at = l.find("-> ");
+    if (at == std::string::npos) continue;
+    ++listed;
+    CHECK(kernels.insert(l.substr(at + 3)).second);
+  }
+  CHECK(listed >= 2);
 
   // explain and show exit alike for a problem no kernel supports (2: unsupported input), explain after its report.
   for (const std::string& problem : {std::string("dtype=f16,seqlen=128,heads=8,head_dim=100"),
