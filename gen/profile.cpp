@@ -272,7 +272,6 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
   // 1024 bytes of shared memory for the tiles' alignment.
   auto parse_tiles = [&](const YAML::Node& node, const std::string& key, MatrixUnit unit, std::vector<FlashTile>& out) {
     const gen::UnitTraits& u = gen::unit_traits(unit);
-    const bool wgmma = u.warpgroup;
     const auto& rows = r.sequence(node, key);
     for (size_t i = 0; i < rows.size(); ++i) {
       const std::string path = fmt::format("{}[{}]", key, i);
@@ -289,42 +288,12 @@ Profile parse_profile(const std::string& yaml_text, const std::string& origin) {
                            "(the previous row has {})",
                            t.head_dim_le, out.back().head_dim_le));
       }
-      if (wgmma) {
-        if (t.tile.warps != u.warps_a && t.tile.warps != u.warps_b && t.tile.warps != u.warps_c) {
-          r.fail(path + ".warps", fmt::format("has value {}: wgmma tiles have one, two or three consumer "
-                                              "warpgroups (warps {}, {} or {}; the producer warpgroup is added)",
-                                              t.tile.warps, u.warps_a, u.warps_b, u.warps_c));
-        }
-        if ((t.tile.warps == u.warps_a || t.tile.warps == u.warps_c) && t.tile.block_n > u.max_block_n_low_warps) {
-          r.fail(path + ".block_n", fmt::format("has value {}: at most {} with warps {} (two blocks per SM with "
-                                                "warps {}, 512 threads a block with warps {}: 128 registers per "
-                                                "thread at launch)",
-                                                t.tile.block_n, u.max_block_n_low_warps, t.tile.warps, u.warps_a,
-                                                u.warps_c));
-        }
-        if (t.tile.warps == u.warps_c && t.head_dim_le > gen::kWgmmaMaxHeadDimThreeGroups) {
-          r.fail(path + ".warps", fmt::format("has value {} with head_dim_le {}: three consumer warpgroups "
-                                              "(160 registers a thread) take head dims up to {}",
-                                              t.tile.warps, t.head_dim_le, gen::kWgmmaMaxHeadDimThreeGroups));
-        }
-        if (t.tile.warps == u.warps_a && t.head_dim_le > gen::kWgmmaMaxHeadDimVOneGroup) {
-          r.fail(path + ".warps", fmt::format("has value {} with head_dim_le {}: one consumer warpgroup (128 "
-                                              "registers a thread) takes head_dim_v up to {}",
-                                              t.tile.warps, t.head_dim_le, gen::kWgmmaMaxHeadDimVOneGroup));
-        }
-        if (u.block_m_is_16_warps && t.tile.block_m != 16 * t.tile.warps) {
-          r.fail(path + ".block_m", fmt::format("has value {}: a wgmma tile has 64 query rows per warpgroup "
-                                                "(block_m = 16 * warps = {})",
-                                                t.tile.block_m, 16 * t.tile.warps));
-        }
-        if (t.tile.block_n > 256) {
-          r.fail(path + ".block_n", fmt::format("has value {}: at most 256 (the largest wgmma N)", t.tile.block_n));
-        }
-        if (t.tile.stages < u.min_stages) {
-          r.fail(path + ".stages", fmt::format("has value {}: wgmma tiles need at least {}", t.tile.stages,
-                                               u.min_stages));
-        }
-      } else if (t.tile.block_m % (16 * t.tile.warps) != 0) {
+      // The unit's own rules, as validate() applies them, for the largest
+      // head dims the row serves.
+      for (const gen::TileRuleBreak& b : gen::tile_rule_breaks(u, t.tile, t.head_dim_le, t.head_dim_le)) {
+        r.fail(fmt::format("{}.{}", path, b.field), fmt::format("has value {}: {}", b.value, b.allowed));
+      }
+      if (!u.block_m_is_16_warps && t.tile.block_m % (16 * t.tile.warps) != 0) {
         r.fail(path + ".block_m", fmt::format("has value {}: must be a multiple of 16 * warps ({})",
                                               t.tile.block_m, 16 * t.tile.warps));
       }

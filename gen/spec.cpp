@@ -724,41 +724,12 @@ std::vector<std::string> validate(const KernelSpec& spec, const Profile& profile
       }
     }
   }
-  if (u.warps_a != 0 && spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps &&
-      ((spec.tile.warps != u.warps_a && spec.tile.warps != u.warps_b && spec.tile.warps != u.warps_c) ||
-       (u.block_m_is_16_warps && spec.tile.block_m != 16 * spec.tile.warps))) {
-    add(fmt::format("block_m ({}) and warps ({}) must give one, two or three consumer warpgroups ({} warps "
-                    "each) of {} query rows apiece for the {} unit: warps {}, {} or {} and block_m = 16 * warps.",
-                    spec.tile.block_m, spec.tile.warps, u.warps_a, 16 * u.warps_a, unit_name, u.warps_a, u.warps_b,
-                    u.warps_c));
-  }
-  const bool low_regs = spec.tile.warps == u.warps_a || (u.warps_c != 0 && spec.tile.warps == u.warps_c);
-  if (u.max_block_n_low_warps != 0 && low_regs && spec.tile.block_n > u.max_block_n_low_warps) {
-    add(fmt::format("block_n ({}) must be at most {} for the {} unit with warps {}: a thread starts with 128 "
-                    "registers (warps {}: two blocks share an SM; warps {}: 512 threads a block), fewer than a "
-                    "wgmma m64nNk16 with N > {} needs; use warps {} for wider key tiles.",
-                    spec.tile.block_n, u.max_block_n_low_warps, unit_name, spec.tile.warps, u.warps_a, u.warps_c,
-                    u.max_block_n_low_warps, u.warps_b));
-  }
-  // Three consumer warpgroups: 160 registers a consumer after setmaxnreg (gen/limits.hpp).
-  if (u.warps_c != 0 && spec.tile.warps == u.warps_c &&
-      std::max(spec.head_dim, spec.head_dim_v) > gen::kWgmmaMaxHeadDimThreeGroups) {
-    add(fmt::format("head_dim ({}) and head_dim_v ({}) must be at most {} for the {} unit with warps {}: its "
-                    "consumers have 160 registers a thread; use warps {} or {} for larger head dims.",
-                    spec.head_dim, spec.head_dim_v, gen::kWgmmaMaxHeadDimThreeGroups, unit_name, u.warps_c, u.warps_b,
-                    u.warps_a));
-  }
-  // One consumer warpgroup: 128 registers a thread, too few for P.V over a 256-wide V.
-  if (u.block_m_is_16_warps && u.warps_a != 0 && spec.tile.warps == u.warps_a &&
-      spec.head_dim_v > gen::kWgmmaMaxHeadDimVOneGroup) {
-    add(fmt::format("head_dim_v ({}) must be at most {} for the {} unit with warps {}: two blocks share an SM, "
-                    "so a thread has 128 registers, fewer than P.V over {} columns needs; use warps {}.",
-                    spec.head_dim_v, gen::kWgmmaMaxHeadDimVOneGroup, unit_name, u.warps_a, spec.head_dim_v, u.warps_b));
-  }
-  if (spec.tile.stages >= 1 && spec.tile.stages < u.min_stages) {
-    add(fmt::format("stages ({}) must be at least {} for the {} unit (the next K tile is read while "
-                    "the current V tile is).",
-                    spec.tile.stages, u.min_stages, unit_name));
+  // The unit's own tile rules (shared with the profile loader); a warps or
+  // stages value outside the generic bounds below is reported there alone.
+  const bool warps_in_range = spec.tile.warps >= 1 && spec.tile.warps <= kMaxWarps;
+  for (const gen::TileRuleBreak& r : gen::tile_rule_breaks(u, spec.tile, spec.head_dim, spec.head_dim_v)) {
+    if (r.field == "stages" ? spec.tile.stages < 1 : !warps_in_range) continue;
+    add(fmt::format("{} ({}) {}.", r.field, r.value, r.allowed));
   }
   if (!profile.supports_dtype(spec.dtype)) {
     std::vector<std::string_view> names;

@@ -6,7 +6,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "flashgen/types.hpp"
 
@@ -78,5 +80,23 @@ struct UnitTraits {
 
 /// The traits of `unit`. Throws Error(internal) for a value outside the enum.
 const UnitTraits& unit_traits(MatrixUnit unit);
+
+/// A unit's own tile rule that a tile breaks: the tile field at fault, its
+/// value, and what is allowed, as a clause that reads after "<field>
+/// (<value>)" (validate()) or "has value <value>:" (the profile loader), e.g.
+/// "must be at most 192 for the wgmma unit with warps 4: ...".
+struct TileRuleBreak {
+  std::string_view field;  ///< "warps", "block_m", "block_n" or "stages"
+  int value;
+  std::string allowed;
+};
+
+/// The rules of `u` beyond the generic tile bounds (block_m_is_16_warps,
+/// warps_a/b/c, max_block_n_low_warps, min_stages, and the register bounds of
+/// gen/limits.hpp on the head dims of one and three consumer warpgroups) that
+/// `tile` breaks when it serves head dims up to head_dim and head_dim_v; empty
+/// when it breaks none. validate() and the profile loader both report these,
+/// so a profile row takes exactly the tiles a spec may have.
+std::vector<TileRuleBreak> tile_rule_breaks(const UnitTraits& u, const Tile& tile, int head_dim, int head_dim_v);
 
 }  // namespace flashgen::gen

@@ -191,6 +191,10 @@ double problem_flops(const ProblemDesc& p) {
 
 namespace {
 
+// Blocks per SM a wgmma kernel is built for (templates/fwd_wgmma.cu MIN_BLOCKS): two with one
+// consumer warpgroup, one with two or three.
+int wgmma_blocks_per_sm(const gen::UnitTraits& u, int warps) { return warps == u.warps_a ? 2 : 1; }
+
 // Registers per thread no kernel of `s` can do without: the O and S
 // accumulators (an m16n8 fragment is 4 floats per thread) and ~40 for
 // addresses, loop state and the row statistics.
@@ -207,8 +211,7 @@ int estimate_registers(const KernelSpec& s) {
   // registers from the producer to the consumers.
   const gen::UnitTraits& u = gen::unit_traits(s.unit);
   if (u.warpgroup && s.threads() > 0) {
-    const int blocks = s.tile.warps == u.warps_a ? 2 : 1;
-    return std::min(255, 65536 / (s.threads() * blocks) / 8 * 8);
+    return std::min(255, 65536 / (s.threads() * wgmma_blocks_per_sm(u, s.tile.warps)) / 8 * 8);
   }
   // Accumulators, Q fragments when they fit (m16k16 = 4 registers), and the
   // K/V fragments in flight; ptxas may use up to 255 (launch bounds of one block).
@@ -319,7 +322,7 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
       smem > 0 ? static_cast<int>(profile.smem_per_sm / (smem + smem_reserved_per_block(spec.arch))) : kMaxBlocksPerSm;
   const int64_t regs_per_warp =
       (static_cast<int64_t>(m.registers) * 32 + kRegisterAllocUnit - 1) / kRegisterAllocUnit * kRegisterAllocUnit;
-  const int by_regs = wgmma ? (spec.tile.warps == 4 ? 2 : 1)
+  const int by_regs = wgmma ? wgmma_blocks_per_sm(unit, spec.tile.warps)
                       : regs_per_warp > 0
                           ? static_cast<int>(profile.registers_per_sm / (regs_per_warp * spec.tile.warps))
                           : kMaxBlocksPerSm;

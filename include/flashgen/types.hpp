@@ -94,9 +94,11 @@ struct Tile {
                     ///< (wgmma: exactly 16 * warps, 64 query rows per consumer warpgroup; fwd_split on
                     ///< the m16n8 units may also be 16 * warps / k, k a power of two: k warps share
                     ///< 16 rows and split each key tile, KernelSpec::key_warps)
-  int block_n = 0;  ///< keys per pipeline step: a positive multiple of 16, at most 256 (wgmma with warps 4: 192)
-  int warps = 0;    ///< warps per block, [1, 16] (wgmma: the consumer warps, 4 or 8; the kernel adds a
-                    ///< 4-warp producer warpgroup); each warp owns block_m / warps query rows
+  int block_n = 0;  ///< keys per pipeline step: a positive multiple of 16, at most 256 (wgmma with warps 4
+                    ///< or 12: at most 192)
+  int warps = 0;    ///< warps per block, [1, 16] (wgmma: the consumer warps, 4, 8 or 12; the kernel adds a
+                    ///< 4-warp producer warpgroup; warps 4 takes head_dim_v up to 240, warps 12 head dims
+                    ///< up to 128); each warp owns block_m / warps query rows
   int stages = 0;   ///< K/V shared-memory pipeline depth, [1, 4] (wgmma: [2, 4])
 
   bool operator==(const Tile&) const = default;

@@ -395,7 +395,7 @@ TEST_CASE("cli: explain an unsupported problem: every broken rule and the neares
                            env);
   INFO("stdout:\n", same.out);
   CHECK(same.rc == 2);
-  CHECK(contains(same.out, "head_dim_v (256) must be at most 240 for the wgmma unit with warps 4"));
+  CHECK(contains(same.out, "warps (4) must be 8 for the wgmma unit at head_dim_v 256"));
   std::set<std::string> kernels;
   size_t listed = 0;
   for (const std::string& l : lines(same.out)) {

@@ -4,6 +4,8 @@
 // tier (test/gpu, unit "wgmma"); the NVRTC compile grid (test_compile.cpp)
 // compiles the hopper profile's wgmma kernels.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <string>
 #include <vector>
@@ -137,8 +139,8 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s = wgmma_spec();
   s.tile.block_m = 128;  // 4 warps = one warpgroup = 64 rows
   e = validate(s, hopper);
-  CHECK(mentions(e, "block_m (128) and warps (4) must give one, two or three consumer warpgroups (4 warps each) of "
-                    "64 query rows apiece for the wgmma unit: warps 4, 8 or 12"));
+  CHECK(mentions(e, "block_m (128) must be 16 * warps (64) for the wgmma unit: 64 query rows per consumer "
+                    "warpgroup."));
 
   s = wgmma_spec();
   s.tile.warps = 12;  // three consumer warpgroups, 192 rows: the turns go round three barriers
@@ -146,19 +148,21 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s.tile.block_n = 96;
   CHECK(validate(s, hopper).empty());
   s.tile.block_m = 128;
-  CHECK(mentions(validate(s, hopper), "block_m (128) and warps (12) must give one, two or three consumer warpgroups"));
+  CHECK(mentions(validate(s, hopper), "block_m (128) must be 16 * warps (192) for the wgmma unit"));
   s.tile.block_m = 192;
   s.tile.block_n = 208;  // 128 registers a thread at launch, as with one warpgroup
   CHECK(mentions(validate(s, hopper), "block_n (208) must be at most 192 for the wgmma unit with warps 12"));
   s.tile.block_n = 64;
   s.head_dim = s.head_dim_v = 256;  // O alone would take 128 of a consumer's 160 registers
-  CHECK(mentions(validate(s, hopper), "head_dim (256) and head_dim_v (256) must be at most 128 for the wgmma unit "
-                                      "with warps 12"));
+  CHECK(mentions(validate(s, hopper), "warps (12) must be 8 or 4 for the wgmma unit at head_dim 256 and head_dim_v "
+                                      "256: three consumer warpgroups have 160 registers a thread and take head dims "
+                                      "up to 128."));
 
   s = wgmma_spec();
   s.tile.warps = 16;  // four consumer warpgroups: more than the kernel has
   s.tile.block_m = 256;
-  CHECK(mentions(validate(s, hopper), "warps (16) must give one, two or three consumer warpgroups"));
+  CHECK(mentions(validate(s, hopper), "warps (16) must be 4, 8 or 12 for the wgmma unit: one, two or three consumer "
+                                      "warpgroups"));
 
   s = wgmma_spec();
   s.tile.block_n = 208;  // with one warpgroup (two blocks per SM) ptxas cannot fit it in 128 registers
@@ -174,7 +178,9 @@ TEST_CASE("wgmma: spec rules name the field, its value and what is allowed") {
   s.tile.block_n = 32;
   s.head_dim = 64;
   s.head_dim_v = 256;
-  CHECK(mentions(validate(s, hopper), "head_dim_v (256) must be at most 240 for the wgmma unit with warps 4"));
+  CHECK(mentions(validate(s, hopper), "warps (4) must be 8 for the wgmma unit at head_dim_v 256: one consumer "
+                                      "warpgroup (two blocks share an SM) has 128 registers a thread, fewer than P.V "
+                                      "over more than 240 columns needs."));
   s.head_dim_v = 240;
   CHECK(validate(s, hopper).empty());
   s.head_dim = 256;
@@ -224,13 +230,16 @@ TEST_CASE("wgmma: shared memory counts the 1024-byte alignment and the padded st
   CHECK(s.smem_bytes() == 2 * (64 * 80 + 2 * 2 * 80 * 80));
 }
 
+// An sm_90 profile without wgmma rows, with the hopper profile's resources.
+const std::string kWgmmaBaseProfile =
+    "name: t\narchs: [90]\n"
+    "matrix_unit: {shape: m16n8k16, operand_dtypes: [float16, bfloat16], accumulator_dtype: float32}\n"
+    "flash:\n  - {head_dim_le: 256, block_m: 64, block_n: 32, warps: 4, stages: 2}\n"
+    "resources: {smem_per_block: 232448, smem_per_sm: 233472, registers_per_sm: 65536, max_threads_per_sm: 2048}\n"
+    "ceiling: {mma_flop_per_clock_per_sm: 2728, smem_bytes_per_clock_per_sm: 128, dram_bytes_per_clock_per_sm: 18.4}\n";
+
 TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles may have it") {
-  const std::string base =
-      "name: t\narchs: [90]\n"
-      "matrix_unit: {shape: m16n8k16, operand_dtypes: [float16, bfloat16], accumulator_dtype: float32}\n"
-      "flash:\n  - {head_dim_le: 256, block_m: 64, block_n: 32, warps: 4, stages: 2}\n"
-      "resources: {smem_per_block: 232448, smem_per_sm: 233472, registers_per_sm: 65536, max_threads_per_sm: 2048}\n"
-      "ceiling: {mma_flop_per_clock_per_sm: 2728, smem_bytes_per_clock_per_sm: 128, dram_bytes_per_clock_per_sm: 18.4}\n";
+  const std::string& base = kWgmmaBaseProfile;
   const Profile p = parse_profile(base + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 2}\n", "t.yml");
   REQUIRE(p.wgmma_flash.size() == 1);
   std::string as_unit = base;
@@ -247,15 +256,15 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
       {"{head_dim_le: 128, block_m: 128, block_n: 96, warps: 4, stages: 2}", "wgmma_flash[0].block_m"},
       {"{head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 1}", "wgmma_flash[0].stages"},
       {"{head_dim_le: 64, block_m: 64, block_n: 256, warps: 4, stages: 2}",
-       "wgmma_flash[0].block_n' has value 256: at most 192 with warps 4"},
+       "wgmma_flash[0].block_n' has value 256: must be at most 192 for the wgmma unit with warps 4"},
       {"{head_dim_le: 64, block_m: 256, block_n: 64, warps: 16, stages: 2}",
-       "wgmma_flash[0].warps' has value 16: wgmma tiles have one, two or three consumer warpgroups"},
+       "wgmma_flash[0].warps' has value 16: must be 4, 8 or 12 for the wgmma unit: one, two or three consumer"},
       {"{head_dim_le: 64, block_m: 192, block_n: 224, warps: 12, stages: 2}",
-       "wgmma_flash[0].block_n' has value 224: at most 192 with warps 12"},
+       "wgmma_flash[0].block_n' has value 224: must be at most 192 for the wgmma unit with warps 12"},
       {"{head_dim_le: 256, block_m: 192, block_n: 64, warps: 12, stages: 2}",
-       "wgmma_flash[0].warps' has value 12 with head_dim_le 256"},
+       "wgmma_flash[0].warps' has value 12: must be 8 or 4 for the wgmma unit at head_dim 256"},
       {"{head_dim_le: 256, block_m: 64, block_n: 64, warps: 4, stages: 2}",
-       "wgmma_flash[0].warps' has value 4 with head_dim_le 256: one consumer warpgroup"},
+       "wgmma_flash[0].warps' has value 4: must be 8 for the wgmma unit at head_dim_v 256: one consumer warpgroup"},
   };
   for (const auto& [row, what] : refused) {
     CAPTURE(row);
@@ -274,6 +283,37 @@ TEST_CASE("wgmma: the profile key is checked like flash, and only sm_90 profiles
       parse_profile(other + "wgmma_flash:\n  - {head_dim_le: 128, block_m: 64, block_n: 96, warps: 4, stages: 2}\n",
                     "t.yml"),
       Contains("archs lists sm_100"), InvalidArgument);
+}
+
+TEST_CASE("wgmma: a profile row takes exactly the tiles validate() takes at its head_dim_le") {
+  // Both apply gen::tile_rule_breaks; a row serves head dims up to head_dim_le, so it must be refused
+  // exactly when a spec with head_dim = head_dim_v = head_dim_le and its tile is.
+  const Profile& hopper = profile_for_arch(90);
+  int refused = 0, taken = 0;
+  for (int warps : {2, 4, 8, 12, 16})
+    for (int block_m : {64, 16 * warps})
+      for (int block_n : {64, 96, 192, 208})
+        for (int stages : {1, 2, 3})
+          for (int d : {64, 128, 240, 256}) {
+            KernelSpec s = wgmma_spec();
+            s.head_dim = s.head_dim_v = d;
+            s.tile = {block_m, block_n, warps, stages};
+            const std::string row = fmt::format("{{head_dim_le: {}, block_m: {}, block_n: {}, warps: {}, stages: {}}}",
+                                                d, block_m, block_n, warps, stages);
+            CAPTURE(row);
+            const std::vector<std::string> errors = validate(s, hopper);
+            CAPTURE(fmt::format("{}", fmt::join(errors, " | ")));
+            bool loads = true;
+            try {
+              parse_profile(kWgmmaBaseProfile + "wgmma_flash:\n  - " + row + "\n", "t.yml");
+            } catch (const InvalidArgument&) {
+              loads = false;
+            }
+            CHECK(loads == errors.empty());
+            (loads ? taken : refused) += 1;
+          }
+  CHECK(refused > 0);  // the grid has tiles of each kind
+  CHECK(taken > 0);
 }
 
 TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers per width") {
