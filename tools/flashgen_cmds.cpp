@@ -518,13 +518,33 @@ int run_pregen(const PregenOptions& o) {
       }
     }
   }
-  // An empty set is bad input, not a success: nothing would be compiled or listed.
+  // An empty set is bad input, not a success: nothing would be compiled or listed (and no kernel failed).
+  // (every flag has a value by now, and a file at least one problem: each combination was skipped or refused)
+  const std::string dtype_skips =
+      fmt::format("dtype not supported by the profile: {}",
+                  join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", "));
   if (jobs.empty() && planning_errors.empty()) {
-    // (every flag has a value by now, and a file at least one problem: the combinations were skipped)
+    throw InvalidArgument(fmt::format("the set yields no kernels: all {} flag combinations were skipped ({}); "
+                                      "nothing to compile (choose --dtypes the profiles take, or other archs)",
+                                      skipped, dtype_skips));
+  }
+  if (jobs.empty()) {
+    // e.g. a --tiles tile no problem of the set can take: each combination with the reason it was refused.
+    std::vector<std::string> given;
+    for (const std::string& t : items(o.tiles))
+      if (t != "default") given.push_back(t);
+    std::string refused;
+    for (const std::string& e : planning_errors) refused += "\n  not planned: " + e;
     throw InvalidArgument(fmt::format(
-        "the set yields no kernels: all {} flag combinations were skipped (dtype not supported by the profile: {}); "
-        "nothing to compile (choose --dtypes the profiles take, or other archs)",
-        skipped, join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", ")));
+        "the set yields no kernels: {} could not be planned{}{}; nothing to compile ({}):{}",
+        count_of(planning_errors.size(), "combination"),
+        given.empty() ? std::string() : fmt::format(" with --tiles {}", join(given, ",")),
+        skipped ? fmt::format(" and {} skipped ({})", count_of(skipped, "flag combination"), dtype_skips)
+                : std::string(),
+        given.empty() ? "each breaks the rules listed below; flashgen explain shows the nearest supported alternatives"
+                      : "choose tiles the profiles take for these head dims and features, or 'default' for the "
+                        "profile's",
+        refused));
   }
   if (o.list) {
     for (const Job& j : jobs) std::printf("%s\n", j.spec.canonical().c_str());

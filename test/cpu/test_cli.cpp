@@ -284,10 +284,11 @@ TEST_CASE("cli: pregen from a problem file, failures are summarized and exit non
   CHECK(contains(r.err, work.path() + "/problems.yml: problems[1]: sm_80 "));
   CHECK_FALSE(contains(r.err, "problems[0]"));
 
+  // A tile that fits no problem of the set: no kernel at all, exit 2 (see "a --tiles tile no problem can take").
   const Run bad_tile = run_cli({"pregen", "--arch", "90", "--head-dims", "256", "--dtypes", "f16", "--masks", "none",
                                 "--tiles", "256x128x4x4", "--list"},
                                env);
-  CHECK(bad_tile.rc == 1);
+  CHECK(bad_tile.rc == 2);
   CHECK(contains(bad_tile.err, "not planned"));
   CHECK(contains(bad_tile.err, "smem_bytes"));
 }
@@ -2217,6 +2218,58 @@ TEST_CASE("cli: pregen of a set that yields no kernels fails (exit 2) and says w
                            env);
   CHECK(some.rc == 0);
   CHECK(lines(some.out).size() == 1);
+}
+
+TEST_CASE("cli: pregen with a --tiles tile no problem of the set can take yields no kernels: exit 2, naming the tile and why") {
+  // Before: exit 1 and "0 kernels ... 1 failed" (and an empty bundle directory), against the README's exit 2 for a
+  // set that yields no kernel at all.
+  TempDir work("flashgen-cli-pregen-no-tile");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string bundle = work.path() + "/bundle";
+  for (const bool list : {true, false}) {
+    CAPTURE(list);
+    std::vector<std::string> args = {"pregen", "--arch",  "90",    "--head-dims", "256",        "--dtypes",
+                                     "f16",    "--masks", "none,causalbr", "--tiles", "256x128x4x4"};
+    args = with(args, list ? std::vector<std::string>{"--list"} : std::vector<std::string>{"--out", bundle});
+    const Run r = run_cli(args, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(contains(r.err, "flashgen pregen: error: the set yields no kernels: 2 combinations could not be planned "
+                          "with --tiles 256x128x4x4; nothing to compile"));
+    // Each combination, its tile and the rule it breaks.
+    CHECK(count_of(r.err, "\n  not planned: sm_90 f16 b1 sq1024 sk1024 hq1 hkv1 d256/v256 mask=") == 2);
+    CHECK(count_of(r.err, " tile bm256 bn128 w4 s4: ") == 2);
+    CHECK(contains(r.err, "smem_bytes (656384"));
+    CHECK_FALSE(contains(r.err, "failed"));
+    CHECK_FALSE(std::filesystem::exists(bundle));  // nothing written
+    CHECK_FALSE(std::filesystem::exists(work.path() + "/cache"));
+  }
+  // With dtype skips too, both are said.
+  const Run mixed = run_cli({"pregen", "--profile", "turing", "--dtypes", "f16,bf16", "--head-dims", "64", "--masks",
+                             "none", "--tiles", "256x128x4x4", "--list"},
+                            env);
+  INFO("stderr:\n", mixed.err);
+  CHECK(mixed.rc == 2);
+  CHECK(contains(mixed.err, "1 combination could not be planned with --tiles 256x128x4x4 and 1 flag combination "
+                            "skipped (dtype not supported by the profile: bf16 on turing (sm_75))"));
+  // A problem file whose every problem is refused: exit 2 as well, each row named.
+  const std::string file = work.path() + "/p.yml";
+  std::ofstream(file) << "problems:\n  - {dtype: f16, seqlen: 100, heads: 2, head_dim: 320}\n";
+  const Run rows = run_cli({"pregen", "--arch", "80", "--problems", file, "--list"}, env);
+  INFO("stderr:\n", rows.err);
+  CHECK(rows.rc == 2);
+  CHECK(contains(rows.err, "the set yields no kernels: 1 combination could not be planned; nothing to compile"));
+  CHECK(contains(rows.err, "not planned: " + file + ": problems[0]: sm_80 "));
+  CHECK(contains(rows.err, "head_dim (320)"));
+  // Some combinations planned: the others are failures (exit 1), as before.
+  const Run some = run_cli({"pregen", "--arch", "90", "--head-dims", "64,256", "--dtypes", "f16", "--masks", "none",
+                            "--tiles", "128x128x8x2", "--list"},
+                           env);
+  INFO("stdout:\n", some.out, "\nstderr:\n", some.err);
+  CHECK(some.rc == 1);
+  CHECK(lines(some.out).size() == 1);
+  CHECK(contains(some.err, "flashgen pregen: not planned: sm_90 f16 b1 sq1024 sk1024 hq1 hkv1 d256/v256"));
 }
 
 TEST_CASE("cli: problems beyond the kernels' limits: tune refuses them with exit 2, as show does") {
