@@ -999,7 +999,10 @@ int run_explain(const ExplainOptions& o) {
     const int64_t b = 2 * spec.tile.block_n * d;
     return unit.smem_align != 0 ? (b + unit.smem_align - 1) / unit.smem_align * unit.smem_align : b;
   };
-  row("smem", fmt::format("{} bytes = Q {} + {} x (K {} + V {}){}; profile limit {} per block, {} per SM",
+  // The first region holds the Q tile, then stages the O tile for the store (KernelSpec::smem_bytes,
+  // the templates' sO = sQ): block_m x max(head_dim, head_dim_v).
+  row("smem", fmt::format("{} bytes = Q/O {} (Q, then O staged for the store) + {} x (K {} + V {}){}; profile limit "
+                          "{} per block, {} per SM",
                           spec.smem_bytes(), 2 * spec.tile.block_m * dmax,
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), stage_bytes(spec.head_dim),
                           stage_bytes(spec.head_dim_v),

@@ -1102,6 +1102,25 @@ TEST_CASE("cli: explain counts a tile of one warp and one stage, and a grid of o
   CHECK(contains(r.out, "grid         1 block (ceil(seqlen_q / block_m)"));
 }
 
+TEST_CASE("cli: explain's shared memory: the region of block_m x max(head_dim, head_dim_v) is Q/O, not Q") {
+  // The first region holds the Q tile and then stages the O tile (KernelSpec::smem_bytes; sO = sQ in the
+  // templates): with head_dim_v > head_dim it is sized by O. Before it was labelled "Q".
+  TempDir work("flashgen-cli-explain-smem");
+  for (const int arch : {80, 90}) {
+    CAPTURE(arch);
+    const std::string problem = "dtype=f16,seqlen=1024,heads=4,head_dim=64,head_dim_v=128";
+    const KernelSpec spec = plan(cli::to_problem(cli::parse_problem_text(problem)), arch);
+    const Run r = run_cli({"explain", "--problem", problem, "--arch", std::to_string(arch), "--no-compile"},
+                          base_env(work.path() + "/cache"));
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 0);
+    const int64_t region = 2 * int64_t{spec.tile.block_m} * 128;  // block_m x head_dim_v, 2-byte elements
+    CHECK(contains(r.out, fmt::format("smem         {} bytes = Q/O {} (Q, then O staged for the store) + ",
+                                      spec.smem_bytes(), region)));
+    CHECK_FALSE(contains(r.out, " = Q " + std::to_string(region)));
+  }
+}
+
 TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen and explain through --device") {
   TempDir work("flashgen-cli-tune");
   const auto env = base_env(work.path() + "/cache");
