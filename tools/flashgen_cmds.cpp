@@ -168,9 +168,9 @@ bool parse_tile_text(const std::string& what, const std::string& text, Tile* til
   for (size_t i = 0; i < 4; ++i) {
     const std::optional<int64_t> v = int_in_range(fields[i], 1, spec[i].hi);
     if (!v) {
-      throw InvalidArgument(fmt::format("{} has value '{}': {} '{}' must be an integer in [1, {}] (the tile is "
-                                        "BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 128x64x8x2)",
-                                        what, text, spec[i].name, fields[i], spec[i].hi));
+      throw InvalidArgument(fmt::format("{} has value '{}': {} '{}' must be an integer in [1, {}] {} (the tile "
+                                        "is BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 128x64x8x2)",
+                                        what, text, spec[i].name, fields[i], spec[i].hi, integer_form(1)));
     }
     *spec[i].out = static_cast<int>(*v);
   }
@@ -187,8 +187,8 @@ CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         if (int_in_range(text, lo, hi)) return {};
-        return fmt::format("value '{}' is not allowed: must be an integer in [{}, {}]{}", text, lo, hi,
-                           meaning.empty() ? "" : " (" + meaning + ")");
+        return fmt::format("value '{}' is not allowed: must be an integer in [{}, {}]{} {}", text, lo, hi,
+                           meaning.empty() ? "" : " (" + meaning + ")", integer_form(lo));
       },
       fmt::format("INT in [{}, {}]", lo, hi));
 }
@@ -401,8 +401,9 @@ int run_pregen(const PregenOptions& o) {
       const std::optional<int64_t> dv = head_dim(dv_text);
       if (!d || !dv) {
         throw InvalidArgument(fmt::format("--head-dims has value '{}': must be D or D:DV (e.g. 96 or 192:128) with "
-                                          "D and DV multiples of {} in [{}, {}] (the head dims the kernels take)",
-                                          t, gen::kHeadDimMultiple, gen::kMinHeadDim, gen::kMaxHeadDim));
+                                          "D and DV multiples of {} in [{}, {}] (the head dims the kernels take), {}",
+                                          t, gen::kHeadDimMultiple, gen::kMinHeadDim, gen::kMaxHeadDim,
+                                          integer_form(gen::kMinHeadDim)));
       }
       dims.emplace_back(static_cast<int>(*d), static_cast<int>(*dv));
     }

@@ -27,6 +27,8 @@
 #include <sstream>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flashgen/flashgen.hpp"
@@ -1757,6 +1759,115 @@ TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate in
   CHECK(p.bias.stride_batch == std::numeric_limits<int64_t>::max());
   CHECK(p.lse.stride_batch == std::numeric_limits<int64_t>::max());
   CHECK_THROWS_AS(check_problem(p), InvalidArgument);
+}
+
+TEST_CASE("cli numbers: integers are plain decimal: leading zeros, signs and spaces are refused alike everywhere") {
+  // Before: a tile field '0192' was taken as 192 while '+192' was refused, and so were problem keys and
+  // --head-dims; an option such as --arch passed its check as decimal and CLI11 then read it as octal
+  // (--arch 075 planned for sm_61, --sms 010 modelled 8 SMs).
+  const std::string kPlain = "in plain decimal (no sign, leading zeros or spaces)";
+  Tile t;
+  const char* names[] = {"BLOCK_M", "BLOCK_N", "WARPS", "STAGES"};
+  const int his[] = {256, 256, 16, 4};
+  for (int field = 0; field < 4; ++field) {
+    for (const std::string& v : {std::string("01"), std::string("00"), std::string("-0"), std::string("+1"),
+                                 std::string(" 1"), std::string("1 "), "0" + std::to_string(his[field])}) {
+      CAPTURE(field);
+      CAPTURE(v);
+      std::string text;
+      for (int i = 0; i < 4; ++i) text += (i ? "x" : "") + (i == field ? v : std::string("4"));
+      CHECK_THROWS_WITH_AS(cli::parse_tile_text("--tile", text, &t),
+                           doctest::Contains(fmt::format("--tile has value '{}': {} '{}' must be an integer in [1, {}] "
+                                                         "{} (the tile is BLOCK_MxBLOCK_NxWARPSxSTAGES",
+                                                         text, names[field], v, his[field], kPlain)
+                                                 .c_str()),
+                           InvalidArgument);
+    }
+  }
+  REQUIRE(cli::parse_tile_text("--tile", "192x96x12x2", &t));
+  CHECK(t == Tile{192, 96, 12, 2});
+
+  // Problem keys, in --problem and in YAML problem files (quoted or not).
+  for (const auto& [key, value, allowed] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"seqlen", "0128", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"batch", "00", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"heads", "-0", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"head_dim", "+64", "must be an integer in [0, 1048576] " + kPlain},
+           {"head_dim_v", "064", "must be an integer in [0, 1048576] " + kPlain},
+           {"window_left", "-01", "must be an integer in [-1, 1099511627776] in plain decimal (no '+', leading zeros "
+                                  "or spaces)"},
+           {"window_right", "-0", "must be an integer in [-1, 1099511627776] in plain decimal"},
+           {"page_size", "016", "must be a power of two in [1, 256] (keys per page of a paged KV cache), " + kPlain},
+       }) {
+    CAPTURE(key);
+    CAPTURE(value);
+    std::string text = "dtype=f16,mask=windowtl," + key + "=" + value;
+    std::string yaml = "problems:\n  - {dtype: f16, mask: windowtl, " + key + ": " + value;
+    for (const auto& [k, v] : {std::pair{"seqlen", "8"}, std::pair{"heads", "1"}, std::pair{"head_dim", "64"}})
+      if (key != k) text += fmt::format(",{}={}", k, v), yaml += fmt::format(", {}: {}", k, v);
+    yaml += "}\n";
+    CHECK_THROWS_WITH_AS(cli::parse_problem_text(text),
+                         doctest::Contains(fmt::format("key '{}' has value '{}': {}", key, value, allowed).c_str()),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_set(yaml, "p.yml"),
+                         doctest::Contains(
+                             fmt::format("p.yml: key 'problems[0].{}' has value '{}': {}", key, value, allowed).c_str()),
+                         InvalidArgument);
+  }
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("dtype=f16,seqlens_q=100:037,seqlens_k=100:37,heads=1,head_dim=64"),
+                       doctest::Contains(("key 'seqlens_q' has value '100:037': length 2 ('037') must be an integer in "
+                                          "[0, 2147483647] (one length per sequence, separated by ':', e.g. "
+                                          "100:37:512), " + kPlain)
+                                             .c_str()),
+                       InvalidArgument);
+  // 0 itself, and negative values where allowed, are still numbers.
+  const cli::ProblemDesc zero = cli::parse_problem_text(
+      "dtype=f16,batch=0,seqlen=0,heads=1,head_dim=64,mask=windowtl,window_left=0,window_right=-1");
+  CHECK(zero.batch == 0);
+  CHECK(zero.window_left == 0);
+  CHECK(zero.window_right == -1);
+
+  // Numeric options: CLI11 must never see a leading zero (it reads it as octal) or "-0".
+  for (const NumericOption& o : numeric_options()) {
+    if (!o.integer) continue;
+    CAPTURE(o.sub);
+    CAPTURE(o.name);
+    for (const std::string& v : {"0" + number_text(o.hi), std::string("-0"), std::string("00")}) {
+      CAPTURE(v);
+      bool validation = false;
+      const std::string err = parse_only(with(with({o.sub}, required_args(o.sub)), {o.name, v}), &validation);
+      CHECK(validation);
+      CHECK(contains(err, o.name));
+      CHECK(contains(err, "'" + v + "'"));
+      CHECK(contains(err, "[" + number_text(o.lo) + ", " + number_text(o.hi) + "]"));
+      CHECK(contains(err, "in plain decimal (no sign, leading zeros or spaces)"));
+    }
+  }
+
+  // The binary: exit 2, naming the argument, its value and what is allowed.
+  TempDir work("flashgen-cli-plain-decimal");
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  check_usage_errors(
+      {
+          {{"explain", "--problem", p, "--arch", "075", "--no-compile"},
+           {"--arch", "value '075' is not allowed: must be an integer in [10, 999]", kPlain}},
+          {{"explain", "--problem", p, "--arch", "80", "--sms", "010", "--no-compile"},
+           {"--sms", "value '010' is not allowed: must be an integer in [1, 4096]", kPlain}},
+          {{"explain", "--problem", p, "--arch", "80", "--tile", "0128x64x4x2", "--no-compile"},
+           {"--tile has value '0128x64x4x2': BLOCK_M '0128' must be an integer in [1, 256] " + kPlain}},
+          {{"show", "--problem", p, "--arch", "80", "--tile", "128x64x4x+2"},
+           {"--tile has value '128x64x4x+2': STAGES '+2' must be an integer in [1, 4] " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--tiles", "128x064x4x2"},
+           {"--tiles has value '128x064x4x2': BLOCK_N '064' must be an integer in [1, 256] " + kPlain}},
+          {{"explain", "--problem", "dtype=f16,seqlen=0128,heads=1,head_dim=64", "--arch", "80"},
+           {"key 'seqlen' has value '0128': must be an integer in [0, 1099511627776] " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "064"},
+           {"--head-dims has value '064': must be D or D:DV (e.g. 96 or 192:128) with D and DV multiples of 8 in [16, "
+            "256] (the head dims the kernels take), " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "64:0128"}, {"--head-dims has value '64:0128'", kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "+64"}, {"--head-dims has value '+64'", kPlain}},
+      },
+      base_env(work.path() + "/cache"));
 }
 
 TEST_CASE("cli cache: ls and verify of a directory that does not exist or is not one fail and say so") {
