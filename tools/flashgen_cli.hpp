@@ -259,6 +259,13 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& problem, const P
 std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Profile& profile,
                                   const DeviceShape& dev);
 
+/// The warps of one block of `spec` as explain and tune print them: "8w", or for a
+/// unit with a producer warpgroup (wgmma) its consumer warps + producer warps, "12+4w"
+/// (spec.tile.warps counts the consumers; the block runs spec.threads() threads).
+std::string block_warps(const KernelSpec& spec);
+/// Blocks per SM x block_warps, e.g. "2 x 4w", "1 x 12+4w" (tune's occupancy column, explain's occupancy).
+std::string occupancy_text(const TileModel& m);
+
 /// The spec `problem` gets on `arch` with `tile`.
 KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const Tile& tile);
 

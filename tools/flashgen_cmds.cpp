@@ -986,12 +986,16 @@ int run_explain(const ExplainOptions& o) {
                                unit.max_chunk != 0
                                    ? fmt::format("shared-memory chunks of at most {} columns", unit.max_chunk)
                                    : std::string("power-of-two chunks")));
+  // (wgmma: the consumer warps of the tile and the producer warpgroup, as tune's "12+4w")
   row("tile", fmt::format("block_m {}, block_n {}, {}{} ({} threads), {}; from {}", spec.tile.block_m,
-                          spec.tile.block_n, count_of(static_cast<size_t>(spec.tile.warps), "warp"),
+                          spec.tile.block_n,
+                          unit.producer_warps == 0 ? count_of(static_cast<size_t>(spec.tile.warps), "warp")
+                                                   : fmt::format("{} consumer warps + {} producer warps",
+                                                                 spec.tile.warps, unit.producer_warps),
                           unit.producer_warps == 0 ? ""
                           : d.paged() && d.page_size < 8
-                              ? " + a producer warpgroup (cp.async gather: pages below 8 keys)"
-                              : " + a producer warpgroup (TMA)",
+                              ? " (cp.async gather: pages below 8 keys)"
+                              : " (TMA)",
                           spec.threads(),
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
@@ -1061,9 +1065,15 @@ int run_explain(const ExplainOptions& o) {
     }
   }
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
-  row("occupancy", fmt::format("{} per SM ({}{}), limited by {}", count_of(static_cast<size_t>(m.blocks_per_sm), "block"),
-                               count_of(static_cast<size_t>(m.resident_warps), "warp"),
-                               unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
+  // e.g. "1 block per SM (1 x 12+4w: 16 warps, 12 consumer + 4 producer each), limited by registers"; tune's
+  // occupancy column is the "1 x 12+4w".
+  row("occupancy",
+      fmt::format("{} per SM ({}: {}{}), limited by {}", count_of(static_cast<size_t>(m.blocks_per_sm), "block"),
+                  occupancy_text(m), count_of(static_cast<size_t>(m.resident_warps), "warp"),
+                  unit.producer_warps != 0
+                      ? fmt::format(", {} consumer + {} producer each", spec.tile.warps, unit.producer_warps)
+                      : std::string(),
+                  m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,
                                                                unit.persistent ? "round" : "wave", dev.sm_count)

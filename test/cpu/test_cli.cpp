@@ -916,7 +916,7 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
     INFO(h.out, h.err);
     CHECK(h.rc == 0);
     CHECK(contains(h.out, "unit=wgmma,"));
-    CHECK(contains(h.out, std::string(" + a producer warpgroup (") +
+    CHECK(contains(h.out, std::string(" consumer warps + 4 producer warps (") +
                               (std::string(ps) == "8" ? "TMA)" : "cp.async gather: pages below 8 keys)")));
   }
   // A paged problem that breaks a rule: explain lists it and offers paged alternatives.
@@ -1121,6 +1121,45 @@ TEST_CASE("cli: explain's shared memory: the region of block_m x max(head_dim, h
                                       spec.smem_bytes(), region)));
     CHECK_FALSE(contains(r.out, " = Q " + std::to_string(region)));
   }
+}
+
+TEST_CASE("cli: explain and tune describe a block's warps alike: a wgmma tile's consumer and producer warps") {
+  // Before: explain said "16 warps, producer warpgroups included" where tune's occupancy column said "1 x 12w".
+  TempDir work("flashgen-cli-warps");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem = "dtype=bf16,seqlen=4096,heads=32,head_dim=96";
+  const KernelSpec spec = plan(cli::to_problem(cli::parse_problem_text(problem)), 90);
+  REQUIRE(spec.unit == MatrixUnit::wgmma);
+  REQUIRE(spec.tile == Tile{192, 96, 12, 2});  // (the hopper profile's three-warpgroup D96 row)
+  const Run ex = run_cli({"explain", "--problem", problem, "--arch", "90", "--no-compile"}, env);
+  INFO("explain:\n", ex.out, ex.err);
+  REQUIRE(ex.rc == 0);
+  CHECK(contains(ex.out, "tile         block_m 192, block_n 96, 12 consumer warps + 4 producer warps (TMA) (512 "
+                         "threads), 2 stages; from "));
+  CHECK(contains(ex.out, "occupancy    1 block per SM (1 x 12+4w: 16 warps, 12 consumer + 4 producer each), limited "
+                         "by "));
+  CHECK_FALSE(contains(ex.out, "producer warpgroups included"));
+  const Run tune = run_cli({"tune", "--dry-run", "--arch", "90", "--problem", problem}, env);
+  INFO("tune:\n", tune.out, tune.err);
+  REQUIRE(tune.rc == 0);
+  CHECK(contains(tune.out, "occupancy: blocks per SM x warps per block; C+Pw: C consumer warps + P producer warps"));
+  bool found = false;
+  for (const std::string& l : lines(tune.out)) {
+    if (!contains(l, " bm192 bn96 w12 s2 ")) continue;
+    found = true;
+    CHECK(contains(l, " 1 x 12+4w "));  // the occupancy explain gives the same tile
+    CHECK(contains(l, "(profile default)"));
+  }
+  CHECK(found);
+  CHECK_FALSE(contains(tune.out, "x 12w"));
+  // mma.sync: every warp computes, the same notation without a producer.
+  const int warps = plan(cli::to_problem(cli::parse_problem_text(problem)), 80).tile.warps;
+  const Run ampere = run_cli({"explain", "--problem", problem, "--arch", "80", "--no-compile"}, env);
+  CHECK(ampere.rc == 0);
+  CHECK(contains(ampere.out, fmt::format(", {} warps ({} threads), ", warps, 32 * warps)));
+  const std::regex occupancy(
+      fmt::format(R"(occupancy    [0-9]+ blocks? per SM \([0-9]+ x {}w: [0-9]+ warps\), )", warps));
+  CHECK(std::regex_search(ampere.out, occupancy));
 }
 
 TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen and explain through --device") {
