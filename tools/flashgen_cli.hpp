@@ -28,14 +28,18 @@ inline constexpr int64_t kMaxProblemSize = int64_t{1} << 40;
 /// which explain lists, then apply).
 inline constexpr int64_t kMaxHeadDimArg = int64_t{1} << 20;
 
-/// `text` as a decimal integer (an optional '-' and digits, nothing else)
-/// when it is one in [lo, hi]; nullopt otherwise (also on overflow).
+/// `text` as a decimal integer (an optional '-' and digits, nothing else: no
+/// '+', spaces, leading zeros or "-0") when it is one in [lo, hi]; nullopt
+/// otherwise (also on overflow).
 std::optional<int64_t> int_in_range(const std::string& text, int64_t lo, int64_t hi);
+/// How int_in_range wants an integer of [lo, ...] written, for messages: "in plain
+/// decimal (no sign, leading zeros or spaces)" ("no '+', ..." when lo < 0).
+std::string integer_form(int64_t lo);
 /// `text` as a finite decimal number (no nan, inf, hex, sign '+', spaces or
 /// trailing characters) when it is one in [lo, hi]; nullopt otherwise.
 std::optional<double> real_in_range(const std::string& text, double lo, double hi);
 /// int_in_range, or InvalidArgument "<what> has value '<text>': must be an
-/// integer in [lo, hi]".
+/// integer in [lo, hi] <integer_form(lo)>".
 int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t lo, int64_t hi);
 
 // ---- problems ------------------------------------------------------------------
@@ -254,6 +258,13 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& problem, const P
 /// ranked best first by the model.
 std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Profile& profile,
                                   const DeviceShape& dev);
+
+/// The warps of one block of `spec` as explain and tune print them: "8w", or for a
+/// unit with a producer warpgroup (wgmma) its consumer warps + producer warps, "12+4w"
+/// (spec.tile.warps counts the consumers; the block runs spec.threads() threads).
+std::string block_warps(const KernelSpec& spec);
+/// Blocks per SM x block_warps, e.g. "2 x 4w", "1 x 12+4w" (tune's occupancy column, explain's occupancy).
+std::string occupancy_text(const TileModel& m);
 
 /// The spec `problem` gets on `arch` with `tile`.
 KernelSpec spec_with_tile(const ProblemDesc& problem, int arch, const Profile& profile, const Tile& tile);

@@ -168,9 +168,9 @@ bool parse_tile_text(const std::string& what, const std::string& text, Tile* til
   for (size_t i = 0; i < 4; ++i) {
     const std::optional<int64_t> v = int_in_range(fields[i], 1, spec[i].hi);
     if (!v) {
-      throw InvalidArgument(fmt::format("{} has value '{}': {} '{}' must be an integer in [1, {}] (the tile is "
-                                        "BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 128x64x8x2)",
-                                        what, text, spec[i].name, fields[i], spec[i].hi));
+      throw InvalidArgument(fmt::format("{} has value '{}': {} '{}' must be an integer in [1, {}] {} (the tile "
+                                        "is BLOCK_MxBLOCK_NxWARPSxSTAGES, e.g. 128x64x8x2)",
+                                        what, text, spec[i].name, fields[i], spec[i].hi, integer_form(1)));
     }
     *spec[i].out = static_cast<int>(*v);
   }
@@ -187,8 +187,8 @@ CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning) {
   return CLI::Validator(
       [=](std::string& text) -> std::string {
         if (int_in_range(text, lo, hi)) return {};
-        return fmt::format("value '{}' is not allowed: must be an integer in [{}, {}]{}", text, lo, hi,
-                           meaning.empty() ? "" : " (" + meaning + ")");
+        return fmt::format("value '{}' is not allowed: must be an integer in [{}, {}]{} {}", text, lo, hi,
+                           meaning.empty() ? "" : " (" + meaning + ")", integer_form(lo));
       },
       fmt::format("INT in [{}, {}]", lo, hi));
 }
@@ -401,8 +401,9 @@ int run_pregen(const PregenOptions& o) {
       const std::optional<int64_t> dv = head_dim(dv_text);
       if (!d || !dv) {
         throw InvalidArgument(fmt::format("--head-dims has value '{}': must be D or D:DV (e.g. 96 or 192:128) with "
-                                          "D and DV multiples of {} in [{}, {}] (the head dims the kernels take)",
-                                          t, gen::kHeadDimMultiple, gen::kMinHeadDim, gen::kMaxHeadDim));
+                                          "D and DV multiples of {} in [{}, {}] (the head dims the kernels take), {}",
+                                          t, gen::kHeadDimMultiple, gen::kMinHeadDim, gen::kMaxHeadDim,
+                                          integer_form(gen::kMinHeadDim)));
       }
       dims.emplace_back(static_cast<int>(*d), static_cast<int>(*dv));
     }
@@ -518,13 +519,33 @@ int run_pregen(const PregenOptions& o) {
       }
     }
   }
-  // An empty set is bad input, not a success: nothing would be compiled or listed.
+  // An empty set is bad input, not a success: nothing would be compiled or listed (and no kernel failed).
+  // (every flag has a value by now, and a file at least one problem: each combination was skipped or refused)
+  const std::string dtype_skips =
+      fmt::format("dtype not supported by the profile: {}",
+                  join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", "));
   if (jobs.empty() && planning_errors.empty()) {
-    // (every flag has a value by now, and a file at least one problem: the combinations were skipped)
+    throw InvalidArgument(fmt::format("the set yields no kernels: all {} flag combinations were skipped ({}); "
+                                      "nothing to compile (choose --dtypes the profiles take, or other archs)",
+                                      skipped, dtype_skips));
+  }
+  if (jobs.empty()) {
+    // e.g. a --tiles tile no problem of the set can take: each combination with the reason it was refused.
+    std::vector<std::string> given;
+    for (const std::string& t : items(o.tiles))
+      if (t != "default") given.push_back(t);
+    std::string refused;
+    for (const std::string& e : planning_errors) refused += "\n  not planned: " + e;
     throw InvalidArgument(fmt::format(
-        "the set yields no kernels: all {} flag combinations were skipped (dtype not supported by the profile: {}); "
-        "nothing to compile (choose --dtypes the profiles take, or other archs)",
-        skipped, join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", ")));
+        "the set yields no kernels: {} could not be planned{}{}; nothing to compile ({}):{}",
+        count_of(planning_errors.size(), "combination"),
+        given.empty() ? std::string() : fmt::format(" with --tiles {}", join(given, ",")),
+        skipped ? fmt::format(" and {} skipped ({})", count_of(skipped, "flag combination"), dtype_skips)
+                : std::string(),
+        given.empty() ? "each breaks the rules listed below; flashgen explain shows the nearest supported alternatives"
+                      : "choose tiles the profiles take for these head dims and features, or 'default' for the "
+                        "profile's",
+        refused));
   }
   if (o.list) {
     for (const Job& j : jobs) std::printf("%s\n", j.spec.canonical().c_str());
@@ -965,12 +986,16 @@ int run_explain(const ExplainOptions& o) {
                                unit.max_chunk != 0
                                    ? fmt::format("shared-memory chunks of at most {} columns", unit.max_chunk)
                                    : std::string("power-of-two chunks")));
+  // (wgmma: the consumer warps of the tile and the producer warpgroup, as tune's "12+4w")
   row("tile", fmt::format("block_m {}, block_n {}, {}{} ({} threads), {}; from {}", spec.tile.block_m,
-                          spec.tile.block_n, count_of(static_cast<size_t>(spec.tile.warps), "warp"),
+                          spec.tile.block_n,
+                          unit.producer_warps == 0 ? count_of(static_cast<size_t>(spec.tile.warps), "warp")
+                                                   : fmt::format("{} consumer warps + {} producer warps",
+                                                                 spec.tile.warps, unit.producer_warps),
                           unit.producer_warps == 0 ? ""
                           : d.paged() && d.page_size < 8
-                              ? " + a producer warpgroup (cp.async gather: pages below 8 keys)"
-                              : " + a producer warpgroup (TMA)",
+                              ? " (cp.async gather: pages below 8 keys)"
+                              : " (TMA)",
                           spec.threads(),
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);
@@ -979,7 +1004,10 @@ int run_explain(const ExplainOptions& o) {
     const int64_t b = 2 * spec.tile.block_n * d;
     return unit.smem_align != 0 ? (b + unit.smem_align - 1) / unit.smem_align * unit.smem_align : b;
   };
-  row("smem", fmt::format("{} bytes = Q {} + {} x (K {} + V {}){}; profile limit {} per block, {} per SM",
+  // The first region holds the Q tile, then stages the O tile for the store (KernelSpec::smem_bytes,
+  // the templates' sO = sQ): block_m x max(head_dim, head_dim_v).
+  row("smem", fmt::format("{} bytes = Q/O {} (Q, then O staged for the store) + {} x (K {} + V {}){}; profile limit "
+                          "{} per block, {} per SM",
                           spec.smem_bytes(), 2 * spec.tile.block_m * dmax,
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), stage_bytes(spec.head_dim),
                           stage_bytes(spec.head_dim_v),
@@ -1037,9 +1065,15 @@ int run_explain(const ExplainOptions& o) {
     }
   }
   const TileModel m = model_tile(spec, d, profile, dev, registers, spills);
-  row("occupancy", fmt::format("{} per SM ({}{}), limited by {}", count_of(static_cast<size_t>(m.blocks_per_sm), "block"),
-                               count_of(static_cast<size_t>(m.resident_warps), "warp"),
-                               unit.producer_warps != 0 ? ", producer warpgroups included" : "", m.occupancy_limit));
+  // e.g. "1 block per SM (1 x 12+4w: 16 warps, 12 consumer + 4 producer each), limited by registers"; tune's
+  // occupancy column is the "1 x 12+4w".
+  row("occupancy",
+      fmt::format("{} per SM ({}: {}{}), limited by {}", count_of(static_cast<size_t>(m.blocks_per_sm), "block"),
+                  occupancy_text(m), count_of(static_cast<size_t>(m.resident_warps), "warp"),
+                  unit.producer_warps != 0
+                      ? fmt::format(", {} consumer + {} producer each", spec.tile.warps, unit.producer_warps)
+                      : std::string(),
+                  m.occupancy_limit));
   const std::string last_wave = dev.sm_count > 0 ? fmt::format(", {:.0f}% of the last {} used on {} SMs",
                                                                100.0 * m.wave_efficiency,
                                                                unit.persistent ? "round" : "wave", dev.sm_count)

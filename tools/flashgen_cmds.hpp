@@ -110,7 +110,8 @@ int run_parsed_command(const CLI::App& app, const Commands& c);
 int choose_arch(int requested, std::string* note);
 
 /// Parses "BMxBNxWxS" (e.g. 128x64x8x2) into *tile, or "" / "default"
-/// (returns false). Each field is an integer within the spec's bounds
+/// (returns false). Each field is an integer in plain decimal (int_in_range: no
+/// sign, leading zeros or spaces) within the spec's bounds
 /// (block_m, block_n in [1, 256], warps in [1, 16], stages in [1, 4]; validate()
 /// then applies the finer rules). Throws InvalidArgument naming `what` (the
 /// option), the text, the field, its value and the allowed range.
@@ -119,7 +120,8 @@ bool parse_tile_text(const std::string& what, const std::string& text, Tile* til
 // ---- numeric options -------------------------------------------------------------
 
 /// A CLI11 check, run on the option's text before CLI11 converts it: a decimal
-/// integer in [lo, hi] (int_in_range). The message names the value and the
+/// integer in [lo, hi] (int_in_range; a leading zero, which CLI11 would read as
+/// octal, is refused). The message names the value and the
 /// range, and `meaning` when given (e.g. "an SM count"); CLI11 prefixes the option.
 CLI::Validator integer_in(int64_t lo, int64_t hi, const std::string& meaning = "");
 /// The same for a finite decimal number in [lo, hi] (real_in_range).

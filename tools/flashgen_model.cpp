@@ -425,4 +425,11 @@ std::vector<TileModel> rank_tiles(const ProblemDesc& problem, int arch, const Pr
   return out;
 }
 
+std::string block_warps(const KernelSpec& spec) {
+  const int producer = gen::unit_traits(spec.unit).producer_warps;
+  return producer == 0 ? fmt::format("{}w", spec.tile.warps) : fmt::format("{}+{}w", spec.tile.warps, producer);
+}
+
+std::string occupancy_text(const TileModel& m) { return fmt::format("{} x {}", m.blocks_per_sm, block_warps(m.spec)); }
+
 }  // namespace flashgen::cli

@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 
 #include "flashgen/flashgen.hpp"
+#include "gen/unit_traits.hpp"
 #include "runtime/cache.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tune_internal.hpp"
@@ -495,6 +496,10 @@ int run_tune(const TuneOptions& o) {
       c.is_default = true;
       cands.push_back(std::move(c));
     }
+    // (the occupancy column as explain's occupancy row writes it)
+    if (std::any_of(cands.begin(), cands.end(),
+                    [](const Candidate& c) { return gen::unit_traits(c.model.spec.unit).producer_warps != 0; }))
+      std::printf("   occupancy: blocks per SM x warps per block; C+Pw: C consumer warps + P producer warps\n");
     if (o.dry_run) {
       std::printf("   %-4s %-18s %6s %9s %-14s %7s %7s\n", "rank", "tile", "regs~", "smem", "occupancy", "model",
                   "bound");
@@ -503,7 +508,7 @@ int run_tune(const TuneOptions& o) {
         std::printf("   %-4zu %-18s %6d %9lld %-14s %7s %s%s\n", i + 1,
                     m.spec.tile.str().c_str(), m.registers,
                     static_cast<long long>(m.spec.smem_bytes()),
-                    fmt::format("{} x {}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
+                    occupancy_text(m).c_str(), percent(m.score).c_str(),
                     m.bound.c_str(), cands[i].is_default ? "  (profile default)" : "");
       }
       continue;
@@ -553,7 +558,7 @@ int run_tune(const TuneOptions& o) {
         std::printf("   %-4s %-18s %5d %6lld %9lld %-9s %6s %s%s\n", timed ? "time" : "",
                     m.spec.tile.str().c_str(), m.registers,
                     static_cast<long long>(m.spill_bytes), static_cast<long long>(m.spec.smem_bytes()),
-                    fmt::format("{}x{}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
+                    occupancy_text(m).c_str(), percent(m.score).c_str(),
                     cands[i].compiled ? m.bound.c_str() : ("compile failed: " + cands[i].compile_error.substr(0, 80)).c_str(),
                     cands[i].is_default ? "  <- profile default" : "");
       }
@@ -598,7 +603,7 @@ int run_tune(const TuneOptions& o) {
       std::printf("   %-4s %-18s %5d %6lld %9lld %-9s %6s %s%s\n", &c == best ? "*" : "",
                   m.spec.tile.str().c_str(), m.registers,
                   static_cast<long long>(m.spill_bytes), static_cast<long long>(m.spec.smem_bytes()),
-                  fmt::format("{}x{}w", m.blocks_per_sm, m.spec.tile.warps).c_str(), percent(m.score).c_str(),
+                  occupancy_text(m).c_str(), percent(m.score).c_str(),
                   timing.c_str(), c.is_default ? "  <- profile default" : "");
     }
     if (best == nullptr) {

@@ -67,8 +67,8 @@ std::vector<int64_t> parse_lengths(const std::string& what, const std::string& v
     const std::optional<int64_t> v = int_in_range(item, 0, kMaxPackedRows);
     if (!v) {
       throw InvalidArgument(fmt::format("{} has value '{}': length {} ('{}') must be an integer in [0, {}] (one "
-                                        "length per sequence, separated by ':', e.g. 100:37:512)",
-                                        what, value, out.size() + 1, item, kMaxPackedRows));
+                                        "length per sequence, separated by ':', e.g. 100:37:512), {}",
+                                        what, value, out.size() + 1, item, kMaxPackedRows, integer_form(0)));
     }
     sum += *v;  // (each <= 2^31 - 1 and the sum so far too: no overflow)
     if (sum > kMaxPackedRows) {
@@ -160,8 +160,8 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
     const std::optional<int64_t> v = int_in_range(value, 1, kMaxPageSizeArg);
     if (!v || (*v & (*v - 1)) != 0)
       throw InvalidArgument(fmt::format("{} has value '{}': must be a power of two in [1, {}] (keys per page of a "
-                                        "paged KV cache)",
-                                        what, value, kMaxPageSizeArg));
+                                        "paged KV cache), {}",
+                                        what, value, kMaxPageSizeArg, integer_form(1)));
     d.page_size = *v;
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "
@@ -233,11 +233,21 @@ void complete(ProblemDesc& d, std::map<std::string, bool>& seen, const std::stri
 }  // namespace
 
 std::optional<int64_t> int_in_range(const std::string& text, int64_t lo, int64_t hi) {
+  // Plain decimal, as the tool prints numbers: a leading zero ("08", "-0") is refused, not read as 8 here
+  // and as octal by CLI11's conversion after the check ("--arch 075" was sm_61). from_chars refuses '+'
+  // and spaces.
+  const size_t first = !text.empty() && text[0] == '-' ? 1 : 0;
+  if (text.size() > first && text[first] == '0' && (first == 1 || text.size() > 1)) return std::nullopt;
   int64_t v = 0;
   const char* end = text.data() + text.size();
   const auto [ptr, ec] = std::from_chars(text.data(), end, v);
   if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi) return std::nullopt;
   return v;
+}
+
+std::string integer_form(int64_t lo) {
+  return lo < 0 ? "in plain decimal (no '+', leading zeros or spaces)"
+                : "in plain decimal (no sign, leading zeros or spaces)";
 }
 
 std::optional<double> real_in_range(const std::string& text, double lo, double hi) {
@@ -252,7 +262,9 @@ std::optional<double> real_in_range(const std::string& text, double lo, double h
 
 int64_t parse_int_arg(const std::string& what, const std::string& text, int64_t lo, int64_t hi) {
   const std::optional<int64_t> v = int_in_range(text, lo, hi);
-  if (!v) throw InvalidArgument(fmt::format("{} has value '{}': must be an integer in [{}, {}]", what, text, lo, hi));
+  if (!v)
+    throw InvalidArgument(
+        fmt::format("{} has value '{}': must be an integer in [{}, {}] {}", what, text, lo, hi, integer_form(lo)));
   return *v;
 }
 

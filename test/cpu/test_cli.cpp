@@ -27,6 +27,8 @@
 #include <sstream>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "flashgen/flashgen.hpp"
@@ -284,10 +286,11 @@ TEST_CASE("cli: pregen from a problem file, failures are summarized and exit non
   CHECK(contains(r.err, work.path() + "/problems.yml: problems[1]: sm_80 "));
   CHECK_FALSE(contains(r.err, "problems[0]"));
 
+  // A tile that fits no problem of the set: no kernel at all, exit 2 (see "a --tiles tile no problem can take").
   const Run bad_tile = run_cli({"pregen", "--arch", "90", "--head-dims", "256", "--dtypes", "f16", "--masks", "none",
                                 "--tiles", "256x128x4x4", "--list"},
                                env);
-  CHECK(bad_tile.rc == 1);
+  CHECK(bad_tile.rc == 2);
   CHECK(contains(bad_tile.err, "not planned"));
   CHECK(contains(bad_tile.err, "smem_bytes"));
 }
@@ -913,7 +916,7 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
     INFO(h.out, h.err);
     CHECK(h.rc == 0);
     CHECK(contains(h.out, "unit=wgmma,"));
-    CHECK(contains(h.out, std::string(" + a producer warpgroup (") +
+    CHECK(contains(h.out, std::string(" consumer warps + 4 producer warps (") +
                               (std::string(ps) == "8" ? "TMA)" : "cp.async gather: pages below 8 keys)")));
   }
   // A paged problem that breaks a rule: explain lists it and offers paged alternatives.
@@ -1099,6 +1102,64 @@ TEST_CASE("cli: explain counts a tile of one warp and one stage, and a grid of o
   CHECK(contains(r.out, "block_m 16, block_n 64, 1 warp (32 threads), 1 stage; from --tile"));
   CHECK(contains(r.out, " + 1 stage x (K "));
   CHECK(contains(r.out, "grid         1 block (ceil(seqlen_q / block_m)"));
+}
+
+TEST_CASE("cli: explain's shared memory: the region of block_m x max(head_dim, head_dim_v) is Q/O, not Q") {
+  // The first region holds the Q tile and then stages the O tile (KernelSpec::smem_bytes; sO = sQ in the
+  // templates): with head_dim_v > head_dim it is sized by O. Before it was labelled "Q".
+  TempDir work("flashgen-cli-explain-smem");
+  for (const int arch : {80, 90}) {
+    CAPTURE(arch);
+    const std::string problem = "dtype=f16,seqlen=1024,heads=4,head_dim=64,head_dim_v=128";
+    const KernelSpec spec = plan(cli::to_problem(cli::parse_problem_text(problem)), arch);
+    const Run r = run_cli({"explain", "--problem", problem, "--arch", std::to_string(arch), "--no-compile"},
+                          base_env(work.path() + "/cache"));
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 0);
+    const int64_t region = 2 * int64_t{spec.tile.block_m} * 128;  // block_m x head_dim_v, 2-byte elements
+    CHECK(contains(r.out, fmt::format("smem         {} bytes = Q/O {} (Q, then O staged for the store) + ",
+                                      spec.smem_bytes(), region)));
+    CHECK_FALSE(contains(r.out, " = Q " + std::to_string(region)));
+  }
+}
+
+TEST_CASE("cli: explain and tune describe a block's warps alike: a wgmma tile's consumer and producer warps") {
+  // Before: explain said "16 warps, producer warpgroups included" where tune's occupancy column said "1 x 12w".
+  TempDir work("flashgen-cli-warps");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string problem = "dtype=bf16,seqlen=4096,heads=32,head_dim=96";
+  const KernelSpec spec = plan(cli::to_problem(cli::parse_problem_text(problem)), 90);
+  REQUIRE(spec.unit == MatrixUnit::wgmma);
+  REQUIRE(spec.tile == Tile{192, 96, 12, 2});  // (the hopper profile's three-warpgroup D96 row)
+  const Run ex = run_cli({"explain", "--problem", problem, "--arch", "90", "--no-compile"}, env);
+  INFO("explain:\n", ex.out, ex.err);
+  REQUIRE(ex.rc == 0);
+  CHECK(contains(ex.out, "tile         block_m 192, block_n 96, 12 consumer warps + 4 producer warps (TMA) (512 "
+                         "threads), 2 stages; from "));
+  CHECK(contains(ex.out, "occupancy    1 block per SM (1 x 12+4w: 16 warps, 12 consumer + 4 producer each), limited "
+                         "by "));
+  CHECK_FALSE(contains(ex.out, "producer warpgroups included"));
+  const Run tune = run_cli({"tune", "--dry-run", "--arch", "90", "--problem", problem}, env);
+  INFO("tune:\n", tune.out, tune.err);
+  REQUIRE(tune.rc == 0);
+  CHECK(contains(tune.out, "occupancy: blocks per SM x warps per block; C+Pw: C consumer warps + P producer warps"));
+  bool found = false;
+  for (const std::string& l : lines(tune.out)) {
+    if (!contains(l, " bm192 bn96 w12 s2 ")) continue;
+    found = true;
+    CHECK(contains(l, " 1 x 12+4w "));  // the occupancy explain gives the same tile
+    CHECK(contains(l, "(profile default)"));
+  }
+  CHECK(found);
+  CHECK_FALSE(contains(tune.out, "x 12w"));
+  // mma.sync: every warp computes, the same notation without a producer.
+  const int warps = plan(cli::to_problem(cli::parse_problem_text(problem)), 80).tile.warps;
+  const Run ampere = run_cli({"explain", "--problem", problem, "--arch", "80", "--no-compile"}, env);
+  CHECK(ampere.rc == 0);
+  CHECK(contains(ampere.out, fmt::format(", {} warps ({} threads), ", warps, 32 * warps)));
+  const std::regex occupancy(
+      fmt::format(R"(occupancy    [0-9]+ blocks? per SM \([0-9]+ x {}w: [0-9]+ warps\), )", warps));
+  CHECK(std::regex_search(ampere.out, occupancy));
 }
 
 TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen and explain through --device") {
@@ -1739,6 +1800,115 @@ TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate in
   CHECK_THROWS_AS(check_problem(p), InvalidArgument);
 }
 
+TEST_CASE("cli numbers: integers are plain decimal: leading zeros, signs and spaces are refused alike everywhere") {
+  // Before: a tile field '0192' was taken as 192 while '+192' was refused, and so were problem keys and
+  // --head-dims; an option such as --arch passed its check as decimal and CLI11 then read it as octal
+  // (--arch 075 planned for sm_61, --sms 010 modelled 8 SMs).
+  const std::string kPlain = "in plain decimal (no sign, leading zeros or spaces)";
+  Tile t;
+  const char* names[] = {"BLOCK_M", "BLOCK_N", "WARPS", "STAGES"};
+  const int his[] = {256, 256, 16, 4};
+  for (int field = 0; field < 4; ++field) {
+    for (const std::string& v : {std::string("01"), std::string("00"), std::string("-0"), std::string("+1"),
+                                 std::string(" 1"), std::string("1 "), "0" + std::to_string(his[field])}) {
+      CAPTURE(field);
+      CAPTURE(v);
+      std::string text;
+      for (int i = 0; i < 4; ++i) text += (i ? "x" : "") + (i == field ? v : std::string("4"));
+      CHECK_THROWS_WITH_AS(cli::parse_tile_text("--tile", text, &t),
+                           doctest::Contains(fmt::format("--tile has value '{}': {} '{}' must be an integer in [1, {}] "
+                                                         "{} (the tile is BLOCK_MxBLOCK_NxWARPSxSTAGES",
+                                                         text, names[field], v, his[field], kPlain)
+                                                 .c_str()),
+                           InvalidArgument);
+    }
+  }
+  REQUIRE(cli::parse_tile_text("--tile", "192x96x12x2", &t));
+  CHECK(t == Tile{192, 96, 12, 2});
+
+  // Problem keys, in --problem and in YAML problem files (quoted or not).
+  for (const auto& [key, value, allowed] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"seqlen", "0128", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"batch", "00", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"heads", "-0", "must be an integer in [0, 1099511627776] " + kPlain},
+           {"head_dim", "+64", "must be an integer in [0, 1048576] " + kPlain},
+           {"head_dim_v", "064", "must be an integer in [0, 1048576] " + kPlain},
+           {"window_left", "-01", "must be an integer in [-1, 1099511627776] in plain decimal (no '+', leading zeros "
+                                  "or spaces)"},
+           {"window_right", "-0", "must be an integer in [-1, 1099511627776] in plain decimal"},
+           {"page_size", "016", "must be a power of two in [1, 256] (keys per page of a paged KV cache), " + kPlain},
+       }) {
+    CAPTURE(key);
+    CAPTURE(value);
+    std::string text = "dtype=f16,mask=windowtl," + key + "=" + value;
+    std::string yaml = "problems:\n  - {dtype: f16, mask: windowtl, " + key + ": " + value;
+    for (const auto& [k, v] : {std::pair{"seqlen", "8"}, std::pair{"heads", "1"}, std::pair{"head_dim", "64"}})
+      if (key != k) text += fmt::format(",{}={}", k, v), yaml += fmt::format(", {}: {}", k, v);
+    yaml += "}\n";
+    CHECK_THROWS_WITH_AS(cli::parse_problem_text(text),
+                         doctest::Contains(fmt::format("key '{}' has value '{}': {}", key, value, allowed).c_str()),
+                         InvalidArgument);
+    CHECK_THROWS_WITH_AS(cli::parse_problem_set(yaml, "p.yml"),
+                         doctest::Contains(
+                             fmt::format("p.yml: key 'problems[0].{}' has value '{}': {}", key, value, allowed).c_str()),
+                         InvalidArgument);
+  }
+  CHECK_THROWS_WITH_AS(cli::parse_problem_text("dtype=f16,seqlens_q=100:037,seqlens_k=100:37,heads=1,head_dim=64"),
+                       doctest::Contains(("key 'seqlens_q' has value '100:037': length 2 ('037') must be an integer in "
+                                          "[0, 2147483647] (one length per sequence, separated by ':', e.g. "
+                                          "100:37:512), " + kPlain)
+                                             .c_str()),
+                       InvalidArgument);
+  // 0 itself, and negative values where allowed, are still numbers.
+  const cli::ProblemDesc zero = cli::parse_problem_text(
+      "dtype=f16,batch=0,seqlen=0,heads=1,head_dim=64,mask=windowtl,window_left=0,window_right=-1");
+  CHECK(zero.batch == 0);
+  CHECK(zero.window_left == 0);
+  CHECK(zero.window_right == -1);
+
+  // Numeric options: CLI11 must never see a leading zero (it reads it as octal) or "-0".
+  for (const NumericOption& o : numeric_options()) {
+    if (!o.integer) continue;
+    CAPTURE(o.sub);
+    CAPTURE(o.name);
+    for (const std::string& v : {"0" + number_text(o.hi), std::string("-0"), std::string("00")}) {
+      CAPTURE(v);
+      bool validation = false;
+      const std::string err = parse_only(with(with({o.sub}, required_args(o.sub)), {o.name, v}), &validation);
+      CHECK(validation);
+      CHECK(contains(err, o.name));
+      CHECK(contains(err, "'" + v + "'"));
+      CHECK(contains(err, "[" + number_text(o.lo) + ", " + number_text(o.hi) + "]"));
+      CHECK(contains(err, "in plain decimal (no sign, leading zeros or spaces)"));
+    }
+  }
+
+  // The binary: exit 2, naming the argument, its value and what is allowed.
+  TempDir work("flashgen-cli-plain-decimal");
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  check_usage_errors(
+      {
+          {{"explain", "--problem", p, "--arch", "075", "--no-compile"},
+           {"--arch", "value '075' is not allowed: must be an integer in [10, 999]", kPlain}},
+          {{"explain", "--problem", p, "--arch", "80", "--sms", "010", "--no-compile"},
+           {"--sms", "value '010' is not allowed: must be an integer in [1, 4096]", kPlain}},
+          {{"explain", "--problem", p, "--arch", "80", "--tile", "0128x64x4x2", "--no-compile"},
+           {"--tile has value '0128x64x4x2': BLOCK_M '0128' must be an integer in [1, 256] " + kPlain}},
+          {{"show", "--problem", p, "--arch", "80", "--tile", "128x64x4x+2"},
+           {"--tile has value '128x64x4x+2': STAGES '+2' must be an integer in [1, 4] " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--tiles", "128x064x4x2"},
+           {"--tiles has value '128x064x4x2': BLOCK_N '064' must be an integer in [1, 256] " + kPlain}},
+          {{"explain", "--problem", "dtype=f16,seqlen=0128,heads=1,head_dim=64", "--arch", "80"},
+           {"key 'seqlen' has value '0128': must be an integer in [0, 1099511627776] " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "064"},
+           {"--head-dims has value '064': must be D or D:DV (e.g. 96 or 192:128) with D and DV multiples of 8 in [16, "
+            "256] (the head dims the kernels take), " + kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "64:0128"}, {"--head-dims has value '64:0128'", kPlain}},
+          {{"pregen", "--arch", "80", "--list", "--head-dims", "+64"}, {"--head-dims has value '+64'", kPlain}},
+      },
+      base_env(work.path() + "/cache"));
+}
+
 TEST_CASE("cli cache: ls and verify of a directory that does not exist or is not one fail and say so") {
   TempDir work("flashgen-cli-cache-dirs");
   const auto env = base_env(work.path() + "/cache");
@@ -2217,6 +2387,58 @@ TEST_CASE("cli: pregen of a set that yields no kernels fails (exit 2) and says w
                            env);
   CHECK(some.rc == 0);
   CHECK(lines(some.out).size() == 1);
+}
+
+TEST_CASE("cli: pregen with a --tiles tile no problem of the set can take yields no kernels: exit 2, naming the tile and why") {
+  // Before: exit 1 and "0 kernels ... 1 failed" (and an empty bundle directory), against the README's exit 2 for a
+  // set that yields no kernel at all.
+  TempDir work("flashgen-cli-pregen-no-tile");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string bundle = work.path() + "/bundle";
+  for (const bool list : {true, false}) {
+    CAPTURE(list);
+    std::vector<std::string> args = {"pregen", "--arch",  "90",    "--head-dims", "256",        "--dtypes",
+                                     "f16",    "--masks", "none,causalbr", "--tiles", "256x128x4x4"};
+    args = with(args, list ? std::vector<std::string>{"--list"} : std::vector<std::string>{"--out", bundle});
+    const Run r = run_cli(args, env);
+    INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+    CHECK(r.rc == 2);
+    CHECK(r.out.empty());
+    CHECK(contains(r.err, "flashgen pregen: error: the set yields no kernels: 2 combinations could not be planned "
+                          "with --tiles 256x128x4x4; nothing to compile"));
+    // Each combination, its tile and the rule it breaks.
+    CHECK(count_of(r.err, "\n  not planned: sm_90 f16 b1 sq1024 sk1024 hq1 hkv1 d256/v256 mask=") == 2);
+    CHECK(count_of(r.err, " tile bm256 bn128 w4 s4: ") == 2);
+    CHECK(contains(r.err, "smem_bytes (656384"));
+    CHECK_FALSE(contains(r.err, "failed"));
+    CHECK_FALSE(std::filesystem::exists(bundle));  // nothing written
+    CHECK_FALSE(std::filesystem::exists(work.path() + "/cache"));
+  }
+  // With dtype skips too, both are said.
+  const Run mixed = run_cli({"pregen", "--profile", "turing", "--dtypes", "f16,bf16", "--head-dims", "64", "--masks",
+                             "none", "--tiles", "256x128x4x4", "--list"},
+                            env);
+  INFO("stderr:\n", mixed.err);
+  CHECK(mixed.rc == 2);
+  CHECK(contains(mixed.err, "1 combination could not be planned with --tiles 256x128x4x4 and 1 flag combination "
+                            "skipped (dtype not supported by the profile: bf16 on turing (sm_75))"));
+  // A problem file whose every problem is refused: exit 2 as well, each row named.
+  const std::string file = work.path() + "/p.yml";
+  std::ofstream(file) << "problems:\n  - {dtype: f16, seqlen: 100, heads: 2, head_dim: 320}\n";
+  const Run rows = run_cli({"pregen", "--arch", "80", "--problems", file, "--list"}, env);
+  INFO("stderr:\n", rows.err);
+  CHECK(rows.rc == 2);
+  CHECK(contains(rows.err, "the set yields no kernels: 1 combination could not be planned; nothing to compile"));
+  CHECK(contains(rows.err, "not planned: " + file + ": problems[0]: sm_80 "));
+  CHECK(contains(rows.err, "head_dim (320)"));
+  // Some combinations planned: the others are failures (exit 1), as before.
+  const Run some = run_cli({"pregen", "--arch", "90", "--head-dims", "64,256", "--dtypes", "f16", "--masks", "none",
+                            "--tiles", "128x128x8x2", "--list"},
+                           env);
+  INFO("stdout:\n", some.out, "\nstderr:\n", some.err);
+  CHECK(some.rc == 1);
+  CHECK(lines(some.out).size() == 1);
+  CHECK(contains(some.err, "flashgen pregen: not planned: sm_90 f16 b1 sq1024 sk1024 hq1 hkv1 d256/v256"));
 }
 
 TEST_CASE("cli: problems beyond the kernels' limits: tune refuses them with exit 2, as show does") {
