@@ -834,7 +834,7 @@ std::vector<Alternative> alternatives(const ProblemDesc& d, int arch, const std:
               c.dtype = dt;
               c.heads_kv = kv;
               if (!broken_rules(c, a, t, nullptr).empty()) continue;
-              Alternative alt{c, a, t, 0, 0, ""};
+              Alternative alt{c, a, t, 0, 0, "", ""};
               std::vector<std::string> what;
               if (hd != d.head_dim) what.push_back(fmt::format("head_dim {} (not {})", hd, d.head_dim)), alt.changes++;
               if (hdv != d.head_dim_v)
