@@ -75,6 +75,41 @@ std::vector<Case> head_dim_v_cases() {
   return v;
 }
 
+// head_dim != head_dim_v with many work items per block (more than every SM's
+// blocks take at once): the Q and O tiles share shared memory, in chunks of
+// different widths when the head dims differ (wgmma: 128 = 64 + 64 against
+// 96 = 64 + 32; 80 = 64 + 16 against 96), and a block's next item must not
+// meet the previous one's O there. Sampled rows, every O element checked for
+// poison.
+std::vector<Case> head_dim_v_many_items_cases() {
+  struct P {
+    int64_t d, dv;
+    MaskKind mask;
+  };
+  const P pairs[] = {{128, 96, MaskKind::none},
+                     {96, 128, MaskKind::causal_bottom_right},
+                     {80, 96, MaskKind::none},
+                     {96, 64, MaskKind::causal_top_left}};
+  std::vector<Case> v;
+  int k = 0;
+  for (const P& p : pairs) {
+    Case c = base("d!=dv, many items");
+    c.dtype = k % 2 == 0 ? DType::f16 : DType::bf16;
+    c.head_dim = p.d;
+    c.head_dim_v = p.dv;
+    c.batch = 4;
+    c.heads_q = 32;
+    c.heads_kv = 8;
+    c.seqlen_q = c.seqlen_k = 1000;  // 8 blocks of 128 rows (6 of 192) a head: 768-1024 items
+    c.mask = p.mask;
+    c.lse = k % 2 == 1;
+    c.sample_rows = 512;
+    ++k;
+    v.push_back(c);
+  }
+  return v;
+}
+
 // All 121 (seqlen_q, seqlen_k) pairs, at head dims 64, 96 and 128. Dtype and
 // mask follow r = iq + ik + shift (shift 0, 1, 2 by head dim): for a fixed
 // seqlen on one side the other side's 11 values walk through all 6 (dtype,
@@ -777,6 +812,10 @@ FLASHGEN_GPU_TEST("forward: every head_dim 16..256 (step 8), f16 and bf16") {
 }
 
 FLASHGEN_GPU_TEST("forward: head_dim != head_dim_v") { run_group("head_dim != head_dim_v", head_dim_v_cases()); }
+
+FLASHGEN_GPU_TEST("forward: head_dim != head_dim_v over many work items per block") {
+  run_group("head_dim != head_dim_v, many items", head_dim_v_many_items_cases());
+}
 
 FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 64") {
   run_group("seqlen pairs, head_dim 64", seqlen_cases(64));
