@@ -337,12 +337,14 @@ KernelSpec rt::plan_for_device(const AttentionProblem& problem, int arch, const 
 
 KernelSpec plan(const AttentionProblem& problem) {
   check_problem(problem);  // bad input is reported before the device is looked at
+  rt::check_row_limits(problem);
   const DeviceInfo dev = current_device();
   return plan_tuned(problem, dev.arch, profile_for_arch(dev.arch), [&dev] { return dev.name; });
 }
 
 KernelSpec plan(const AttentionProblem& problem, const Profile& profile) {
   check_problem(problem);  // bad input is reported before the device is looked at
+  rt::check_row_limits(problem);
   const DeviceInfo dev = current_device();
   return plan_tuned(problem, dev.arch, profile, [&dev] { return dev.name; });
 }
@@ -793,9 +795,7 @@ void launch(const Kernel& kernel, const AttentionProblem& problem, CUstream stre
   rt::launch_family(kernel, description, stream);
 }
 
-void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
-  if (s.tile.block_m <= 0)
-    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
+void rt::check_row_limits(const AttentionProblem& problem) {
   if (problem.empty()) return;
   // The kernels count query rows and keys in 32 bits (with a tile's worth of headroom).
   constexpr int64_t kMaxSeqlen = 2147483647 - 256;
@@ -803,6 +803,13 @@ void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
     throw InvalidArgument(fmt::format("launch: seqlen_q ({}) and seqlen_k ({}) must be at most 2^31 - 257 (the "
                                       "kernels count rows and keys in 32 bits); split the call",
                                       problem.seqlen_q, problem.seqlen_k));
+}
+
+void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
+  if (s.tile.block_m <= 0)
+    throw InvalidArgument(fmt::format("launch: kernel.spec.tile.block_m = {} must be positive", s.tile.block_m));
+  if (problem.empty()) return;
+  rt::check_row_limits(problem);
   const int64_t num_m_blocks = (problem.seqlen_q + s.tile.block_m - 1) / s.tile.block_m;
   // num_m_blocks * heads_q * batch without overflow.
   const bool too_big = num_m_blocks > kMaxGridX / problem.heads_q ||
@@ -1386,6 +1393,7 @@ bool decode_preferred(const AttentionProblem& problem, int arch, int sm_count) n
 ForwardInfo forward(const AttentionProblem& problem, CUstream stream) {
   ForwardInfo info;
   check_problem(problem);
+  rt::check_row_limits(problem);  // (before the device: these limits need none)
   if (!problem.empty()) {
     const DeviceInfo dev = current_device();
     if (decode_preferred(problem, dev.arch, dev.sm_count)) {

@@ -266,15 +266,19 @@ void resolve_locked(CacheState& s) {
       if (std::find(seen.begin(), seen.end(), id) != seen.end()) continue;
       seen.push_back(id);
     }
+    const char* const origin = s.has_override && s.override_.bundles ? "the tool's bundle list" : "FLASHGEN_CACHE_PATH";
     if (!exists) {
+      // (named explicitly, so a typo is worth one line: its kernels would otherwise be compiled at run time)
       bundle.problem = fmt::format("cannot be examined: {}", errno_text(errno));
+      std::fprintf(stderr, "flashgen: bundle directory %s (%s) is not used: it %s\n", b.c_str(), origin,
+                   bundle.problem.c_str());
     } else {
       bundle.problem = untrusted_dir_reason(b, /*bundle=*/true);
       if (!bundle.problem.empty()) {
         std::fprintf(stderr,
-                     "flashgen: bundle directory %s (FLASHGEN_CACHE_PATH) is not used: it %s; its kernels "
-                     "are code, so they are not loaded\n",
-                     b.c_str(), bundle.problem.c_str());
+                     "flashgen: bundle directory %s (%s) is not used: it %s; its kernels are code, so they are "
+                     "not loaded\n",
+                     b.c_str(), origin, bundle.problem.c_str());
       }
     }
     bundle.usable = bundle.problem.empty();

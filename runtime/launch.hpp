@@ -34,6 +34,12 @@ class FamilyLaunch {
 /// Throws InvalidArgument (wrong context) / DriverError.
 void launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream);
 
+/// Throws InvalidArgument when seqlen_q or seqlen_k exceeds 2^31 - 257 (the
+/// kernels count rows and keys in 32 bits): check_launch_limits' part that
+/// needs no spec, run by the device-planning entry points before they look
+/// for a GPU. An empty problem passes.
+void check_row_limits(const AttentionProblem& problem);
+
 /// The combine spec of a merge on `arch` (no checks).
 KernelSpec merge_spec(const MergeProblem& problem, int arch);
 

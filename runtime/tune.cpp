@@ -317,13 +317,19 @@ void notice_once_locked(TuneState& s, const std::string& line) {
 std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> current_files() {
   std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> out;
   TuneState& s = tune_state();
+  const char* const named = std::getenv("FLASHGEN_TUNE_FILE");
   for (const std::string& path : tune_file_paths()) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
+      const int err = errno;
       std::lock_guard<std::mutex> lock(s.mu);
       s.files.erase(path);
-      if (errno != ENOENT)
-        notice_once_locked(s, fmt::format("flashgen: warning: tune file {} is not used: {}", path, std::strerror(errno)));
+      // A file FLASHGEN_TUNE_FILE names is worth a line even when it does not exist (a typo would
+      // otherwise leave the default tiles without a word); the user cache's tune.yml is optional,
+      // and a cache directory that cannot be used has its own warning.
+      if (named != nullptr && path == named)
+        notice_once_locked(s, fmt::format("flashgen: warning: tune file {} (FLASHGEN_TUNE_FILE) is not used: {}", path,
+                                          std::strerror(err)));
       continue;
     }
     const FileSig sig{st.st_dev, st.st_ino, st.st_size,

@@ -10,9 +10,10 @@
 // Files plan() reads, in order (the first matching entry wins):
 //   1. $FLASHGEN_TUNE_FILE, if set (one path);
 //   2. tune.yml in the user cache directory (default_tune_file_path()).
-// A missing file is silently skipped; an unreadable or invalid one is ignored
-// with one warning on stderr (tune files only ever change speed, never
-// results). Files are re-read when they change.
+// A missing tune.yml is silently skipped; a missing $FLASHGEN_TUNE_FILE, and an
+// unreadable or invalid file, are ignored with one warning on stderr (tune
+// files only ever change speed, never results). Files are re-read when they
+// change.
 //
 // Format (YAML; every key required but `softcap`, `sinks`, `alibi`, `varlen` and
 // `paged` in `problem` (true for a softcap, sinks, ALiBi, packed-batch or paged-KV

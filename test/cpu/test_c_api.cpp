@@ -434,6 +434,15 @@ TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVA
   CHECK(flashgen_forward(&bad, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(flashgen_forward(nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(last(), "problem is NULL"));
+  // So are the kernels' 32-bit row limits (before: FLASHGEN_ERROR_UNAVAILABLE hid them here).
+  flashgen_problem tall = p;
+  tall.seqlen_q = int64_t{1} << 31;
+  tall.q.stride_batch = tall.seqlen_q * tall.q.stride_seq;  // (strides that nest over the rows)
+  tall.o.stride_batch = tall.seqlen_q * tall.o.stride_seq;
+  CHECK(flashgen_forward(&tall, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  INFO("last error: ", last());
+  CHECK(contains(last(), "seqlen_q (2147483648) and seqlen_k (" + std::to_string(p.seqlen_k) +
+                             ") must be at most 2^31 - 257"));
 
   // A problem that does not match the spec: named mismatch, before any GPU use.
   flashgen_problem other = p;

@@ -795,6 +795,24 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
   CHECK(warned.find("it is not a regular file") != std::string::npos);
 }
 
+TEST_CASE("tune: a FLASHGEN_TUNE_FILE that does not exist costs one warning; a missing tune.yml none") {
+  // Before: a typo in FLASHGEN_TUNE_FILE left the default tiles without a word.
+  TempDir dir("flashgen-tune-missing");
+  const std::string missing = dir.path() + "/no-such-tune.yml";
+  const std::string warned = plan_with_unusable_tune_file(missing);
+  CHECK(contains(warned, "flashgen: warning: tune file " + missing + " (FLASHGEN_TUNE_FILE) is not used: No such file"));
+  // The user cache's tune.yml is optional: its absence says nothing (ScopedCache: an empty cache).
+  {
+    ScopedCache cache;
+    EnvGuard env("FLASHGEN_TUNE_FILE", std::nullopt);
+    rt::tune_reset_for_tests();
+    StderrCapture err;
+    (void)rt::plan_for_device(cli::to_problem(llama()), 90, "Test GPU");
+    CHECK(err.stop().find("tune file") == std::string::npos);
+    rt::tune_reset_for_tests();
+  }
+}
+
 TEST_CASE("YAML files of more than one document are refused, naming the file: profiles and tune files as problem files") {
   // Before: a profile or tune file gave its first document and dropped the others unread.
   TempDir dir("flashgen-yaml-documents");
