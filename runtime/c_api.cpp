@@ -338,7 +338,16 @@ flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* s
           "{}: arch = {} is negative; pass a compute capability as 10*major+minor (e.g. 90) or 0 "
           "for the current device",
           fn, arch));
-    KernelSpec spec = arch == 0 ? plan(p) : plan(p, arch);
+    KernelSpec spec;
+    if (arch != 0) {
+      spec = plan(p, arch);
+    } else {
+      try {
+        spec = plan(p);
+      } catch (const Unavailable& e) {  // (no GPU: say what replaces it in this call)
+        throw Unavailable(fmt::format("{}; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0", e.what()));
+      }
+    }
     const std::string text = spec.canonical();
     if (text.size() + 1 > spec_out_len)
       throw InvalidArgument(fmt::format(

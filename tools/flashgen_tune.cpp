@@ -425,7 +425,9 @@ int run_tune(const TuneOptions& o) {
   int arch = 0;
   const bool no_gpu = o.dry_run || o.compile_only;
   if (no_gpu) {
-    arch = choose_arch(o.arch, nullptr);
+    std::string note;
+    arch = choose_arch(o.arch, &note);
+    if (o.arch == 0) std::fprintf(stderr, "flashgen tune: planning for %s\n", note.c_str());  // (not silently sm_90)
   } else {
     if (o.arch != 0)
       throw InvalidArgument("--arch is for --dry-run and --compile-only; tune measures the GPU of this machine");

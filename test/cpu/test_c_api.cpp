@@ -424,6 +424,9 @@ TEST_CASE("c_api: forward and launch_spec without a GPU are FLASHGEN_ERROR_UNAVA
   CHECK(contains(msg, "Code generation and compilation work without one."));
 
   char spec[256];
+  // arch 0 means the current GPU's: without one, the error says what to pass instead.
+  CHECK(flashgen_plan(&p, 0, spec, sizeof spec) == FLASHGEN_ERROR_UNAVAILABLE);
+  CHECK(contains(last(), "without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0"));
   REQUIRE(flashgen_plan(&p, 80, spec, sizeof spec) == FLASHGEN_OK);
   CHECK(flashgen_launch_spec(spec, &p, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
   CHECK(contains(last(), "libcuda.so.1"));

@@ -479,6 +479,13 @@ TEST_CASE("cli: pregen --softcap lists the softcap specializations beside the pl
   size_t n = 0;
   for (size_t at = dry.out.find(tile); at != std::string::npos; at = dry.out.find(tile, at + 1)) ++n;
   CHECK(n == 1);
+  CHECK_FALSE(contains(dry.err, "planning for"));  // (--arch given: nothing to say)
+  // Without --arch the arch is the GPU's, else sm_90, and that is said (before: sm_90 without a word).
+  if (!gpu_available()) {
+    const Run guessed = run_cli({"tune", "--dry-run", "--problem", problem}, env);
+    CHECK(guessed.rc == 0);
+    CHECK(contains(guessed.err, "flashgen tune: planning for sm_90 (no GPU here; choose another with --arch)"));
+  }
 }
 
 TEST_CASE("cli: window sizes, sinks and alibi in the problem syntax reach the problem and the spec") {
