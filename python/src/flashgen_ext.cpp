@@ -29,6 +29,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "runtime/driver.hpp"  // rt::ensure_context
+#include "runtime/tune_internal.hpp"  // rt::plan_for_device
 #include "tools/flashgen_cli.hpp"
 
 namespace nb = nanobind;
@@ -464,13 +465,15 @@ NB_MODULE(_flashgen, m) {
       [](const std::vector<int64_t>& fields) { check_merge_problem(to_merge(fields)); }, nb::arg("fields"));
 
   // ---- ahead of time: problems written as the CLI writes them ------------------
+  // device: plan with the tune entries of that device name (flashgen pregen --device), instead of
+  // those of the GPU of `arch` here (none without one).
   m.def(
       "plan_text",
-      [](const std::string& text, int arch) {
+      [](const std::string& text, int arch, const std::optional<std::string>& device) {
         const cli::ProblemDesc d = cli::parse_problem_text(text);
-        return plan(cli::to_problem(d), arch);
+        return device ? rt::plan_for_device(cli::to_problem(d), arch, *device) : plan(cli::to_problem(d), arch);
       },
-      nb::arg("problem"), nb::arg("arch"));
+      nb::arg("problem"), nb::arg("arch"), nb::arg("device").none() = nb::none());
   m.def(
       "plan_decode_text",
       [](const std::string& text, int arch, int sm_count, int num_splits) {
@@ -484,6 +487,9 @@ NB_MODULE(_flashgen, m) {
         return r;
       },
       nb::arg("problem"), nb::arg("arch"), nb::arg("sm_count"), nb::arg("num_splits"));
+  // The directory pregen() compiles into (created when it does not exist yet); CacheIOError
+  // "the user cache cannot receive kernels: ..." when kernels would be kept in memory only.
+  m.def("pregen_cache_dir", [] { return cli::pregen_target_dir("the user cache"); });
   m.def("generate", &generate, nb::arg("spec"));
   m.def(
       "compile",

@@ -1308,3 +1308,121 @@ def test_kernel_spec_pickles_as_its_string():
     b = pickle.loads(pickle.dumps(a))
     assert b == a and b is not a and b.canonical() == a.canonical()
     assert copy.deepcopy(a) == a and copy.copy(a) == a
+
+
+# ---- a user trial's findings ---------------------------------------------------------
+
+
+def test_pregen_refuses_a_cache_that_cannot_receive_kernels(tmp_path):
+    """As `flashgen pregen` does, and before compiling anything: a user cache that kernels would
+    only pass through (kept in memory, lost at exit) is a CacheIOError naming the directory and
+    its problem, with the CLI's message; not results with ok=True and no cache_path."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for cache, why in ((shared, "writable by other users"), (a_file, "not a directory")):
+        # (no NVRTC: a compile would fail its result; the refusal comes first)
+        r = _run_python("""
+            import flashgen
+            try:
+                flashgen.pregen([flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=80),
+                                 "dtype=f16,seqlen=64,heads=1,head_dim=64"], archs=[80])
+            except flashgen.CacheIOError as e:
+                print("CacheIOError", isinstance(e, OSError))
+                print(e)
+            else:
+                print("no error")
+        """, {"FLASHGEN_CACHE_DIR": str(cache), "FLASHGEN_NVRTC_LIBRARY": str(tmp_path / "libnvrtc.so.missing")})
+        assert r.returncode == 0, r.stderr
+        name, _, msg = r.stdout.strip().partition("\n")
+        assert name == "CacheIOError True", r.stdout
+        assert msg.startswith(f"the user cache cannot receive kernels: the kernel cache directory {cache} "
+                              "(FLASHGEN_CACHE_DIR) cannot be used: "), msg
+        assert why in msg
+        cli = subprocess.run([flashgen.cli_path(), "pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
+                              "--masks", "none"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "FLASHGEN_CACHE_DIR": str(cache)})
+        assert cli.returncode != 0 and f"flashgen pregen: error: {msg}\n" in cli.stderr, cli.stderr
+    with pytest.raises(flashgen.InvalidArgument, match=r"^archs is empty; expected the compute capabilities"):
+        flashgen.pregen([SMALL], archs=[])
+
+
+def test_no_gpu_hint_names_each_functions_parameter():
+    r = _run_python(f"""
+        import flashgen
+        for call in (lambda: flashgen.plan("{SMALL}"), lambda: flashgen.pregen(["{SMALL}"])):
+            try:
+                call()
+            except flashgen.Unavailable as e:
+                print(str(e).rsplit("; ", 1)[-1])
+            else:
+                print("no error")
+    """, {"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["without a GPU pass arch= (e.g. arch=90)",
+                                     "without a GPU pass archs= (e.g. archs=[90])"]
+
+
+def _profile_hash(arch: int) -> str:
+    """profile_hash() of the profile of `arch`, as `flashgen info` reports it."""
+    r = subprocess.run([flashgen.cli_path(), "info", "--arch", str(arch)], capture_output=True, text=True, timeout=60)
+    m = re.search(rf"^profile\s+sm_{arch}: .*, hash ([0-9a-f]{{16}})$", r.stdout, re.M)
+    assert m, r.stdout + r.stderr
+    return m.group(1)
+
+
+def test_device_selects_the_tune_entries_of_that_device(tmp_path):
+    """plan / pregen / explain(device=NAME) plan with the tune entries measured on NAME, as the
+    CLI's --device does; without it (and no such GPU here) they are ignored."""
+    problem = "dtype=f16,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr"
+    tune = tmp_path / "tune.yml"
+    tune.write_text(textwrap.dedent(f"""\
+        version: 1
+        entries:
+          - device: "Test GPU"
+            arch: 90
+            profile: hopper
+            profile_hash: "{_profile_hash(90)}"
+            generator: "{flashgen.__version__}"
+            problem: {{dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, bias: none, lse: false,
+                      seqlen_q_le: 4096}}
+            tile: {{block_m: 128, block_n: 32, warps: 8, stages: 2}}
+            tflops: 345.2
+    """))
+    env = {"FLASHGEN_TUNE_FILE": str(tune), "FLASHGEN_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run_python(f"""
+        import json, flashgen
+        p = "{problem}"
+        tile = lambda s: [s.block_m, s.block_n, s.warps, s.stages]
+        tuned = flashgen.plan(p, arch=90, device="Test GPU")
+        out = dict(default=tile(flashgen.plan(p, arch=90)), tuned=tile(tuned),
+                   other=tile(flashgen.plan(p, arch=90, device="Other GPU")), tuned_spec=tuned.canonical(),
+                   explain=flashgen.explain(p, arch=90, device="Test GPU", compile=False), errors=[])
+        for call in (lambda: flashgen.plan(p, arch=90, device=""), lambda: flashgen.pregen([p], archs=[90], device=90),
+                     lambda: flashgen.explain(p, arch=90, device=b"Test GPU", compile=False)):
+            try:
+                call()
+            except flashgen.InvalidArgument as e:
+                out["errors"].append(str(e))
+            else:
+                out["errors"].append("accepted")
+        print(json.dumps(out))
+    """, env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["tuned"] == [128, 32, 8, 2] and d["default"] != d["tuned"] and d["other"] == d["default"]
+    assert re.search(r"^spec\s+" + re.escape(d["tuned_spec"]) + "$", d["explain"], re.M), d["explain"]
+    assert d["errors"][0].startswith("device is ''; expected a non-empty device name")
+    assert d["errors"][1].startswith("device is int 90; expected a device name")
+    assert d["errors"][2].startswith("device is bytes b'Test GPU'; expected a device name")
+    # pregen plans every problem item for the device (no NVRTC here: the specs are planned, their compiles fail)
+    r = _run_python(f"""
+        import flashgen
+        for device in ("Test GPU", None):
+            print(*[r.spec.canonical() for r in flashgen.pregen(["{problem}"], archs=[90], device=device)])
+    """, {**env, "FLASHGEN_NVRTC_LIBRARY": str(tmp_path / "libnvrtc.so.missing")})
+    assert r.returncode == 0, r.stderr
+    with_device, without = r.stdout.splitlines()
+    assert with_device == d["tuned_spec"] and without != with_device
