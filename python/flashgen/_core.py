@@ -124,6 +124,17 @@ def _real(x, name: str, allow_none: bool = True):
         return float(x)
     except (TypeError, ValueError, OverflowError) as e:
         raise _C.InvalidArgument(f"{name} is {x!r}, not a float ({e})") from None
+def check_page_size(shape, k_name: str, v_name: str) -> None:
+    """With page_table, k and v are paged caches [num_pages, page_size, heads_kv, head_dim]: page_size,
+    their dim 1, must be a power of two in [1, MAX_PAGE_SIZE] (a dense [batch, seqlen_k, ...] k
+    passed with a page_table lands here)."""
+    page = shape[1]
+    if not (1 <= page <= _C.MAX_PAGE_SIZE and page & (page - 1) == 0):
+        raise _C.InvalidArgument(
+            f"{k_name} has shape {list(shape)}: with page_table, {k_name} and {v_name} must be paged KV caches shaped "
+            f"[num_pages, page_size, heads_kv, head_dim] (head_dim_v for {v_name}), and page_size is their dim 1, "
+            f"here {page}, which must be a power of two in [1, {_C.MAX_PAGE_SIZE}] (a dense {k_name} [batch, "
+            "seqlen_k, heads_kv, head_dim] takes no page_table)")
 
 
 def _native_ints(values, names, what: str) -> None:
@@ -450,6 +461,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if len(kv.shape) != 4 or len(vv.shape) != 4:
                 raise _C.InvalidArgument(f"k_cache, v_cache have {len(kv.shape)}, {len(vv.shape)} dims; expected "
                                          "[num_pages, page_size, heads_kv, head_dim] and [..., head_dim_v]")
+            check_page_size(kv.shape, "k_cache", "v_cache")
             P, page, Hkv, _ = kv.shape
             Dv = vv.shape[3]
             _expect(kv, "k_cache", (P, page, Hkv, D), (dtype,), "num_pages, page_size, heads_kv, head_dim")

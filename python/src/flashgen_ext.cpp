@@ -329,6 +329,7 @@ NB_MODULE(_flashgen, m) {
   m.attr("PROBLEM_FIELDS") = int{kProblemFields};
   m.attr("MERGE_FIELDS") = int{kMergeFields};
   m.attr("MAX_DECODE_SPLITS") = kMaxDecodeSplits;
+  m.attr("MAX_PAGE_SIZE") = kMaxPageSize;
   m.attr("GENERATOR_VERSION") = kGeneratorVersion;
 
   nb::class_<KernelSpec>(m, "KernelSpec",

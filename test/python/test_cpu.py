@@ -1099,7 +1099,9 @@ def test_varlen_errors(guarded_native, case, match):
     ("q_dense_with_cu", r"q is \[batch, seqlen_q, heads_q, head_dim\] but cu_seqlens_q is given"),
     ("q_dims", r"q has 5 dims; expected \[total_q, heads_q, head_dim\] or \[batch, seqlen_q, heads_q, head_dim\]"),
     ("seqused", r"seqused_k has shape \[2\] and dtype i32; expected int32 \[batch \(3\)\]"),
-    ("page_size", r"page_size \(12\) must be a power of two in \[1, 256\]"),
+    ("page_size", r"k_cache has shape \[40, 12, 2, 64\]: with page_table, k_cache and v_cache must be paged KV "
+                  r"caches shaped \[num_pages, page_size, heads_kv, head_dim\] .*page_size is their dim 1, here 12, "
+                  r"which must be a power of two in \[1, 256\]"),
     ("table_short", r"page_table_stride \(10\) must be at least ceil\(seqlen_k / page_size\) = ceil\(1000 / 16\)"),
 ])
 def test_paged_errors(guarded_native, case, match):
@@ -1426,3 +1428,15 @@ def test_device_selects_the_tune_entries_of_that_device(tmp_path):
     assert r.returncode == 0, r.stderr
     with_device, without = r.stdout.splitlines()
     assert with_device == d["tuned_spec"] and without != with_device
+
+
+def test_decode_page_table_needs_paged_caches(guarded_native):
+    """A dense k [batch, seqlen_k, heads_kv, head_dim] passed with page_table: the message says what
+    k and v must be, and which value was taken as the page size."""
+    q = fc.array((2, 1, 8, 64))
+    k, v = fc.array((2, 4096, 2, 64)), fc.array((2, 4096, 2, 64))
+    table = fc.array((2, 16), "int32")
+    _expect_refused(r"^k has shape \[2, 4096, 2, 64\]: with page_table, k and v must be paged KV caches shaped "
+                    r"\[num_pages, page_size, heads_kv, head_dim\] \(head_dim_v for v\), and page_size is their dim "
+                    r"1, here 4096, which must be a power of two in \[1, 256\]", flashgen.decode, q, k, v,
+                    page_table=table)
