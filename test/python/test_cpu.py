@@ -1440,3 +1440,23 @@ def test_decode_page_table_needs_paged_caches(guarded_native):
                     r"\[num_pages, page_size, heads_kv, head_dim\] \(head_dim_v for v\), and page_size is their dim "
                     r"1, here 4096, which must be a power of two in \[1, 256\]", flashgen.decode, q, k, v,
                     page_table=table)
+
+
+def test_import_flashgen_torch_without_torch_says_how_to_install_it():
+    r = _run_python("""
+        try:
+            import flashgen.torch
+        except ImportError as e:
+            print(type(e).__name__, e.name)
+            print(e)
+        else:
+            print("imported")
+    """)
+    assert r.returncode == 0, r.stderr
+    name, _, msg = r.stdout.strip().partition("\n")
+    assert name == "ModuleNotFoundError torch", r.stdout
+    assert msg.startswith("flashgen.torch needs PyTorch (>= 2.5), which is not installed: pip install "
+                          "'flashgen[torch]'"), msg
+    pyproject = REPO / "pyproject.toml"
+    if pyproject.is_file():  # the extra the hint names
+        assert re.search(r'^torch = \["torch>=2\.5"\]$', pyproject.read_text(), re.M)
