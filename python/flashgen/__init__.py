@@ -104,7 +104,9 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
       device and stream, allocated through PyTorch's allocator, CUDA-graph safe).
     stream: a CUDA stream (int handle, torch.cuda.Stream, cupy Stream) instead of
       the current one.
+    return_lse: True or False (anything else, "yes" or 1, raises InvalidArgument).
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                               window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
@@ -134,6 +136,7 @@ def bind(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, windo
     autograd: tensors that require grad are refused. A problem the library runs as a split-KV
     decode keeps working, through attention()'s general path with the same tensors.
     """
+    _core.bool_arg(return_lse, "return_lse")
     return _core.bind(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse, window=window,
                       softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out)
 
@@ -154,6 +157,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     arguments as attention(); bias is [batch, heads_q, max_seqlen_q, max_seqlen_k]
     in each sequence's own positions.
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                      seqused_k=seqused_k, causal=causal, scale=scale, bias=bias,
@@ -187,6 +191,7 @@ def attention_paged(q, k_cache, v_cache, page_table, *, seqused_k=None, max_seql
     attention(). A page_size outside the rule (e.g. a dense k [batch, seqlen_k,
     heads_kv, head_dim]) raises InvalidArgument naming k_cache's dim 1.
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k_cache, v_cache, bias, sinks, alibi_slopes):
         return _ops.attention_paged(q, k_cache, v_cache, page_table, seqused_k=seqused_k,
                                     max_seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q,
@@ -243,8 +248,10 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
     o_partial [num_states, batch, seqlen_q, heads, head_dim_v] float32, float16 or
     bfloat16; lse_partial [num_states, batch, heads, seqlen_q] float32. Returns O
     [batch, seqlen_q, heads, head_dim_v] of out_dtype (None: o_partial's, or out's)
-    and, with return_lse, LSE [batch, heads, seqlen_q] float32.
+    and, with return_lse, LSE [batch, heads, seqlen_q] float32 (return_lse: True or
+    False; anything else raises InvalidArgument).
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(o_partial, lse_partial):
         return _ops.merge_states(o_partial, lse_partial, out=out, out_dtype=out_dtype, return_lse=return_lse,
                                  stream=stream)

@@ -26,7 +26,11 @@ KernelSpec.__reduce__ = lambda self: (_spec_from_canonical, (self.canonical(),))
 
 
 def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
-    """The CLI's "key=value,..." text of a problem given as text, a dict and/or keywords."""
+    """The CLI's "key=value,..." text of a problem given as text, a dict and/or keywords.
+
+    A bool value is written true / false: the flags (lse, sinks, alibi, seqused_k) take
+    it, and the library refuses it for any other key, naming the key (head_dim=True is
+    not head_dim 1)."""
     parts = []
     if isinstance(problem, str):
         if problem:
@@ -38,7 +42,7 @@ def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
                                  "('dtype=bf16,seqlen=4096,...'), a dict of its keys, or keywords")
     for key, value in keys.items():
         if isinstance(value, bool):
-            value = "1" if value else "0"
+            value = "true" if value else "false"
         elif isinstance(value, (list, tuple)):
             try:
                 value = ":".join(str(operator.index(x)) for x in value)

@@ -266,6 +266,24 @@ class PreparedCall {
 
 std::string spec_repr(const KernelSpec& s) { return "KernelSpec('" + s.canonical() + "')"; }
 
+// A DLPack dtype as numpy and PyTorch spell it ("float64", "int16", "bfloat16", "bool"; "float32x4"
+// with lanes), or "DLPack dtype code C, B bits" for a code without such a name.
+std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
+  using Code = nb::dlpack::dtype_code;
+  std::string name;
+  switch (static_cast<Code>(t.code)) {
+    case Code::Int: name = "int" + std::to_string(t.bits); break;
+    case Code::UInt: name = "uint" + std::to_string(t.bits); break;
+    case Code::Float: name = "float" + std::to_string(t.bits); break;
+    case Code::Bfloat: name = "bfloat" + std::to_string(t.bits); break;
+    case Code::Complex: name = "complex" + std::to_string(t.bits); break;
+    case Code::Bool: name = t.bits == 8 ? "bool" : "bool" + std::to_string(t.bits); break;
+    default: name = "DLPack dtype code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits"; break;
+  }
+  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  return name;
+}
+
 nb::dict compiled_dict(const CompiledKernel& c) {
   nb::dict d;
   d["spec"] = c.spec;
@@ -402,7 +420,7 @@ NB_MODULE(_flashgen, m) {
           stride.push_back(static_cast<int64_t>(a.stride(i)));
         }
         const nb::dlpack::dtype t = a.dtype();
-        std::string name = "code" + std::to_string(t.code) + "/" + std::to_string(t.bits) + "x" + std::to_string(t.lanes);
+        std::string name = dlpack_dtype_name(t);  // (what a message shows of a dtype the calls do not take)
         if (t.lanes == 1) {
           if (t.code == uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16) name = "f16";
           if (t.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) name = "bf16";

@@ -110,7 +110,7 @@ def test_gpu_available_matches_current_device():
 def test_problem_text_forms():
     assert flashgen.problem_text(SMALL) == SMALL
     assert flashgen.problem_text(dict(dtype="f16", seqlen=128), heads=2) == "dtype=f16,seqlen=128,heads=2"
-    assert flashgen.problem_text("dtype=f16", lse=True, sinks=False) == "dtype=f16,lse=1,sinks=0"
+    assert flashgen.problem_text("dtype=f16", lse=True, sinks=False) == "dtype=f16,lse=true,sinks=false"
     assert flashgen.problem_text(seqlens_q=(3, 0, 5)) == "seqlens_q=3:0:5"
     with pytest.raises(ValueError, match="no problem given"):
         flashgen.problem_text()
@@ -887,7 +887,7 @@ def _expect_refused(match, fn, *args, **kw):
     ("alibi_stride", r"alibi_slopes has strides \[2\]; the heads must be contiguous"),
     ("k_device", r"k is on cuda:1 but q is on cuda:0"),
     ("out_device", r"out is on cuda:1 but q is on cuda:0"),
-    ("k_host", r"k is on DLPack device type 1"),
+    ("k_host", r"k is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory"),
     ("q_type", r"q is a builtins.list; expected a torch.Tensor or an array that supports DLPack"),
     ("stream", r"stream is a str; expected an int \(CUstream\)"),
     ("stream_handle", r"stream is -1; a CUstream handle is an unsigned 64-bit value"),
@@ -1037,7 +1037,7 @@ def _varlen(B=3, Tq=100, Tk=150, Hq=8, Hkv=2, D=64):
 
 
 @pytest.mark.parametrize("case,match", [
-    ("cuq_dtype", r"cu_seqlens_q has shape \[4\] and dtype code0/64x1; expected int32 \[batch \+ 1\]"),
+    ("cuq_dtype", r"cu_seqlens_q has shape \[4\] and dtype int64; expected int32 \[batch \+ 1\]"),
     ("cuq_dims", r"cu_seqlens_q has shape \[4, 1\]"),
     ("cuq_empty", r"cu_seqlens_q has shape \[0\]"),
     ("cuk_shape", r"cu_seqlens_k has shape \[5\] and dtype i32; expected int32 \[4\] \(batch \+ 1, as cu_seqlens_q\)"),
@@ -1090,7 +1090,7 @@ def test_varlen_errors(guarded_native, case, match):
 
 @pytest.mark.parametrize("case,match", [
     ("table_batch", r"page_table has shape \[2, 10\] and dtype i32; expected int32 \[batch \(3\), max_pages_per_seq\]"),
-    ("table_dtype", r"page_table has shape \[3, 10\] and dtype code0/64x1"),
+    ("table_dtype", r"page_table has shape \[3, 10\] and dtype int64; expected int32"),
     ("table_dims", r"page_table has shape \[30\]"),
     ("table_rows", r"page_table has strides \[20, 2\]; its rows must be contiguous"),
     ("v_page", r"v_cache has shape \[40, 8, 2, 64\]; expected \[40, 16, 2, 64\]"),
@@ -1204,7 +1204,8 @@ def test_torch_dtype_names(native):
 def test_numpy_arrays_are_refused():
     np = pytest.importorskip("numpy")
     q = np.zeros((1, 16, 2, 64), np.float16)
-    _expect_refused(r"^q is on DLPack device type 1; flashgen runs on CUDA memory", flashgen.attention, q, q, q)
+    _expect_refused(r"^q is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory", flashgen.attention, q, q,
+                    q)
 
 
 # ---- the command-line tool --------------------------------------------------------
@@ -1460,3 +1461,32 @@ def test_import_flashgen_torch_without_torch_says_how_to_install_it():
     pyproject = REPO / "pyproject.toml"
     if pyproject.is_file():  # the extra the hint names
         assert re.search(r'^torch = \["torch>=2\.5"\]$', pyproject.read_text(), re.M)
+
+
+def test_bool_values_only_where_a_bool_is_expected(guarded_native):
+    """A bool problem value is a flag's (lse, sinks, alibi, seqused_k), not an int: the key is named.
+    return_lse is True or False, not anything truthy. DLPack dtypes and devices are named."""
+    for key in ("head_dim", "batch", "seqlen", "heads_q", "softcap"):
+        keys = dict(dtype="f16", seqlen=128, heads=2, head_dim=64)
+        keys.pop({"heads_q": "heads"}.get(key, key), None)
+        with pytest.raises(flashgen.InvalidArgument, match=rf"key '{key}' has value 'true'"):
+            flashgen.plan(arch=90, **keys, **{key: True})
+    assert flashgen.plan(SMALL, lse=True, arch=90).has_lse and not flashgen.plan(SMALL, lse=False, arch=90).has_lse
+    q, k, v = dense()
+    qp, kc, table = fc.array((2, 1, 8, 64)), fc.array((4, 16, 2, 64)), fc.array((2, 4), "int32")
+    qv, kv, cu = fc.array((10, 8, 64)), fc.array((12, 2, 64)), fc.array((3,), "int32")
+    o_p, lse_p = fc.array((2, 1, 3, 2, 32), "float32"), fc.array((2, 1, 2, 3), "float32")
+    for bad, shown in (("yes", "str 'yes'"), (1, "int 1"), (None, "NoneType None")):
+        match = rf"^return_lse is {re.escape(shown)}; expected True or False$"
+        _expect_refused(match, flashgen.attention, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.bind, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.decode, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.attention_varlen, qv, kv, kv, cu, cu, 8, 8, return_lse=bad)
+        _expect_refused(match, flashgen.attention_paged, qp, kc, kc, table, return_lse=bad)
+        _expect_refused(match, flashgen.decode, qp, kc, kc, page_table=table, return_lse=bad)
+        _expect_refused(match, flashgen.merge_states, o_p, lse_p, return_lse=bad)
+    _expect_refused(r"^q has dtype float64; allowed: float16, bfloat16$", flashgen.attention, *dense(dtype="float64"))
+    _expect_refused(r"^o_partial has dtype float64; allowed", flashgen.merge_states,
+                    fc.array((2, 1, 3, 2, 32), "float64"), lse_p)
+    _expect_refused(r"^v is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory \(kDLCUDA, 2\)$",
+                    flashgen.attention, q, k, fc.array(v.shape, device_type=fc.KDL_CPU))
