@@ -28,7 +28,6 @@ constexpr uintptr_t kTensorAlign = 16;   // Q, K, V, O base pointers
 constexpr int64_t kMaxWindowSeqlenSum = int64_t{2147483647} - 256;
 // Packed rows are counted by int32 offsets (cu_seqlens), with a tile's headroom.
 constexpr int64_t kMaxPackedRows = int64_t{2147483647} - 256;
-constexpr int64_t kMaxPageSize = 256;
 
 // Saturates to the largest multiple of 8 so that a saturated stride fails the
 // overflow check (with its clear message), not the multiple-of-8 rule.

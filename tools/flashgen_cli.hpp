@@ -1,7 +1,8 @@
 // Shared pieces of the `flashgen` command-line tool (tools/flashgen*.cpp):
 // problem descriptions (flags and YAML problem sets), the progress display,
-// the tile model (enumeration and ranking for `tune`, numbers for `explain`)
-// and the ptxas report parser. Internal to the tool and its tests.
+// the cache a pregen writes into, the tile model (enumeration and ranking for
+// `tune`, numbers for `explain`) and the ptxas report parser. Internal to the
+// tool and its tests (and the Python package's native module).
 #pragma once
 
 #include <cstdint>
@@ -181,6 +182,16 @@ class Progress {
 
 /// True when `f` is a terminal.
 bool is_terminal(FILE* f);
+
+// ---- the cache pregen writes into ----------------------------------------------
+
+/// The directory a pregen writes kernels into: the user cache, or the bundle of
+/// `flashgen pregen --out` once rt::cache_override has set it; created when it does
+/// not exist yet. Throws IoError "<what> cannot receive kernels: <why>" (why names
+/// the directory and its problem: writable by others, not a directory, ...) when
+/// compiled kernels would be kept in memory only, i.e. thrown away at exit. Shared
+/// by `flashgen pregen` and the Python package's pregen(), before they compile.
+std::string pregen_target_dir(const std::string& what);
 
 // ---- ptxas report ------------------------------------------------------------
 

@@ -335,6 +335,18 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
   return c;
 }
 
+std::string pregen_target_dir(const std::string& what) {
+  (void)rt::cache_dir();  // pregen writes: the user cache (or --out) is created here when it does not exist yet
+  for (const rt::CacheLayer& l : rt::cache_layers()) {
+    if (l.kind != rt::CacheLayer::Kind::user) continue;
+    if (!l.usable)
+      throw IoError(fmt::format("{} cannot receive kernels: {}", what,
+                                l.problem.empty() ? std::string("no directory") : l.problem));
+    return l.path;
+  }
+  throw IoError(fmt::format("{} cannot receive kernels: no directory", what));  // (cache_layers lists the user layer)
+}
+
 int run_pregen(const PregenOptions& o) {
   if (!o.tune_file.empty()) {
     // Named on the command line: a file that cannot be used is a usage error, not a notice and the default tiles.
@@ -561,16 +573,8 @@ int run_pregen(const PregenOptions& o) {
     ov.bundle_mode = true;
     rt::cache_override(ov);
   }
-  (void)rt::cache_dir();  // pregen writes: the user cache (or --out) is created here when it does not exist yet
-  std::string target;
-  for (const rt::CacheLayer& l : rt::cache_layers()) {
-    if (l.kind != rt::CacheLayer::Kind::user) continue;
-    if (!l.usable) {
-      throw IoError(fmt::format("{} cannot receive kernels: {}", o.out.empty() ? "the user cache" : "--out " + o.out,
-                                l.problem.empty() ? std::string("no directory") : l.problem));
-    }
-    target = o.out.empty() ? "user cache " + l.path : "bundle " + l.path;
-  }
+  const std::string dir = pregen_target_dir(o.out.empty() ? "the user cache" : "--out " + o.out);
+  const std::string target = o.out.empty() ? "user cache " + dir : "bundle " + dir;
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<KernelSpec> specs;

@@ -44,9 +44,6 @@ int64_t saturating_mul(int64_t a, int64_t b) {
   return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<int64_t>::max() : r;
 }
 
-// Largest page size (AttentionProblem::page_size: a power of two in [1, 256]).
-constexpr int64_t kMaxPageSizeArg = 256;
-
 // The keys that set two fields at once, and the keys each one sets.
 struct Alias {
   const char* key;
@@ -157,11 +154,11 @@ void apply(ProblemDesc& d, std::map<std::string, bool>& seen, const std::string&
   } else if (key == "seqused_k") {
     d.seqused_k = parse_bool(what, value);
   } else if (key == "page_size") {
-    const std::optional<int64_t> v = int_in_range(value, 1, kMaxPageSizeArg);
+    const std::optional<int64_t> v = int_in_range(value, 1, kMaxPageSize);
     if (!v || (*v & (*v - 1)) != 0)
       throw InvalidArgument(fmt::format("{} has value '{}': must be a power of two in [1, {}] (keys per page of a "
                                         "paged KV cache), {}",
-                                        what, value, kMaxPageSizeArg, integer_form(1)));
+                                        what, value, kMaxPageSize, integer_form(1)));
     d.page_size = *v;
   } else {
     throw InvalidArgument(fmt::format("{} is unknown; allowed keys: name, dtype, batch, seqlen, seqlen_q, seqlen_k, "

@@ -64,6 +64,8 @@ struct LseRef {
 
 /// The largest softcap a problem may ask for (AttentionProblem::softcap).
 inline constexpr float kMaxSoftcap = 1024.0f;
+/// The largest page size of a paged KV cache (AttentionProblem::page_size, a power of two).
+inline constexpr int64_t kMaxPageSize = 256;
 
 struct AttentionProblem {
   DType dtype = DType::f16;
@@ -174,7 +176,7 @@ struct AttentionProblem {
   /// A kernel specialization (KernelSpec::paged); the page size is a launch argument.
   const int32_t* page_table = nullptr;
   int64_t page_table_stride = 0;  ///< elements between two sequences' rows of page_table, >= ceil(seqlen_k / page_size)
-  int64_t page_size = 0;          ///< keys per page: a power of two in [1, 256] (0 without page_table)
+  int64_t page_size = 0;          ///< keys per page: a power of two in [1, kMaxPageSize] (0 without page_table)
   int64_t num_pages = 0;          ///< pages of K and V, in [1, 2^31 - 257] when a sequence has keys (0 without page_table)
 
   bool varlen() const { return cu_seqlens_q != nullptr; }

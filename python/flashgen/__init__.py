@@ -104,7 +104,9 @@ def attention(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, 
       device and stream, allocated through PyTorch's allocator, CUDA-graph safe).
     stream: a CUDA stream (int handle, torch.cuda.Stream, cupy Stream) instead of
       the current one.
+    return_lse: True or False (anything else, "yes" or 1, raises InvalidArgument).
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse,
                               window=window, softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out,
@@ -134,6 +136,7 @@ def bind(q, k, v, *, causal=None, scale=None, bias=None, return_lse=False, windo
     autograd: tensors that require grad are refused. A problem the library runs as a split-KV
     decode keeps working, through attention()'s general path with the same tensors.
     """
+    _core.bool_arg(return_lse, "return_lse")
     return _core.bind(q, k, v, causal=causal, scale=scale, bias=bias, return_lse=return_lse, window=window,
                       softcap=softcap, sinks=sinks, alibi_slopes=alibi_slopes, out=out)
 
@@ -154,6 +157,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     arguments as attention(); bias is [batch, heads_q, max_seqlen_q, max_seqlen_k]
     in each sequence's own positions.
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k, v, bias, sinks, alibi_slopes):
         return _ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                      seqused_k=seqused_k, causal=causal, scale=scale, bias=bias,
@@ -184,8 +188,10 @@ def attention_paged(q, k_cache, v_cache, page_table, *, seqused_k=None, max_seql
     max_seqlen_q. Chunked prefill: seqlen_q < seqlen_k with causal="bottom_right".
     Returns O shaped like q (head_dim_v last) and, with return_lse, LSE
     [batch, heads_q, seqlen_q] (packed: [heads_q, total_q]). Other arguments as
-    attention().
+    attention(). A page_size outside the rule (e.g. a dense k [batch, seqlen_k,
+    heads_kv, head_dim]) raises InvalidArgument naming k_cache's dim 1.
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(q, k_cache, v_cache, bias, sinks, alibi_slopes):
         return _ops.attention_paged(q, k_cache, v_cache, page_table, seqused_k=seqused_k,
                                     max_seqlen_k=max_seqlen_k, cu_seqlens_q=cu_seqlens_q,
@@ -210,12 +216,19 @@ def decode(q, k, v, *, num_splits=0, workspace=None, page_table=None, cu_seqlens
     are then the caches); the result is theirs to the rounding of the fp32
     partials. num_splits: 0 chooses from the SM count, 1..128 as given.
     workspace: uint8 CUDA tensor (None: the package's cached one); too small a
-    one raises ValueError naming the bytes needed. Other keywords as attention().
+    one raises ValueError naming the bytes needed. With page_table, k and v must
+    be paged caches [num_pages, page_size, heads_kv, head_dim]: a page_size (their
+    dim 1) outside the rule, e.g. a dense k's seqlen_k, raises InvalidArgument
+    saying so. Other keywords as attention().
     """
     if page_table is not None:
         if cu_seqlens_k is not None:
             raise InvalidArgument("cu_seqlens_k is given with page_table; a paged cache's keys are counted by "
                                   "seqused_k (cu_seqlens_k must be None)")
+        shape = getattr(k, "shape", None)
+        # (other ranks: attention_paged names them; symbolic sizes of a trace: the op's eager call checks them)
+        if shape is not None and len(shape) == 4 and all(type(n) is int for n in shape):
+            _core.check_page_size(tuple(shape), "k", "v")
         return attention_paged(q, k, v, page_table, seqused_k=seqused_k, max_seqlen_k=max_seqlen_k,
                                cu_seqlens_q=cu_seqlens_q, max_seqlen_q=max_seqlen_q, num_splits=num_splits,
                                workspace=workspace, **kwargs)
@@ -235,8 +248,10 @@ def merge_states(o_partial, lse_partial, *, out=None, out_dtype=None, return_lse
     o_partial [num_states, batch, seqlen_q, heads, head_dim_v] float32, float16 or
     bfloat16; lse_partial [num_states, batch, heads, seqlen_q] float32. Returns O
     [batch, seqlen_q, heads, head_dim_v] of out_dtype (None: o_partial's, or out's)
-    and, with return_lse, LSE [batch, heads, seqlen_q] float32.
+    and, with return_lse, LSE [batch, heads, seqlen_q] float32 (return_lse: True or
+    False; anything else raises InvalidArgument).
     """
+    _core.bool_arg(return_lse, "return_lse")
     if _ops is not None and _ops.wants(o_partial, lse_partial):
         return _ops.merge_states(o_partial, lse_partial, out=out, out_dtype=out_dtype, return_lse=return_lse,
                                  stream=stream)

@@ -26,7 +26,11 @@ KernelSpec.__reduce__ = lambda self: (_spec_from_canonical, (self.canonical(),))
 
 
 def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
-    """The CLI's "key=value,..." text of a problem given as text, a dict and/or keywords."""
+    """The CLI's "key=value,..." text of a problem given as text, a dict and/or keywords.
+
+    A bool value is written true / false: the flags (lse, sinks, alibi, seqused_k) take
+    it, and the library refuses it for any other key, naming the key (head_dim=True is
+    not head_dim 1)."""
     parts = []
     if isinstance(problem, str):
         if problem:
@@ -38,7 +42,7 @@ def problem_text(problem: Union[str, dict, None] = None, **keys) -> str:
                                  "('dtype=bf16,seqlen=4096,...'), a dict of its keys, or keywords")
     for key, value in keys.items():
         if isinstance(value, bool):
-            value = "1" if value else "0"
+            value = "true" if value else "false"
         elif isinstance(value, (list, tuple)):
             try:
                 value = ":".join(str(operator.index(x)) for x in value)
@@ -84,16 +88,39 @@ def _arch(arch: Optional[int]) -> int:
     return _device_or_hint("arch= (e.g. arch=90)")["arch"]
 
 
-def plan(problem: Union[str, dict, None] = None, *, arch: Optional[int] = None, **keys) -> KernelSpec:
+def _device_name(device: Optional[str]) -> Optional[str]:
+    """device= of plan / pregen / explain: None, or a non-empty device name (a tune entry's `device`)."""
+    if device is None:
+        return None
+    if not isinstance(device, str):
+        raise _C.InvalidArgument(f"device is {type(device).__qualname__} {device!r}; expected a device name as tune "
+                                 "files record it (e.g. 'NVIDIA H200'), or None")
+    if not device or "\0" in device:
+        raise _C.InvalidArgument(f"device is {device!r}; expected a non-empty device name as tune files record it "
+                                 "(e.g. 'NVIDIA H200'), or None for the GPU of `arch` here")
+    return device
+
+
+def plan(problem: Union[str, dict, None] = None, *, arch: Optional[int] = None, device: Optional[str] = None,
+         **keys) -> KernelSpec:
     """The KernelSpec the library picks for a problem on compute capability `arch`
     (None: the current GPU's). Needs no GPU when `arch` is given.
 
     >>> flashgen.plan("dtype=bf16,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr", arch=90)
     KernelSpec('flashgen.fwd.v1:sm=90,unit=wgmma,dtype=bf16,d=128,dv=128,...')
 
-    Raises ValueError (InvalidArgument) for a bad problem, NotImplementedError
-    (Unsupported) for one no profile of `arch` serves."""
-    return _C.plan_text(problem_text(problem, **keys), _arch(arch))
+    device: use the tune files' entries measured on the GPU of that name (as
+    cuDeviceGetName reports it, e.g. "NVIDIA H200"; `flashgen pregen --device`),
+    e.g. on a builder without that GPU. None: the entries of the GPU of `arch`
+    here, if there is one (without one every tune entry is ignored, with a
+    notice on stderr).
+
+    Raises ValueError (InvalidArgument) for a bad problem, arch or device (not a
+    non-empty str), NotImplementedError (Unsupported) for one no profile of
+    `arch` serves, Unavailable when `arch` is None and there is no GPU."""
+    text = problem_text(problem, **keys)
+    name = _device_name(device)
+    return _C.plan_text(text, _arch(arch), name)
 
 
 def plan_decode(problem: Union[str, dict, None] = None, *, arch: Optional[int] = None,
@@ -162,17 +189,26 @@ class PregenResult:
 
 
 def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Sequence[int]] = None,
-           threads: int = 0, decode: bool = False, sm_count: int = 132) -> list:
+           threads: int = 0, decode: bool = False, sm_count: int = 132, device: Optional[str] = None) -> list:
     """Compile kernels ahead of time into the cache (the library's warmup: a thread
     pool, NVRTC, no GPU needed), so the first call of a fleet's GPUs loads a cubin.
 
     items: KernelSpecs, canonical spec strings, or problems (the CLI's problem
     text or a dict of its keys), each planned for every arch of `archs` (None:
-    the current GPU's); with decode=True also the problem's split-KV kernels
-    (plan_decode with `sm_count`). A single item may be passed as is.
+    the current GPU's; not empty); with decode=True also the problem's split-KV
+    kernels (plan_decode with `sm_count`). A single item may be passed as is.
+    device: plan every problem with the tune entries of that device name (as
+    plan(device=); `flashgen pregen --device`).
     Returns one PregenResult per spec, then one failed PregenResult (spec None,
     error naming the item and arch) per item that could not be parsed or
-    planned: a failure does not stop the others."""
+    planned: a failure does not stop the others.
+
+    Raises InvalidArgument for bad arguments (an empty `archs`, a device that is
+    not a non-empty str, ...), Unavailable when `archs` is None and there is no
+    GPU, and, as `flashgen pregen` does, CacheIOError before compiling anything
+    when the user cache cannot receive kernels (FLASHGEN_CACHE_DIR names a file,
+    a directory others may write, ...: the message names the directory and the
+    problem), since kernels compiled for it would be kept in memory only."""
     if isinstance(items, (str, dict, KernelSpec)):
         items = [items]
     if items is None or not hasattr(items, "__iter__"):
@@ -182,6 +218,10 @@ def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Seq
         archs = [archs]
     arch_list = None if archs is None else [_int_arg(a, "archs[]", 10, 999, "compute capabilities, e.g. 90")
                                             for a in archs]
+    if arch_list == []:
+        raise _C.InvalidArgument("archs is empty; expected the compute capabilities to plan the problems for (e.g. "
+                                 "archs=[80, 90]), or None for the current GPU's")
+    name = _device_name(device)
     threads = _int_arg(threads, "threads", 0, 4096, "0: one per core")
     sm_count = _int_arg(sm_count, "sm_count", 1, 1 << 20, "the GPU's SM count")
     if not isinstance(decode, bool):
@@ -208,14 +248,18 @@ def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Seq
         except _C.Error as e:
             fail(f"items[{n}]", e)
             continue
-        for a in (arch_list if arch_list is not None else [_arch(None)]):
+        if arch_list is None:
+            arch_list = [_device_or_hint("archs= (e.g. archs=[90])")["arch"]]
+        for a in arch_list:
             try:
-                specs.append(_C.plan_text(text, a))
+                specs.append(_C.plan_text(text, a, name))
                 if decode:
                     d = _C.plan_decode_text(text, a, sm_count, 0)
                     specs += [d["split"], d["combine"]]
             except _C.Error as e:
                 fail(f"items[{n}] on sm_{a}", e)
+    if specs:
+        _C.pregen_cache_dir()  # (CacheIOError, as flashgen pregen's, when the kernels could not be kept)
     return [PregenResult(d) for d in _C.warmup(specs, threads)] + failed
 
 
@@ -225,13 +269,18 @@ def cli_path() -> str:
 
 
 def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = None, tile: Optional[str] = None,
-            sms: Optional[int] = None, compile: bool = True, **keys) -> str:  # noqa: A002
+            sms: Optional[int] = None, compile: bool = True, device: Optional[str] = None,
+            **keys) -> str:  # noqa: A002
     """The report of `flashgen explain` for a problem: the spec, why its tile, the
     roofline model, ptxas registers and spills (compile=False skips NVRTC). Runs
-    the packaged CLI. Raises ValueError / NotImplementedError with its message."""
+    the packaged CLI. device: plan with the tune entries of that device name (as
+    plan(device=); the CLI's --device). Raises ValueError / NotImplementedError
+    with its message (ValueError too for a device that is not a non-empty str)."""
     cmd = [cli_path(), "explain", "--problem", problem_text(problem, **keys)]
     if arch is not None:
         cmd += ["--arch", str(_arch(arch))]
+    if device is not None:
+        cmd += ["--device", _device_name(device)]
     if tile is not None:
         cmd += ["--tile", str(tile)]
     if sms is not None:

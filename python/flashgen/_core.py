@@ -61,6 +61,12 @@ def _is_torch(x) -> bool:
     return t is not None and isinstance(x, t.Tensor)
 
 
+# DLPack's device types other than kDLCUDA (2), by name (dlpack.h, DLDeviceType).
+_DLPACK_DEVICES = {1: "CPU", 3: "CUDA pinned host memory", 4: "OpenCL", 7: "Vulkan", 8: "Metal", 9: "VPI",
+                   10: "ROCm", 11: "ROCm pinned host memory", 12: "an extension device", 13: "CUDA managed memory",
+                   14: "oneAPI", 15: "WebGPU", 16: "Hexagon", 17: "MAIA"}
+
+
 class _View:
     """What the call needs of one array: pointer, shape, strides (elements), dtype name, device."""
 
@@ -85,8 +91,9 @@ class _View:
                 "array that supports DLPack (__dlpack__, e.g. a CuPy array) on a CUDA device")
         ptr, shape, stride, dtype, device_type, device_id = _C.dlpack_view(obj)
         if device_type != 2:  # kDLCUDA
-            raise _C.InvalidArgument(f"{name} is on DLPack device type {device_type}; flashgen runs on CUDA "
-                                     "memory (kDLCUDA, 2)")
+            where = _DLPACK_DEVICES.get(device_type)
+            where = f"{where} (DLPack device type {device_type})" if where else f"DLPack device type {device_type}"
+            raise _C.InvalidArgument(f"{name} is on {where}; flashgen runs on CUDA memory (kDLCUDA, 2)")
         self.ptr, self.shape, self.stride, self.dtype, self.device = ptr, tuple(shape), tuple(stride), dtype, device_id
 
 
@@ -124,6 +131,26 @@ def _real(x, name: str, allow_none: bool = True):
         return float(x)
     except (TypeError, ValueError, OverflowError) as e:
         raise _C.InvalidArgument(f"{name} is {x!r}, not a float ({e})") from None
+
+
+def bool_arg(x, name: str) -> bool:
+    """A host bool argument (return_lse), refused by name when it is anything else ("yes", 1, None)."""
+    if x is not True and x is not False:
+        raise _C.InvalidArgument(f"{name} is {type(x).__qualname__} {x!r}; expected True or False")
+    return x
+
+
+def check_page_size(shape, k_name: str, v_name: str) -> None:
+    """With page_table, k and v are paged caches [num_pages, page_size, heads_kv, head_dim]: page_size,
+    their dim 1, must be a power of two in [1, MAX_PAGE_SIZE] (a dense [batch, seqlen_k, ...] k
+    passed with a page_table lands here)."""
+    page = shape[1]
+    if not (1 <= page <= _C.MAX_PAGE_SIZE and page & (page - 1) == 0):
+        raise _C.InvalidArgument(
+            f"{k_name} has shape {list(shape)}: with page_table, {k_name} and {v_name} must be paged KV caches shaped "
+            f"[num_pages, page_size, heads_kv, head_dim] (head_dim_v for {v_name}), and page_size is their dim 1, "
+            f"here {page}, which must be a power of two in [1, {_C.MAX_PAGE_SIZE}] (a dense {k_name} [batch, "
+            "seqlen_k, heads_kv, head_dim] takes no page_table)")
 
 
 def _native_ints(values, names, what: str) -> None:
@@ -450,6 +477,7 @@ def attention(q, k, v, *, layout: str, causal=None, scale=None, bias=None, retur
             if len(kv.shape) != 4 or len(vv.shape) != 4:
                 raise _C.InvalidArgument(f"k_cache, v_cache have {len(kv.shape)}, {len(vv.shape)} dims; expected "
                                          "[num_pages, page_size, heads_kv, head_dim] and [..., head_dim_v]")
+            check_page_size(kv.shape, "k_cache", "v_cache")
             P, page, Hkv, _ = kv.shape
             Dv = vv.shape[3]
             _expect(kv, "k_cache", (P, page, Hkv, D), (dtype,), "num_pages, page_size, heads_kv, head_dim")

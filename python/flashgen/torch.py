@@ -1,6 +1,8 @@
 """flashgen's operations as PyTorch custom ops, and an opt-in SDPA backend.
 
-Imported by `import flashgen` when PyTorch (>= 2.5) is installed.
+Imported by `import flashgen` when PyTorch (>= 2.5) is installed; importing it
+without PyTorch raises ModuleNotFoundError saying how to install it (the
+package's `torch` extra).
 
 Custom ops (namespace "flashgen", torch.library.custom_op, each with a fake
 implementation so torch.compile(fullgraph=True) and torch.export trace through
@@ -68,7 +70,14 @@ import sys
 import warnings
 from typing import Optional, Sequence
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _e:
+    if _e.name != "torch":  # (PyTorch is there but one of its own imports is not: its message says which)
+        raise
+    raise ModuleNotFoundError("flashgen.torch needs PyTorch (>= 2.5), which is not installed: pip install "
+                              "'flashgen[torch]' (or pip install torch); flashgen's eager calls and ahead-of-time "
+                              "functions work without it", name="torch") from _e
 from torch import Tensor
 
 from . import _core

@@ -29,6 +29,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "runtime/driver.hpp"  // rt::ensure_context
+#include "runtime/tune_internal.hpp"  // rt::plan_for_device
 #include "tools/flashgen_cli.hpp"
 
 namespace nb = nanobind;
@@ -265,6 +266,24 @@ class PreparedCall {
 
 std::string spec_repr(const KernelSpec& s) { return "KernelSpec('" + s.canonical() + "')"; }
 
+// A DLPack dtype as numpy and PyTorch spell it ("float64", "int16", "bfloat16", "bool"; "float32x4"
+// with lanes), or "DLPack dtype code C, B bits" for a code without such a name.
+std::string dlpack_dtype_name(const nb::dlpack::dtype& t) {
+  using Code = nb::dlpack::dtype_code;
+  std::string name;
+  switch (static_cast<Code>(t.code)) {
+    case Code::Int: name = "int" + std::to_string(t.bits); break;
+    case Code::UInt: name = "uint" + std::to_string(t.bits); break;
+    case Code::Float: name = "float" + std::to_string(t.bits); break;
+    case Code::Bfloat: name = "bfloat" + std::to_string(t.bits); break;
+    case Code::Complex: name = "complex" + std::to_string(t.bits); break;
+    case Code::Bool: name = t.bits == 8 ? "bool" : "bool" + std::to_string(t.bits); break;
+    default: name = "DLPack dtype code " + std::to_string(t.code) + ", " + std::to_string(t.bits) + " bits"; break;
+  }
+  if (t.lanes != 1) name += "x" + std::to_string(t.lanes);
+  return name;
+}
+
 nb::dict compiled_dict(const CompiledKernel& c) {
   nb::dict d;
   d["spec"] = c.spec;
@@ -328,6 +347,7 @@ NB_MODULE(_flashgen, m) {
   m.attr("PROBLEM_FIELDS") = int{kProblemFields};
   m.attr("MERGE_FIELDS") = int{kMergeFields};
   m.attr("MAX_DECODE_SPLITS") = kMaxDecodeSplits;
+  m.attr("MAX_PAGE_SIZE") = kMaxPageSize;
   m.attr("GENERATOR_VERSION") = kGeneratorVersion;
 
   nb::class_<KernelSpec>(m, "KernelSpec",
@@ -400,7 +420,7 @@ NB_MODULE(_flashgen, m) {
           stride.push_back(static_cast<int64_t>(a.stride(i)));
         }
         const nb::dlpack::dtype t = a.dtype();
-        std::string name = "code" + std::to_string(t.code) + "/" + std::to_string(t.bits) + "x" + std::to_string(t.lanes);
+        std::string name = dlpack_dtype_name(t);  // (what a message shows of a dtype the calls do not take)
         if (t.lanes == 1) {
           if (t.code == uint8_t(nb::dlpack::dtype_code::Float) && t.bits == 16) name = "f16";
           if (t.code == uint8_t(nb::dlpack::dtype_code::Bfloat) && t.bits == 16) name = "bf16";
@@ -464,13 +484,15 @@ NB_MODULE(_flashgen, m) {
       [](const std::vector<int64_t>& fields) { check_merge_problem(to_merge(fields)); }, nb::arg("fields"));
 
   // ---- ahead of time: problems written as the CLI writes them ------------------
+  // device: plan with the tune entries of that device name (flashgen pregen --device), instead of
+  // those of the GPU of `arch` here (none without one).
   m.def(
       "plan_text",
-      [](const std::string& text, int arch) {
+      [](const std::string& text, int arch, const std::optional<std::string>& device) {
         const cli::ProblemDesc d = cli::parse_problem_text(text);
-        return plan(cli::to_problem(d), arch);
+        return device ? rt::plan_for_device(cli::to_problem(d), arch, *device) : plan(cli::to_problem(d), arch);
       },
-      nb::arg("problem"), nb::arg("arch"));
+      nb::arg("problem"), nb::arg("arch"), nb::arg("device").none() = nb::none());
   m.def(
       "plan_decode_text",
       [](const std::string& text, int arch, int sm_count, int num_splits) {
@@ -484,6 +506,9 @@ NB_MODULE(_flashgen, m) {
         return r;
       },
       nb::arg("problem"), nb::arg("arch"), nb::arg("sm_count"), nb::arg("num_splits"));
+  // The directory pregen() compiles into (created when it does not exist yet); CacheIOError
+  // "the user cache cannot receive kernels: ..." when kernels would be kept in memory only.
+  m.def("pregen_cache_dir", [] { return cli::pregen_target_dir("the user cache"); });
   m.def("generate", &generate, nb::arg("spec"));
   m.def(
       "compile",

@@ -110,7 +110,7 @@ def test_gpu_available_matches_current_device():
 def test_problem_text_forms():
     assert flashgen.problem_text(SMALL) == SMALL
     assert flashgen.problem_text(dict(dtype="f16", seqlen=128), heads=2) == "dtype=f16,seqlen=128,heads=2"
-    assert flashgen.problem_text("dtype=f16", lse=True, sinks=False) == "dtype=f16,lse=1,sinks=0"
+    assert flashgen.problem_text("dtype=f16", lse=True, sinks=False) == "dtype=f16,lse=true,sinks=false"
     assert flashgen.problem_text(seqlens_q=(3, 0, 5)) == "seqlens_q=3:0:5"
     with pytest.raises(ValueError, match="no problem given"):
         flashgen.problem_text()
@@ -887,7 +887,7 @@ def _expect_refused(match, fn, *args, **kw):
     ("alibi_stride", r"alibi_slopes has strides \[2\]; the heads must be contiguous"),
     ("k_device", r"k is on cuda:1 but q is on cuda:0"),
     ("out_device", r"out is on cuda:1 but q is on cuda:0"),
-    ("k_host", r"k is on DLPack device type 1"),
+    ("k_host", r"k is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory"),
     ("q_type", r"q is a builtins.list; expected a torch.Tensor or an array that supports DLPack"),
     ("stream", r"stream is a str; expected an int \(CUstream\)"),
     ("stream_handle", r"stream is -1; a CUstream handle is an unsigned 64-bit value"),
@@ -1037,7 +1037,7 @@ def _varlen(B=3, Tq=100, Tk=150, Hq=8, Hkv=2, D=64):
 
 
 @pytest.mark.parametrize("case,match", [
-    ("cuq_dtype", r"cu_seqlens_q has shape \[4\] and dtype code0/64x1; expected int32 \[batch \+ 1\]"),
+    ("cuq_dtype", r"cu_seqlens_q has shape \[4\] and dtype int64; expected int32 \[batch \+ 1\]"),
     ("cuq_dims", r"cu_seqlens_q has shape \[4, 1\]"),
     ("cuq_empty", r"cu_seqlens_q has shape \[0\]"),
     ("cuk_shape", r"cu_seqlens_k has shape \[5\] and dtype i32; expected int32 \[4\] \(batch \+ 1, as cu_seqlens_q\)"),
@@ -1090,7 +1090,7 @@ def test_varlen_errors(guarded_native, case, match):
 
 @pytest.mark.parametrize("case,match", [
     ("table_batch", r"page_table has shape \[2, 10\] and dtype i32; expected int32 \[batch \(3\), max_pages_per_seq\]"),
-    ("table_dtype", r"page_table has shape \[3, 10\] and dtype code0/64x1"),
+    ("table_dtype", r"page_table has shape \[3, 10\] and dtype int64; expected int32"),
     ("table_dims", r"page_table has shape \[30\]"),
     ("table_rows", r"page_table has strides \[20, 2\]; its rows must be contiguous"),
     ("v_page", r"v_cache has shape \[40, 8, 2, 64\]; expected \[40, 16, 2, 64\]"),
@@ -1099,7 +1099,9 @@ def test_varlen_errors(guarded_native, case, match):
     ("q_dense_with_cu", r"q is \[batch, seqlen_q, heads_q, head_dim\] but cu_seqlens_q is given"),
     ("q_dims", r"q has 5 dims; expected \[total_q, heads_q, head_dim\] or \[batch, seqlen_q, heads_q, head_dim\]"),
     ("seqused", r"seqused_k has shape \[2\] and dtype i32; expected int32 \[batch \(3\)\]"),
-    ("page_size", r"page_size \(12\) must be a power of two in \[1, 256\]"),
+    ("page_size", r"k_cache has shape \[40, 12, 2, 64\]: with page_table, k_cache and v_cache must be paged KV "
+                  r"caches shaped \[num_pages, page_size, heads_kv, head_dim\] .*page_size is their dim 1, here 12, "
+                  r"which must be a power of two in \[1, 256\]"),
     ("table_short", r"page_table_stride \(10\) must be at least ceil\(seqlen_k / page_size\) = ceil\(1000 / 16\)"),
 ])
 def test_paged_errors(guarded_native, case, match):
@@ -1202,7 +1204,8 @@ def test_torch_dtype_names(native):
 def test_numpy_arrays_are_refused():
     np = pytest.importorskip("numpy")
     q = np.zeros((1, 16, 2, 64), np.float16)
-    _expect_refused(r"^q is on DLPack device type 1; flashgen runs on CUDA memory", flashgen.attention, q, q, q)
+    _expect_refused(r"^q is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory", flashgen.attention, q, q,
+                    q)
 
 
 # ---- the command-line tool --------------------------------------------------------
@@ -1308,3 +1311,182 @@ def test_kernel_spec_pickles_as_its_string():
     b = pickle.loads(pickle.dumps(a))
     assert b == a and b is not a and b.canonical() == a.canonical()
     assert copy.deepcopy(a) == a and copy.copy(a) == a
+
+
+# ---- a user trial's findings ---------------------------------------------------------
+
+
+def test_pregen_refuses_a_cache_that_cannot_receive_kernels(tmp_path):
+    """As `flashgen pregen` does, and before compiling anything: a user cache that kernels would
+    only pass through (kept in memory, lost at exit) is a CacheIOError naming the directory and
+    its problem, with the CLI's message; not results with ok=True and no cache_path."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for cache, why in ((shared, "writable by other users"), (a_file, "not a directory")):
+        # (no NVRTC: a compile would fail its result; the refusal comes first)
+        r = _run_python("""
+            import flashgen
+            try:
+                flashgen.pregen([flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=80),
+                                 "dtype=f16,seqlen=64,heads=1,head_dim=64"], archs=[80])
+            except flashgen.CacheIOError as e:
+                print("CacheIOError", isinstance(e, OSError))
+                print(e)
+            else:
+                print("no error")
+        """, {"FLASHGEN_CACHE_DIR": str(cache), "FLASHGEN_NVRTC_LIBRARY": str(tmp_path / "libnvrtc.so.missing")})
+        assert r.returncode == 0, r.stderr
+        name, _, msg = r.stdout.strip().partition("\n")
+        assert name == "CacheIOError True", r.stdout
+        assert msg.startswith(f"the user cache cannot receive kernels: the kernel cache directory {cache} "
+                              "(FLASHGEN_CACHE_DIR) cannot be used: "), msg
+        assert why in msg
+        cli = subprocess.run([flashgen.cli_path(), "pregen", "--arch", "80", "--head-dims", "64", "--dtypes", "f16",
+                              "--masks", "none"], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "FLASHGEN_CACHE_DIR": str(cache)})
+        assert cli.returncode != 0 and f"flashgen pregen: error: {msg}\n" in cli.stderr, cli.stderr
+    with pytest.raises(flashgen.InvalidArgument, match=r"^archs is empty; expected the compute capabilities"):
+        flashgen.pregen([SMALL], archs=[])
+
+
+def test_no_gpu_hint_names_each_functions_parameter():
+    r = _run_python(f"""
+        import flashgen
+        for call in (lambda: flashgen.plan("{SMALL}"), lambda: flashgen.pregen(["{SMALL}"])):
+            try:
+                call()
+            except flashgen.Unavailable as e:
+                print(str(e).rsplit("; ", 1)[-1])
+            else:
+                print("no error")
+    """, {"CUDA_VISIBLE_DEVICES": ""})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["without a GPU pass arch= (e.g. arch=90)",
+                                     "without a GPU pass archs= (e.g. archs=[90])"]
+
+
+def _profile_hash(arch: int) -> str:
+    """profile_hash() of the profile of `arch`, as `flashgen info` reports it."""
+    r = subprocess.run([flashgen.cli_path(), "info", "--arch", str(arch)], capture_output=True, text=True, timeout=60)
+    m = re.search(rf"^profile\s+sm_{arch}: .*, hash ([0-9a-f]{{16}})$", r.stdout, re.M)
+    assert m, r.stdout + r.stderr
+    return m.group(1)
+
+
+def test_device_selects_the_tune_entries_of_that_device(tmp_path):
+    """plan / pregen / explain(device=NAME) plan with the tune entries measured on NAME, as the
+    CLI's --device does; without it (and no such GPU here) they are ignored."""
+    problem = "dtype=f16,seqlen=4096,heads_q=32,heads_kv=8,head_dim=128,mask=causalbr"
+    tune = tmp_path / "tune.yml"
+    tune.write_text(textwrap.dedent(f"""\
+        version: 1
+        entries:
+          - device: "Test GPU"
+            arch: 90
+            profile: hopper
+            profile_hash: "{_profile_hash(90)}"
+            generator: "{flashgen.__version__}"
+            problem: {{dtype: f16, head_dim: 128, head_dim_v: 128, mask: causalbr, bias: none, lse: false,
+                      seqlen_q_le: 4096}}
+            tile: {{block_m: 128, block_n: 32, warps: 8, stages: 2}}
+            tflops: 345.2
+    """))
+    env = {"FLASHGEN_TUNE_FILE": str(tune), "FLASHGEN_CACHE_DIR": str(tmp_path / "cache")}
+    r = _run_python(f"""
+        import json, flashgen
+        p = "{problem}"
+        tile = lambda s: [s.block_m, s.block_n, s.warps, s.stages]
+        tuned = flashgen.plan(p, arch=90, device="Test GPU")
+        out = dict(default=tile(flashgen.plan(p, arch=90)), tuned=tile(tuned),
+                   other=tile(flashgen.plan(p, arch=90, device="Other GPU")), tuned_spec=tuned.canonical(),
+                   explain=flashgen.explain(p, arch=90, device="Test GPU", compile=False), errors=[])
+        for call in (lambda: flashgen.plan(p, arch=90, device=""), lambda: flashgen.pregen([p], archs=[90], device=90),
+                     lambda: flashgen.explain(p, arch=90, device=b"Test GPU", compile=False)):
+            try:
+                call()
+            except flashgen.InvalidArgument as e:
+                out["errors"].append(str(e))
+            else:
+                out["errors"].append("accepted")
+        print(json.dumps(out))
+    """, env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["tuned"] == [128, 32, 8, 2] and d["default"] != d["tuned"] and d["other"] == d["default"]
+    assert re.search(r"^spec\s+" + re.escape(d["tuned_spec"]) + "$", d["explain"], re.M), d["explain"]
+    assert d["errors"][0].startswith("device is ''; expected a non-empty device name")
+    assert d["errors"][1].startswith("device is int 90; expected a device name")
+    assert d["errors"][2].startswith("device is bytes b'Test GPU'; expected a device name")
+    # pregen plans every problem item for the device (no NVRTC here: the specs are planned, their compiles fail)
+    r = _run_python(f"""
+        import flashgen
+        for device in ("Test GPU", None):
+            print(*[r.spec.canonical() for r in flashgen.pregen(["{problem}"], archs=[90], device=device)])
+    """, {**env, "FLASHGEN_NVRTC_LIBRARY": str(tmp_path / "libnvrtc.so.missing")})
+    assert r.returncode == 0, r.stderr
+    with_device, without = r.stdout.splitlines()
+    assert with_device == d["tuned_spec"] and without != with_device
+
+
+def test_decode_page_table_needs_paged_caches(guarded_native):
+    """A dense k [batch, seqlen_k, heads_kv, head_dim] passed with page_table: the message says what
+    k and v must be, and which value was taken as the page size."""
+    q = fc.array((2, 1, 8, 64))
+    k, v = fc.array((2, 4096, 2, 64)), fc.array((2, 4096, 2, 64))
+    table = fc.array((2, 16), "int32")
+    _expect_refused(r"^k has shape \[2, 4096, 2, 64\]: with page_table, k and v must be paged KV caches shaped "
+                    r"\[num_pages, page_size, heads_kv, head_dim\] \(head_dim_v for v\), and page_size is their dim "
+                    r"1, here 4096, which must be a power of two in \[1, 256\]", flashgen.decode, q, k, v,
+                    page_table=table)
+
+
+def test_import_flashgen_torch_without_torch_says_how_to_install_it():
+    r = _run_python("""
+        try:
+            import flashgen.torch
+        except ImportError as e:
+            print(type(e).__name__, e.name)
+            print(e)
+        else:
+            print("imported")
+    """)
+    assert r.returncode == 0, r.stderr
+    name, _, msg = r.stdout.strip().partition("\n")
+    assert name == "ModuleNotFoundError torch", r.stdout
+    assert msg.startswith("flashgen.torch needs PyTorch (>= 2.5), which is not installed: pip install "
+                          "'flashgen[torch]'"), msg
+    pyproject = REPO / "pyproject.toml"
+    if pyproject.is_file():  # the extra the hint names
+        assert re.search(r'^torch = \["torch>=2\.5"\]$', pyproject.read_text(), re.M)
+
+
+def test_bool_values_only_where_a_bool_is_expected(guarded_native):
+    """A bool problem value is a flag's (lse, sinks, alibi, seqused_k), not an int: the key is named.
+    return_lse is True or False, not anything truthy. DLPack dtypes and devices are named."""
+    for key in ("head_dim", "batch", "seqlen", "heads_q", "softcap"):
+        keys = dict(dtype="f16", seqlen=128, heads=2, head_dim=64)
+        keys.pop({"heads_q": "heads"}.get(key, key), None)
+        with pytest.raises(flashgen.InvalidArgument, match=rf"key '{key}' has value 'true'"):
+            flashgen.plan(arch=90, **keys, **{key: True})
+    assert flashgen.plan(SMALL, lse=True, arch=90).has_lse and not flashgen.plan(SMALL, lse=False, arch=90).has_lse
+    q, k, v = dense()
+    qp, kc, table = fc.array((2, 1, 8, 64)), fc.array((4, 16, 2, 64)), fc.array((2, 4), "int32")
+    qv, kv, cu = fc.array((10, 8, 64)), fc.array((12, 2, 64)), fc.array((3,), "int32")
+    o_p, lse_p = fc.array((2, 1, 3, 2, 32), "float32"), fc.array((2, 1, 2, 3), "float32")
+    for bad, shown in (("yes", "str 'yes'"), (1, "int 1"), (None, "NoneType None")):
+        match = rf"^return_lse is {re.escape(shown)}; expected True or False$"
+        _expect_refused(match, flashgen.attention, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.bind, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.decode, q, k, v, return_lse=bad)
+        _expect_refused(match, flashgen.attention_varlen, qv, kv, kv, cu, cu, 8, 8, return_lse=bad)
+        _expect_refused(match, flashgen.attention_paged, qp, kc, kc, table, return_lse=bad)
+        _expect_refused(match, flashgen.decode, qp, kc, kc, page_table=table, return_lse=bad)
+        _expect_refused(match, flashgen.merge_states, o_p, lse_p, return_lse=bad)
+    _expect_refused(r"^q has dtype float64; allowed: float16, bfloat16$", flashgen.attention, *dense(dtype="float64"))
+    _expect_refused(r"^o_partial has dtype float64; allowed", flashgen.merge_states,
+                    fc.array((2, 1, 3, 2, 32), "float64"), lse_p)
+    _expect_refused(r"^v is on CPU \(DLPack device type 1\); flashgen runs on CUDA memory \(kDLCUDA, 2\)$",
+                    flashgen.attention, q, k, fc.array(v.shape, device_type=fc.KDL_CPU))
