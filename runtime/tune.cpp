@@ -553,8 +553,8 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
                         "tune again",
                         e.profile, e.profile_hash, hash, profile.name);
     } else if (device.empty()) {
-      why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME "
-            "selects entries for a named device)";
+      why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME, "
+            "or device=NAME in Python's plan / pregen / explain, selects entries for a named device)";
     } else {
       why = fmt::format("it was measured on {}, this device is {}", e.device, device);
     }
