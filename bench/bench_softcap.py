@@ -9,6 +9,7 @@ kernel, inputs rotated). Correctness: ours with softcap against FlashAttention-4
 with softcap on the first input set (the GPU tier checks it against the float64
 reference; without FlashAttention-4 the column says n/a).
     usage: bench_softcap.py --lib build/libflashgen.so [--cap 50] [--runs 20]
+                            [--shape B,HQ,HKV,S,D,CAUSAL ...] (instead of SHAPES; CAUSAL 0 or 1)
 """
 import argparse
 import ctypes
@@ -35,14 +36,26 @@ def main():
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--sets", type=int, default=2)
     ap.add_argument("--dtypes", default="bf16")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="B,HQ,HKV,S,D,CAUSAL (CAUSAL 0 or 1), repeatable; replaces the default shapes")
     args = ap.parse_args()
+    shapes = SHAPES
+    if args.shape:
+        try:
+            shapes = [tuple(int(x) for x in s.split(",")) for s in args.shape]
+        except ValueError:
+            ap.error(f"--shape: integers B,HQ,HKV,S,D,CAUSAL; got {args.shape}")
+        bad = [s for s in shapes if len(s) != 6 or min(s[:5]) < 1 or s[5] not in (0, 1) or s[1] % s[2] != 0]
+        if bad:
+            ap.error(f"--shape: B,HQ,HKV,S,D >= 1 with HKV dividing HQ, CAUSAL 0 or 1; got {bad}")
+        shapes = [(b, hq, hkv, sq, d, bool(c)) for (b, hq, hkv, sq, d, c) in shapes]
     lib = load_lib(args.lib)
     fa4 = fa4_function()
     stream = torch.cuda.current_stream().cuda_stream
     print(f"device {torch.cuda.get_device_name()}, softcap {args.cap}, runs {args.runs} (median), {args.sets} input sets")
     print(f"{'shape (B, Hq/Hkv, S, D)':26} {'dtype':5} {'mask':6} {'plain ms':>9} {'cap ms':>8} {'cap/plain':>9} "
           f"{'fa4 ms':>8} {'fa4 cap':>8} {'fa4 c/p':>8} {'cap TF/s':>9} {'max|ours-fa4|':>13}")
-    for (B, Hq, Hkv, S, D, causal) in SHAPES:
+    for (B, Hq, Hkv, S, D, causal) in shapes:
         for dt in args.dtypes.split(","):
             dtype = torch.float16 if dt == "f16" else torch.bfloat16
             sets = input_sets(args.sets, B, S, S, Hq, Hkv, D, dtype)
