@@ -14,6 +14,7 @@
 #include "flashgen/flashgen.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/launch.hpp"
+#include "runtime/tune_internal.hpp"
 
 namespace {
 
@@ -333,11 +334,7 @@ flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* s
   return guarded(fn, [&] {
     AttentionProblem p = to_problem(problem, fn);
     require_non_null(spec_out, fn, "spec_out");
-    if (arch < 0)
-      throw InvalidArgument(fmt::format(
-          "{}: arch = {} is negative; pass a compute capability as 10*major+minor (e.g. 90) or 0 "
-          "for the current device",
-          fn, arch));
+    check_arch_arg(arch, fn);
     KernelSpec spec;
     if (arch != 0) {
       spec = plan(p, arch);
@@ -348,13 +345,27 @@ flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* s
         throw Unavailable(fmt::format("{}; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0", e.what()));
       }
     }
-    const std::string text = spec.canonical();
-    if (text.size() + 1 > spec_out_len)
+    write_spec(spec, spec_out, spec_out_len, fn);
+  });
+}
+
+flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int arch, const char* device_name,
+                                         char* spec_out, size_t spec_out_len) {
+  const char* fn = "flashgen_plan_for_device";
+  return guarded(fn, [&] {
+    AttentionProblem p = to_problem(problem, fn);
+    require_non_null(spec_out, fn, "spec_out");
+    if (arch <= 0)
       throw InvalidArgument(fmt::format(
-          "{}: spec_out_len = {} is too small; the canonical spec \"{}\" needs {} bytes including "
-          "the terminating NUL",
-          fn, spec_out_len, text, text.size() + 1));
-    std::memcpy(spec_out, text.c_str(), text.size() + 1);
+          "{}: arch = {}; pass the compute capability of the named device as 10*major+minor (e.g. 90) "
+          "(flashgen_plan with arch 0 plans for this machine's GPU)",
+          fn, arch));
+    if (device_name == nullptr || *device_name == '\0')
+      throw InvalidArgument(fmt::format(
+          "{}: device_name is {}; pass a device name as tune files record it (e.g. \"NVIDIA H200\"), or use "
+          "flashgen_plan for this machine's GPU",
+          fn, device_name == nullptr ? "NULL" : "empty"));
+    write_spec(rt::plan_for_device(p, arch, device_name), spec_out, spec_out_len, fn);
   });
 }
 

@@ -19,6 +19,7 @@
 
 #include <fmt/format.h>
 
+#include "flashgen/flashgen.h"
 #include "flashgen/flashgen.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
@@ -525,6 +526,53 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
         << entry_text("Test GPU", 90, hash, "{block_m: 64, block_n: 32, warps: 4, stages: 3}") << "# changed\n";
     CHECK(tile_of(rt::plan_for_device(p, 90, "Test GPU")) == Tile{64, 32, 4, 3});
   }
+  rt::tune_reset_for_tests();
+}
+
+TEST_CASE("tune: the C ABI plans with a named device's entries (flashgen_plan_for_device)") {
+  ScopedCache cache;
+  TempDir dir("flashgen-tune-c");
+  const std::string path = dir.path() + "/tune.yml";
+  EnvGuard env("FLASHGEN_TUNE_FILE", path);
+  std::ofstream(path) << "version: 1\nentries:\n" << entry_text("Test GPU", 90, profile_hash(hopper()), kTile);
+  rt::tune_reset_for_tests();
+  // llama(): f16, 4096 x 4096, heads 32 / 8, head_dim 128, causal bottom-right.
+  flashgen_problem c{};
+  const auto ptr = [](uintptr_t a) { return reinterpret_cast<void*>(a); };
+  REQUIRE(flashgen_problem_init_bshd(&c, FLASHGEN_DTYPE_F16, 1, 4096, 4096, 32, 8, 128, 128, FLASHGEN_MASK_CAUSAL_BOTTOM_RIGHT,
+                                     ptr(0x100000), ptr(0x200000), ptr(0x300000), ptr(0x400000)) == FLASHGEN_OK);
+  const KernelSpec def = rt::plan_default(cli::to_problem(llama()), 90);
+  char spec[256];
+  std::fill(std::begin(spec), std::end(spec), '#');
+  StderrCapture err;
+  REQUIRE(flashgen_plan_for_device(&c, 90, "Test GPU", spec, sizeof spec) == FLASHGEN_OK);
+  const KernelSpec tuned = KernelSpec::parse(spec);
+  CHECK(tuned.tile == Tile{128, 32, 8, 2});
+  CHECK(tuned.tile != def.tile);
+  KernelSpec same_but_tile = tuned;
+  same_but_tile.tile = def.tile;
+  CHECK(same_but_tile == def);
+  // Another device's name: its entries (none) are used, with the notice that this one is ignored.
+  REQUIRE(flashgen_plan_for_device(&c, 90, "Other GPU", spec, sizeof spec) == FLASHGEN_OK);
+  CHECK(KernelSpec::parse(spec) == def);
+  const std::string log = err.stop();
+  INFO("stderr: ", log);
+  CHECK(contains(log, "Test GPU"));
+  // Bad arguments are refused by name, spec_out untouched.
+  std::fill(std::begin(spec), std::end(spec), '#');
+  CHECK(flashgen_plan_for_device(&c, 0, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "flashgen_plan_for_device: arch = 0"));
+  CHECK(flashgen_plan_for_device(&c, -90, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(flashgen_plan_for_device(&c, 90, nullptr, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "device_name is NULL"));
+  CHECK(flashgen_plan_for_device(&c, 90, "", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "device_name is empty"));
+  CHECK(flashgen_plan_for_device(nullptr, 90, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(flashgen_plan_for_device(&c, 90, "Test GPU", nullptr, 0) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(flashgen_plan_for_device(&c, 90, "Test GPU", spec, 10) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "spec_out_len = 10 is too small"));
+  CHECK(flashgen_plan_for_device(&c, 91, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);
+  CHECK(std::all_of(std::begin(spec), std::end(spec), [](char ch) { return ch == '#'; }));
   rt::tune_reset_for_tests();
 }
 
