@@ -275,7 +275,8 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
     roofline model, ptxas registers and spills (compile=False skips NVRTC). Runs
     the packaged CLI. device: plan with the tune entries of that device name (as
     plan(device=); the CLI's --device). Raises ValueError / NotImplementedError
-    with its message (ValueError too for a device that is not a non-empty str)."""
+    with its message (ValueError too for a device that is not a non-empty str); a
+    broken FLASHGEN_PROFILE raises what plan() raises for it."""
     cmd = [cli_path(), "explain", "--problem", problem_text(problem, **keys)]
     if arch is not None:
         cmd += ["--arch", str(_arch(arch))]
@@ -291,6 +292,14 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
     if r.returncode == 0:
         return r.stdout
     err = r.stderr.strip()
+    config = "flashgen explain: configuration error: "
+    if r.returncode == 2 and err.startswith(config):
+        # A broken FLASHGEN_PROFILE raises here what plan() raises for it (CacheIOError for a file that
+        # cannot be read, InvalidArgument for a bad one, Unsupported for one without the arch); the CLI
+        # used the arch given, else this GPU's, else sm_90.
+        _C.check_profile(_arch(arch) if arch is not None else
+                         (_C.current_device()["arch"] if _C.gpu_available() else 90))
+        raise _C.InvalidArgument(err[len(config):])  # (FLASHGEN_NVRTC_LIBRARY and the like)
     if err.startswith("flashgen explain: error: "):
         err = err[len("flashgen explain: error: "):]
     if r.returncode == 2 and "\nunsupported: " in r.stdout:  # the report of a problem no kernel serves: its rules

@@ -493,6 +493,9 @@ NB_MODULE(_flashgen, m) {
         return device ? rt::plan_for_device(cli::to_problem(d), arch, *device) : plan(cli::to_problem(d), arch);
       },
       nb::arg("problem"), nb::arg("arch"), nb::arg("device").none() = nb::none());
+  // The profile plan() uses for `arch` (FLASHGEN_PROFILE's when set): raises what plan() would for a
+  // broken or mismatched one (explain() maps the CLI's configuration errors through it).
+  m.def("check_profile", [](int arch) { (void)profile_for_arch(arch); }, nb::arg("arch"));
   m.def(
       "plan_decode_text",
       [](const std::string& text, int arch, int sm_count, int num_splits) {

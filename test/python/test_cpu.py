@@ -466,6 +466,40 @@ def test_cache_io_error_for_unreadable_profile(tmp_path):
     assert "cannot read profile file" in msg and "missing.yml" in msg
 
 
+_PROFILE_PROBE = """
+    import flashgen
+    for f in (lambda: flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=ARCH),
+              lambda: flashgen.explain("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=ARCH, compile=False)):
+        try:
+            f()
+        except flashgen.Error as e:
+            print(type(e).__name__, str(e).splitlines()[0])
+        else:
+            print("no error")
+"""
+
+
+@pytest.mark.parametrize("case", ["missing", "invalid", "other arch"])
+def test_explain_raises_what_plan_raises_for_a_broken_profile(tmp_path, case):
+    """A FLASHGEN_PROFILE that cannot serve: explain() (the CLI underneath) raises the class plan()
+    raises, with the same first line."""
+    path = tmp_path / "profile.yml"
+    arch = 90
+    if case == "invalid":
+        path.write_text("name: [unclosed\n")
+    elif case == "other arch":  # a valid profile (the built-in hopper one) asked for sm_80
+        path.write_text((REPO / "profiles" / "hopper.yml").read_text())
+        arch = 80
+    r = _run_python(_PROFILE_PROBE.replace("ARCH", str(arch)),
+                    {"FLASHGEN_PROFILE": str(path), "FLASHGEN_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2, r.stdout
+    expected = {"missing": "CacheIOError", "invalid": "InvalidArgument", "other arch": "Unsupported"}[case]
+    assert lines[0].split()[0] == expected, r.stdout
+    assert lines[1] == lines[0], r.stdout
+
+
 def test_compile_error_from_failing_nvrtc(tmp_path):
     """An NVRTC that fails every compile (the C++ tier's test double, test/cpu/fake_nvrtc.c)."""
     src = REPO / "test" / "cpu" / "fake_nvrtc.c"
