@@ -13,6 +13,7 @@
 
 #include "flashgen/flashgen.hpp"
 #include "runtime/compile.hpp"
+#include "gen/limits.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/tune_internal.hpp"
 
@@ -355,11 +356,11 @@ flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int ar
   return guarded(fn, [&] {
     AttentionProblem p = to_problem(problem, fn);
     require_non_null(spec_out, fn, "spec_out");
-    if (arch <= 0)
+    if (arch < gen::kMinArch || arch > gen::kMaxArch)
       throw InvalidArgument(fmt::format(
-          "{}: arch = {}; pass the compute capability of the named device as 10*major+minor (e.g. 90) "
-          "(flashgen_plan with arch 0 plans for this machine's GPU)",
-          fn, arch));
+          "{}: arch = {}; allowed: the named device's compute capability as 10*major+minor in [{}, {}] (e.g. "
+          "90); flashgen_plan with arch 0 plans for this machine's GPU",
+          fn, arch, gen::kMinArch, gen::kMaxArch));
     if (device_name == nullptr || *device_name == '\0')
       throw InvalidArgument(fmt::format(
           "{}: device_name is {}; pass a device name as tune files record it (e.g. \"NVIDIA H200\"), or use "

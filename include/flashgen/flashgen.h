@@ -285,17 +285,18 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
 flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* spec_out,
                               size_t spec_out_len);
 
-/* As flashgen_plan for compute capability `arch` (10*major+minor, e.g. 90;
- * 0 is not accepted here), with the tune files' entries (FLASHGEN_TUNE_FILE,
- * the cache directory's tune.yml; docs/design.md "Autotuning") recorded on the
+/* As flashgen_plan for compute capability `arch` (10*major+minor in [10, 999],
+ * e.g. 90; 0 is not accepted here), with the tune files' entries
+ * (FLASHGEN_TUNE_FILE, the cache directory's tune.yml; their format and how an
+ * entry is matched: include/flashgen/tune.hpp; `flashgen tune` writes them) recorded on the
  * GPU named `device_name` (NUL-terminated, as cuDeviceGetName reports it, e.g.
  * "NVIDIA H200") instead of those of this machine's GPU: a builder without
  * that GPU plans the kernels a fleet of them will run (the CLI's
  * `flashgen pregen --device`, Python's plan(device=)). Entries of other
  * devices are ignored with one notice on stderr, as flashgen_plan does. No GPU
  * needed.
- * Errors: as flashgen_plan; FLASHGEN_ERROR_INVALID_ARGUMENT also for arch <= 0
- * and for a NULL or empty device_name. */
+ * Errors: as flashgen_plan; FLASHGEN_ERROR_INVALID_ARGUMENT also for arch
+ * outside [10, 999] (0 included) and for a NULL or empty device_name. */
 flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int arch, const char* device_name,
                                          char* spec_out, size_t spec_out_len);
 

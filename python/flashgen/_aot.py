@@ -98,6 +98,11 @@ def _device_name(device: Optional[str]) -> Optional[str]:
     if not device or "\0" in device:
         raise _C.InvalidArgument(f"device is {device!r}; expected a non-empty device name as tune files record it "
                                  "(e.g. 'NVIDIA H200'), or None for the GPU of `arch` here")
+    try:
+        device.encode("utf-8")
+    except UnicodeEncodeError:  # (e.g. os.fsdecode of bytes that are not UTF-8: lone surrogates)
+        raise _C.InvalidArgument(f"device is {device!r}, which is not valid UTF-8; expected a device name as tune "
+                                 "files record it (e.g. 'NVIDIA H200')") from None
     return device
 
 
@@ -263,6 +268,11 @@ def pregen(items: Iterable[Union[KernelSpec, str, dict]], *, archs: Optional[Seq
     return [PregenResult(d) for d in _C.warmup(specs, threads)] + failed
 
 
+def _explain_arch() -> int:
+    """The arch explain() plans for when arch is None: this GPU's, else sm_90 (as the CLI does)."""
+    return _C.current_device()["arch"] if _C.gpu_available() else 90
+
+
 def cli_path() -> str:
     """The flashgen command-line tool shipped inside the package."""
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "bin", "flashgen")
@@ -276,8 +286,11 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
     the packaged CLI. device: plan with the tune entries of that device name (as
     plan(device=); the CLI's --device). Raises ValueError / NotImplementedError
     with its message (ValueError too for a device that is not a non-empty str); a
-    broken FLASHGEN_PROFILE raises what plan() raises for it."""
-    cmd = [cli_path(), "explain", "--problem", problem_text(problem, **keys)]
+    problem plan() refuses as invalid, and a broken FLASHGEN_PROFILE, raise the class
+    plan() raises for them. arch None: this GPU's, else sm_90 (the report says so;
+    plan() needs arch= without a GPU)."""
+    text = problem_text(problem, **keys)
+    cmd = [cli_path(), "explain", "--problem", text]
     if arch is not None:
         cmd += ["--arch", str(_arch(arch))]
     if device is not None:
@@ -297,13 +310,21 @@ def explain(problem: Union[str, dict, None] = None, *, arch: Optional[int] = Non
         # A broken FLASHGEN_PROFILE raises here what plan() raises for it (CacheIOError for a file that
         # cannot be read, InvalidArgument for a bad one, Unsupported for one without the arch); the CLI
         # used the arch given, else this GPU's, else sm_90.
-        _C.check_profile(_arch(arch) if arch is not None else
-                         (_C.current_device()["arch"] if _C.gpu_available() else 90))
+        _C.check_profile(_arch(arch) if arch is not None else _explain_arch())
         raise _C.InvalidArgument(err[len(config):])  # (FLASHGEN_NVRTC_LIBRARY and the like)
     if err.startswith("flashgen explain: error: "):
         err = err[len("flashgen explain: error: "):]
     if r.returncode == 2 and "\nunsupported: " in r.stdout:  # the report of a problem no kernel serves: its rules
-        raise _C.Unsupported(r.stdout + (("\n" + err) if err else ""))
+        report = r.stdout + (("\n" + err) if err else "")
+        # A problem plan() refuses as invalid (InvalidArgument: a head_dim no kernel takes, heads_q not a
+        # multiple of heads_kv) raises that class here too, with the whole report.
+        try:
+            _C.plan_text(text, _arch(arch) if arch is not None else _explain_arch(), _device_name(device))
+        except _C.InvalidArgument:
+            raise _C.InvalidArgument(report) from None
+        except _C.Error:
+            pass
+        raise _C.Unsupported(report)
     if r.returncode == 2:  # a bad problem or option
         raise _C.InvalidArgument(err)
     raise _C.Error(f"flashgen explain exited with {r.returncode}: {err or r.stdout}")

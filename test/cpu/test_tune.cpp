@@ -561,8 +561,13 @@ TEST_CASE("tune: the C ABI plans with a named device's entries (flashgen_plan_fo
   // Bad arguments are refused by name, spec_out untouched.
   std::fill(std::begin(spec), std::end(spec), '#');
   CHECK(flashgen_plan_for_device(&c, 0, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(contains(flashgen_last_error(), "flashgen_plan_for_device: arch = 0"));
-  CHECK(flashgen_plan_for_device(&c, -90, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "flashgen_plan_for_device: arch = 0; allowed: "));
+  CHECK(contains(flashgen_last_error(), "in [10, 999]"));
+  for (int arch : {-90, 9, 1000, 2147483647}) {
+    CAPTURE(arch);
+    CHECK(flashgen_plan_for_device(&c, arch, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(contains(flashgen_last_error(), fmt::format("flashgen_plan_for_device: arch = {}; allowed: ", arch)));
+  }
   CHECK(flashgen_plan_for_device(&c, 90, nullptr, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(flashgen_last_error(), "device_name is NULL"));
   CHECK(flashgen_plan_for_device(&c, 90, "", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);

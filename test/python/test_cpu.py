@@ -500,6 +500,27 @@ def test_explain_raises_what_plan_raises_for_a_broken_profile(tmp_path, case):
     assert lines[1] == lines[0], r.stdout
 
 
+@pytest.mark.parametrize("problem", ["dtype=f16,seqlen=4096,heads=32,head_dim=100",
+                                     "dtype=f16,seqlen=64,heads_q=3,heads_kv=2,head_dim=64"])
+def test_explain_raises_what_plan_raises_for_an_invalid_problem(problem):
+    """A problem plan() refuses as invalid: explain() raises InvalidArgument too (with its whole report)."""
+    with pytest.raises(flashgen.InvalidArgument) as planned:
+        flashgen.plan(problem, arch=75)
+    with pytest.raises(flashgen.InvalidArgument) as explained:
+        flashgen.explain(problem, arch=75, compile=False)
+    assert str(planned.value).splitlines()[0] in str(explained.value)
+    assert "unsupported: " in str(explained.value)
+
+
+def test_device_name_that_is_not_utf8_is_refused_by_name():
+    name = os.fsdecode(b"NV\xff\xfe")  # lone surrogates, as a file system name that is not UTF-8 decodes
+    for f in (lambda: flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=90, device=name),
+              lambda: flashgen.explain("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=90, device=name,
+                                       compile=False)):
+        with pytest.raises(flashgen.InvalidArgument, match="device is .* not valid UTF-8"):
+            f()
+
+
 def test_compile_error_from_failing_nvrtc(tmp_path):
     """An NVRTC that fails every compile (the C++ tier's test double, test/cpu/fake_nvrtc.c)."""
     src = REPO / "test" / "cpu" / "fake_nvrtc.c"
