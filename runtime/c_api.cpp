@@ -250,12 +250,16 @@ void write_spec(const KernelSpec& spec, char* spec_out, size_t spec_out_len, con
   std::memcpy(spec_out, text.c_str(), text.size() + 1);
 }
 
-void check_arch_arg(int arch, const char* fn) {
-  if (arch < 0)
-    throw InvalidArgument(fmt::format(
-        "{}: arch = {} is negative; pass a compute capability as 10*major+minor (e.g. 90) or 0 "
-        "for the current device",
-        fn, arch));
+// The C ABI's arch arguments: a compute capability as 10*major+minor in [kMinArch, kMaxArch],
+// or (allow_current) 0 for this machine's GPU. One message style for every function, naming
+// the C function (the C++ checks behind it would name plan()).
+void check_arch_arg(int arch, const char* fn, bool allow_current = true) {
+  if ((allow_current && arch == 0) || (arch >= gen::kMinArch && arch <= gen::kMaxArch)) return;
+  throw InvalidArgument(fmt::format("{}: arch = {}; allowed: {}a compute capability as 10*major+minor in [{}, {}] "
+                                    "(e.g. 90){}",
+                                    fn, arch, allow_current ? "0 for this machine's GPU, or " : "", gen::kMinArch,
+                                    gen::kMaxArch,
+                                    allow_current ? "" : " (flashgen_plan with arch 0 plans for this machine's GPU)"));
 }
 
 KernelSpec parse_spec(const char* spec, const char* fn) {
@@ -356,11 +360,7 @@ flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int ar
   return guarded(fn, [&] {
     AttentionProblem p = to_problem(problem, fn);
     require_non_null(spec_out, fn, "spec_out");
-    if (arch < gen::kMinArch || arch > gen::kMaxArch)
-      throw InvalidArgument(fmt::format(
-          "{}: arch = {}; allowed: the named device's compute capability as 10*major+minor in [{}, {}] (e.g. "
-          "90); flashgen_plan with arch 0 plans for this machine's GPU",
-          fn, arch, gen::kMinArch, gen::kMaxArch));
+    check_arch_arg(arch, fn, /*allow_current=*/false);  // (the named device's arch)
     if (device_name == nullptr || *device_name == '\0')
       throw InvalidArgument(fmt::format(
           "{}: device_name is {}; pass a device name as tune files record it (e.g. \"NVIDIA H200\"), or use "
@@ -400,6 +400,7 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
   return guarded(fn, [&] {
     if (bytes == nullptr) throw InvalidArgument(fmt::format("{}: bytes is NULL", fn));
     const AttentionProblem p = to_problem(problem, fn);
+    check_arch_arg(arch, fn);
     if (arch == 0 || sm_count == 0) {  // the current device's (needs a GPU)
       const DeviceInfo dev = current_device();
       if (arch == 0) arch = dev.arch;

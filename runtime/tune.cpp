@@ -556,10 +556,12 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
       why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME, "
             "or device=NAME in Python's plan / pregen / explain, selects entries for a named device)";
     } else {
-      why = fmt::format("it was measured on {}, this device is {}", e.device, device);
+      // (device names shown sanitized: a name passed by a caller may hold anything)
+      why = fmt::format("it was measured on {}, this device is {}", gen::YamlReader::shown(e.device),
+                        gen::YamlReader::shown(device));
     }
     notice_once_locked(s, fmt::format("flashgen: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
-                                      cls.str(), e.tile.str(), e.device, why));
+                                      cls.str(), e.tile.str(), gen::YamlReader::shown(e.device), why));
   }
   return std::nullopt;
 }

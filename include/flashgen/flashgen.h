@@ -271,7 +271,9 @@ flashgen_status flashgen_problem_init_bshd(flashgen_problem* problem, flashgen_d
                                            const void* k, const void* v, void* o);
 
 /* Choose the kernel for *problem on compute capability `arch` (10*major +
- * minor, e.g. 90; 0 = the current CUDA device, which needs a GPU) and write
+ * minor in [10, 999], e.g. 90; 0 = the current CUDA device, which needs a GPU;
+ * any other value is FLASHGEN_ERROR_INVALID_ARGUMENT, as in every function
+ * here that takes an arch) and write
  * its canonical spec string, NUL-terminated, to spec_out (capacity
  * spec_out_len bytes; 256 is ample for every spec today). The string can be passed
  * to flashgen_generate and flashgen_launch_spec.

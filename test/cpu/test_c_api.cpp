@@ -1,6 +1,7 @@
 // CPU tests of the C ABI (flashgen.h): status codes and messages for bad
 // input, buffer sizes, generate/free, and forward/launch without a GPU.
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -368,6 +369,14 @@ TEST_CASE("c_api: plan reports bad problems and unsupported archs") {
     CHECK(contains(last(), "bf16"));
     CHECK(flashgen_plan(&p, -1, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
     CHECK(contains(last(), "arch = -1"));
+    // Every arch outside {0} and [10, 999] is refused by the C function, in one style.
+    for (int arch : {-1, 1, 9, 1000, 2147483647}) {
+      CAPTURE(arch);
+      CHECK(flashgen_plan(&p, arch, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+      CHECK(contains(last(), fmt::format("flashgen_plan: arch = {}; allowed: 0 for this machine's GPU, or a compute "
+                                         "capability as 10*major+minor in [10, 999]",
+                                         arch)));
+    }
   }
   if (!gpu_available()) {
     flashgen_problem p = good_problem();

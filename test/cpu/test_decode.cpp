@@ -288,6 +288,11 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   auto last = [] { return std::string(flashgen_last_error()); };
   CHECK(flashgen_decode_workspace_bytes(&c, 90, -3, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(last() == "flashgen_decode_workspace_bytes: sm_count (-3) must be at least 1");
+  for (int arch : {-1, 7, 1000}) {  // refused before the GPU is asked for anything
+    CAPTURE(arch);
+    CHECK(flashgen_decode_workspace_bytes(&c, arch, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(last().find("flashgen_decode_workspace_bytes: arch = " + std::to_string(arch) + "; allowed: ") == 0);
+  }
   if (!gpu_available()) {  // arch 0 / sm_count 0: the current device's
     CHECK(flashgen_decode_workspace_bytes(&c, 0, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
     CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);

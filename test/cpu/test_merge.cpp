@@ -372,7 +372,10 @@ TEST_CASE("merge C ABI: init, plan, and every refusal mapped to its status") {
   CHECK(flashgen_plan_merge(nullptr, 90, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(test::contains(last(), "flashgen_plan_merge: problem is NULL"));
   CHECK(flashgen_plan_merge(&c, -1, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(test::contains(last(), "arch = -1 is negative"));
+  CHECK(test::contains(last(), "flashgen_plan_merge: arch = -1; allowed: 0 for this machine's GPU, or a compute "
+                               "capability as 10*major+minor in [10, 999]"));
+  CHECK(flashgen_plan_merge(&c, 5, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(test::contains(last(), "flashgen_plan_merge: arch = 5; allowed: "));
   CHECK(flashgen_plan_merge(&c, 61, spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);
   flashgen_merge_problem bad = c;
   bad.partial_dtype = static_cast<flashgen_state_dtype>(9);

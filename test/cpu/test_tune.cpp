@@ -465,6 +465,18 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
     CHECK(contains(log, "flashgen: tune entry " + path + "[0]"));
     CHECK(contains(log, "is ignored: it was measured on Other GPU, this device is Test GPU"));
   }
+  SUBCASE("a device name a caller passes is shown sanitized in the notice (one line, clipped)") {
+    write(entry_text("Other GPU", 90, hash, kTile));
+    const std::string name = "Bad\nGPU\x1b[31m" + std::string(100000, 'x');
+    StderrCapture err;
+    CHECK(rt::plan_for_device(p, 90, name) == def);
+    const std::string log = err.stop();
+    INFO("stderr: ", log.substr(0, 400));
+    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+    CHECK(log.find('\x1b') == std::string::npos);
+    CHECK(log.size() < 1000);
+    CHECK(contains(log, "this device is Bad?GPU?[31mxxx"));
+  }
   SUBCASE("an entry made for another arch is ignored, with one notice") {
     write(entry_text("Test GPU", 80, hash, kTile));
     StderrCapture err;
