@@ -158,9 +158,9 @@ class YamlReader {
     throw InvalidArgument(fmt::format("{}: {}", origin_, reason));
   }
 
-  // At most 40 characters, bytes outside printable ASCII as '?'.
-  static std::string shown(std::string s) {
-    if (s.size() > 40) s = s.substr(0, 40) + "...";
+  // At most `max` characters (then "..."), bytes outside printable ASCII as '?'.
+  static std::string shown(std::string s, size_t max = 40) {
+    if (s.size() > max) s = s.substr(0, max) + "...";
     for (char& c : s)
       if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
     return s;

@@ -332,6 +332,10 @@ KernelSpec plan(const AttentionProblem& problem, int arch, const Profile& profil
 
 KernelSpec rt::plan_for_device(const AttentionProblem& problem, int arch, const std::string& device_name) {
   check_problem(problem);
+  if (!device_name.empty()) {
+    if (const std::string why = rt::device_name_problem(device_name); !why.empty())
+      throw InvalidArgument(fmt::format("device name {} {}", rt::shown_device_name(device_name), why));
+  }
   return plan_tuned(problem, arch, profile_for_arch(arch), [&device_name] { return device_name; });
 }
 

@@ -366,6 +366,8 @@ flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int ar
           "{}: device_name is {}; pass a device name as tune files record it (e.g. \"NVIDIA H200\"), or use "
           "flashgen_plan for this machine's GPU",
           fn, device_name == nullptr ? "NULL" : "empty"));
+    if (const std::string why = rt::device_name_problem(device_name); !why.empty())
+      throw InvalidArgument(fmt::format("{}: device_name {} {}", fn, rt::shown_device_name(device_name), why));
     write_spec(rt::plan_for_device(p, arch, device_name), spec_out, spec_out_len, fn);
   });
 }
@@ -401,6 +403,9 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
     if (bytes == nullptr) throw InvalidArgument(fmt::format("{}: bytes is NULL", fn));
     const AttentionProblem p = to_problem(problem, fn);
     check_arch_arg(arch, fn);
+    if (sm_count < 0)
+      throw InvalidArgument(fmt::format("{}: sm_count = {}; allowed: 0 for this machine's GPU's, or at least 1", fn,
+                                        sm_count));
     if (arch == 0 || sm_count == 0) {  // the current device's (needs a GPU)
       const DeviceInfo dev = current_device();
       if (arch == 0) arch = dev.arch;

@@ -121,27 +121,6 @@ std::string env(const char* name) {
   return v != nullptr ? std::string(v) : std::string();
 }
 
-// `path` from the working directory now, when it is relative (a relative FLASHGEN_CACHE_DIR,
-// FLASHGEN_CACHE_PATH entry or tool directory names the same place after a later chdir, and
-// messages show where it is); unchanged when absolute, empty, or the working directory
-// cannot be read.
-std::string absolute_path(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  std::string cwd(4096, '\0');
-  while (::getcwd(cwd.data(), cwd.size()) == nullptr) {
-    if (errno != ERANGE || cwd.size() >= (size_t{1} << 20)) return path;
-    cwd.resize(cwd.size() * 2);
-  }
-  cwd.resize(std::strlen(cwd.c_str()));
-  std::string_view rest = path;
-  while (rest.substr(0, 2) == "./") {
-    rest.remove_prefix(2);
-    while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-  }
-  if (rest.empty() || rest == ".") return cwd;
-  return (cwd == "/" ? "" : cwd) + "/" + std::string(rest);
-}
-
 std::vector<std::string> split_path_list(const std::string& text) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -627,6 +606,24 @@ std::string spec_line_of(const std::string& source) {
 }
 
 }  // namespace
+
+// (runtime/cache.hpp)
+std::string absolute_path(const std::string& path) {
+  if (path.empty() || path[0] == '/') return path;
+  std::string cwd(4096, '\0');
+  while (::getcwd(cwd.data(), cwd.size()) == nullptr) {
+    if (errno != ERANGE || cwd.size() >= (size_t{1} << 20)) return path;
+    cwd.resize(cwd.size() * 2);
+  }
+  cwd.resize(std::strlen(cwd.c_str()));
+  std::string_view rest = path;
+  while (rest.substr(0, 2) == "./") {
+    rest.remove_prefix(2);
+    while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
+  }
+  if (rest.empty() || rest == ".") return cwd;
+  return (cwd == "/" ? "" : cwd) + "/" + std::string(rest);
+}
 
 // ---- public ----------------------------------------------------------------
 

@@ -313,11 +313,27 @@ void notice_once_locked(TuneState& s, const std::string& line) {
   std::fprintf(stderr, "%s\n", line.c_str());
 }
 
+// FLASHGEN_TUNE_FILE as a path ("" when unset or empty): a relative value is taken from the
+// working directory the first time the value is seen, as a relative FLASHGEN_CACHE_DIR is, so
+// a later chdir does not lose the file.
+std::string named_tune_file() {
+  const char* const v = std::getenv("FLASHGEN_TUNE_FILE");
+  if (v == nullptr || *v == '\0') return "";
+  static std::mutex mu;
+  static std::string raw, resolved;
+  std::lock_guard<std::mutex> lock(mu);
+  if (raw != v) {
+    raw = v;
+    resolved = rt::absolute_path(raw);
+  }
+  return resolved;
+}
+
 // The current tune files, (re)loaded when they changed.
 std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> current_files() {
   std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> out;
   TuneState& s = tune_state();
-  const char* const named = std::getenv("FLASHGEN_TUNE_FILE");
+  const std::string named = named_tune_file();
   for (const std::string& path : tune_file_paths()) {
     struct stat st {};
     if (::stat(path.c_str(), &st) != 0) {
@@ -327,7 +343,7 @@ std::vector<std::pair<std::string, std::shared_ptr<const TuneFile>>> current_fil
       // A file FLASHGEN_TUNE_FILE names is worth a line even when it does not exist (a typo would
       // otherwise leave the default tiles without a word); the user cache's tune.yml is optional,
       // and a cache directory that cannot be used has its own warning.
-      if (named != nullptr && path == named)
+      if (!named.empty() && path == named)
         notice_once_locked(s, fmt::format("flashgen: warning: tune file {} (FLASHGEN_TUNE_FILE) is not used: {}", path,
                                           std::strerror(err)));
       continue;
@@ -507,7 +523,7 @@ std::string default_tune_file_path() {
 
 std::vector<std::string> tune_file_paths() {
   std::vector<std::string> out;
-  if (const char* v = std::getenv("FLASHGEN_TUNE_FILE"); v != nullptr && *v != '\0') out.emplace_back(v);
+  if (const std::string named = named_tune_file(); !named.empty()) out.push_back(named);
   const std::string def = default_tune_file_path();
   if (!def.empty() && std::find(out.begin(), out.end(), def) == out.end()) out.push_back(def);
   return out;
@@ -556,12 +572,10 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
       why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME, "
             "or device=NAME in Python's plan / pregen / explain, selects entries for a named device)";
     } else {
-      // (device names shown sanitized: a name passed by a caller may hold anything)
-      why = fmt::format("it was measured on {}, this device is {}", gen::YamlReader::shown(e.device),
-                        gen::YamlReader::shown(device));
+      why = fmt::format("it was measured on {}, this device is {}", rt::shown_device_name(e.device), rt::shown_device_name(device));
     }
     notice_once_locked(s, fmt::format("flashgen: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
-                                      cls.str(), e.tile.str(), gen::YamlReader::shown(e.device), why));
+                                      cls.str(), e.tile.str(), rt::shown_device_name(e.device), why));
   }
   return std::nullopt;
 }
@@ -569,6 +583,21 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
 std::optional<TunedTile> find_tuned_tile(const ProblemClass& cls, int arch, const Profile& profile,
                                          const std::string& device_name) {
   return rt::find_tuned_tile_lazy(cls, arch, profile, [&] { return device_name; });
+}
+
+// (a name a caller passes may hold anything: newlines, escape codes, megabytes)
+std::string rt::shown_device_name(const std::string& name) {
+  return "'" + gen::YamlReader::shown(name, kMaxDeviceName) + "'";
+}
+
+std::string rt::device_name_problem(const std::string& name) {
+  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
+    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
+  });
+  if (!name.empty() && name.size() <= kMaxDeviceName && printable) return "";
+  return fmt::format("must be 1 to {} printable ASCII characters, as tune files record device names (e.g. "
+                     "\"NVIDIA H200\"); it has {} bytes{}",
+                     kMaxDeviceName, name.size(), printable ? "" : ", some outside printable ASCII");
 }
 
 void rt::tune_notice_once(const std::string& line) {

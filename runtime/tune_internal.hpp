@@ -20,7 +20,16 @@ std::optional<TunedTile> find_tuned_tile_lazy(const ProblemClass& cls, int arch,
 /// plan(problem, arch) with the tune entries of `device_name` ("" = ignore
 /// every tune entry, with one notice for those that would match). For tools
 /// that plan for a device that is not present (flashgen pregen --device).
+/// InvalidArgument for a name no tune file can hold (device_name_problem).
 KernelSpec plan_for_device(const AttentionProblem& problem, int arch, const std::string& device_name);
+
+/// Why `name` cannot be a tune entry's device name ("" when it can): tune files
+/// record 1 to 256 printable ASCII characters (cuDeviceGetName's names are).
+std::string device_name_problem(const std::string& name);
+
+/// `name` as notices and errors show it: quoted, bytes outside printable ASCII
+/// as '?', clipped past 256 characters.
+std::string shown_device_name(const std::string& name);
 
 /// plan() without tune files: the profile's default tile.
 KernelSpec plan_default(const AttentionProblem& problem, int arch);

@@ -565,16 +565,17 @@ int run_pregen(const PregenOptions& o) {
     return planning_errors.empty() ? 0 : 1;
   }
 
-  // Where the entries go.
-  if (!o.out.empty()) {
+  // Where the entries go (a relative --out from the working directory, shown absolute).
+  const std::string out_dir = rt::absolute_path(o.out);
+  if (!out_dir.empty()) {
     rt::CacheOverride ov;
-    ov.store_dir = o.out;
+    ov.store_dir = out_dir;
     ov.bundles = std::vector<std::string>{};
     ov.bundle_mode = true;
     rt::cache_override(ov);
   }
-  const std::string dir = pregen_target_dir(o.out.empty() ? "the user cache" : "--out " + o.out);
-  const std::string target = o.out.empty() ? "user cache " + dir : "bundle " + dir;
+  const std::string dir = pregen_target_dir(out_dir.empty() ? "the user cache" : "--out " + out_dir);
+  const std::string target = out_dir.empty() ? "user cache " + dir : "bundle " + dir;
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<KernelSpec> specs;
@@ -635,10 +636,10 @@ int run_pregen(const PregenOptions& o) {
                             .c_str()
                       : "");
   std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
-  if (!o.out.empty()) {
+  if (!out_dir.empty()) {
     std::printf("pregen: use the bundle with FLASHGEN_CACHE_PATH=%s (read-only; files must not be writable by "
                 "others)\n",
-                o.out.c_str());
+                out_dir.c_str());
   }
   if (failed > 0 || !planning_errors.empty()) {
     std::fprintf(stderr, "pregen: failures:\n");
@@ -1263,15 +1264,16 @@ int run_cache(const CacheOptions& o) {
   std::string absent_user_dir;
   // Layers that are configured but cannot be used (ls and verify fail on them).
   size_t unusable = 0;
-  if (!o.dir.empty()) {
+  const std::string dir_arg = rt::absolute_path(o.dir);  // (shown absolute, as the cache layers are)
+  if (!dir_arg.empty()) {
     // A directory named on the command line must be one: an empty listing of a typo would pass.
-    if (const std::string why = unlistable_dir_reason(o.dir); !why.empty()) {
+    if (const std::string why = unlistable_dir_reason(dir_arg); !why.empty()) {
       std::fflush(stdout);
-      std::fprintf(stderr, "flashgen cache %s: error: --dir %s: %s\n", o.action.c_str(), o.dir.c_str(), why.c_str());
+      std::fprintf(stderr, "flashgen cache %s: error: --dir %s: %s\n", o.action.c_str(), dir_arg.c_str(), why.c_str());
       return 1;
     }
-    dirs.push_back(Dir{o.dir, false, "directory"});
-    user_dir = o.dir;
+    dirs.push_back(Dir{dir_arg, false, "directory"});
+    user_dir = dir_arg;
   } else {
     for (const rt::CacheLayer& l : rt::cache_layers()) {
       if (l.kind == rt::CacheLayer::Kind::bundle) {

@@ -119,8 +119,10 @@ std::string profile_hash(const Profile& profile);
 /// $XDG_CACHE_HOME/flashgen, else ~/.cache/flashgen); "" when there is none.
 std::string default_tune_file_path();
 
-/// The tune files plan() reads, in order: $FLASHGEN_TUNE_FILE (if set), then
-/// default_tune_file_path() (if any).
+/// The tune files plan() reads, in order: $FLASHGEN_TUNE_FILE (if set and not
+/// empty; a relative value is taken from the working directory the first time
+/// that value is seen, and returned absolute), then default_tune_file_path()
+/// (if any).
 std::vector<std::string> tune_file_paths();
 
 /// The tile a tune entry gives for `cls` on `device_name` / `arch` with

@@ -1024,6 +1024,24 @@ TEST_CASE("cli: cache prune and clear without a usable user cache fail (exit 1) 
   }
 }
 
+TEST_CASE("cli: a relative --dir and a relative FLASHGEN_CACHE_DIR are shown absolute") {
+  TempDir work("flashgen-cli-relative");
+  std::filesystem::create_directories(work.path() + "/rel");
+  const std::string start = std::filesystem::current_path().string();
+  struct Back {
+    std::string to;
+    ~Back() { std::filesystem::current_path(to); }
+  } back{start};
+  std::filesystem::current_path(work.path());
+  const std::string here = std::filesystem::current_path().string();
+  const Run ls = run_cli({"cache", "ls", "--dir", "./rel/"}, base_env("rel"));
+  INFO("out: ", ls.out, "err: ", ls.err);
+  CHECK(ls.rc == 0);
+  CHECK(contains(ls.out, "directory " + here + "/rel"));
+  const Run info = run_cli({"info"}, base_env("./rel"));
+  CHECK(contains(info.out, here + "/rel (FLASHGEN_CACHE_DIR)"));
+}
+
 TEST_CASE("cli: cache ls, verify, prune and clear; info") {
   TempDir work("flashgen-cli-cache");
   const std::string dir = work.path() + "/cache";
@@ -1220,7 +1238,7 @@ TEST_CASE("cli: tune needs a GPU, its dry run does not; tune files reach pregen 
                             env);
   CHECK(other.rc == 0);
   CHECK_FALSE(contains(other.out, "bm=128,bn=32,w=8,s=2"));
-  CHECK(contains(other.err, "is ignored: it was measured on CLI Test GPU, this device is Other GPU"));
+  CHECK(contains(other.err, "is ignored: it was measured on 'CLI Test GPU', this device is 'Other GPU'"));
   auto tenv = env;
   tenv.push_back("FLASHGEN_TUNE_FILE=" + tune);
   const Run ex = run_cli({"explain", "--problem", llama, "--arch", "90", "--device", "CLI Test GPU", "--no-compile"},

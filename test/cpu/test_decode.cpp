@@ -287,7 +287,7 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   // The C calls' messages name their own arguments, not DecodeOptions' fields.
   auto last = [] { return std::string(flashgen_last_error()); };
   CHECK(flashgen_decode_workspace_bytes(&c, 90, -3, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count (-3) must be at least 1");
+  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count = -3; allowed: 0 for this machine's GPU's, or at least 1");
   for (int arch : {-1, 7, 1000}) {  // refused before the GPU is asked for anything
     CAPTURE(arch);
     CHECK(flashgen_decode_workspace_bytes(&c, arch, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);

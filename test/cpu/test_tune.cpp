@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -463,19 +464,28 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
     CHECK(again == def);
     CHECK(std::count(log.begin(), log.end(), '\n') == 1);
     CHECK(contains(log, "flashgen: tune entry " + path + "[0]"));
-    CHECK(contains(log, "is ignored: it was measured on Other GPU, this device is Test GPU"));
+    CHECK(contains(log, "is ignored: it was measured on 'Other GPU', this device is 'Test GPU'"));
   }
-  SUBCASE("a device name a caller passes is shown sanitized in the notice (one line, clipped)") {
+  SUBCASE("a device name no tune file can hold is refused, shown sanitized (one line, clipped)") {
     write(entry_text("Other GPU", 90, hash, kTile));
     const std::string name = "Bad\nGPU\x1b[31m" + std::string(100000, 'x');
     StderrCapture err;
-    CHECK(rt::plan_for_device(p, 90, name) == def);
-    const std::string log = err.stop();
-    INFO("stderr: ", log.substr(0, 400));
-    CHECK(std::count(log.begin(), log.end(), '\n') == 1);
-    CHECK(log.find('\x1b') == std::string::npos);
-    CHECK(log.size() < 1000);
-    CHECK(contains(log, "this device is Bad?GPU?[31mxxx"));
+    std::string what;
+    try {
+      (void)rt::plan_for_device(p, 90, name);
+    } catch (const InvalidArgument& e) {
+      what = e.what();
+    }
+    CHECK(err.stop().empty());
+    INFO("message: ", what.substr(0, 400));
+    CHECK(contains(what, "device name 'Bad?GPU?[31mxxx"));
+    CHECK(contains(what, "must be 1 to 256 printable ASCII characters"));
+    CHECK(contains(what, "it has 100012 bytes, some outside printable ASCII"));
+    CHECK(what.find('\n') == std::string::npos);
+    CHECK(what.find('\x1b') == std::string::npos);
+    CHECK(what.size() < 600);
+    CHECK_THROWS_AS(rt::plan_for_device(p, 90, std::string(257, 'A')), InvalidArgument);
+    CHECK(rt::plan_for_device(p, 90, std::string(256, 'A')) == def);  // (the longest name a tune file holds)
   }
   SUBCASE("an entry made for another arch is ignored, with one notice") {
     write(entry_text("Test GPU", 80, hash, kTile));
@@ -582,6 +592,9 @@ TEST_CASE("tune: the C ABI plans with a named device's entries (flashgen_plan_fo
   }
   CHECK(flashgen_plan_for_device(&c, 90, nullptr, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(flashgen_last_error(), "device_name is NULL"));
+  CHECK(flashgen_plan_for_device(&c, 90, "NVIDIA\nH200", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(contains(flashgen_last_error(), "flashgen_plan_for_device: device_name 'NVIDIA?H200' must be 1 to 256 "
+                                        "printable ASCII characters"));
   CHECK(flashgen_plan_for_device(&c, 90, "", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(contains(flashgen_last_error(), "device_name is empty"));
   CHECK(flashgen_plan_for_device(nullptr, 90, "Test GPU", spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
@@ -858,6 +871,33 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
   const std::string warned = plan_with_unusable_tune_file("/dev/zero");
   CHECK(warned.find("tune file /dev/zero is not used") != std::string::npos);
   CHECK(warned.find("it is not a regular file") != std::string::npos);
+}
+
+TEST_CASE("tune: a relative FLASHGEN_TUNE_FILE is taken from the working directory once") {
+  TempDir dir("flashgen-tune-relative");
+  const std::string start = std::filesystem::current_path().string();
+  struct Back {
+    std::string to;
+    ~Back() { std::filesystem::current_path(to); }
+  } back{start};
+  std::filesystem::create_directories(dir.path() + "/work");
+  std::filesystem::create_directories(dir.path() + "/elsewhere");
+  std::filesystem::current_path(dir.path() + "/work");
+  const std::string work = std::filesystem::current_path().string();
+  {
+    std::ofstream out("t.yml");
+    out << "version: 1\nentries: []\n";
+  }
+  EnvGuard env("FLASHGEN_TUNE_FILE", "./t.yml");
+  rt::tune_reset_for_tests();
+  REQUIRE_FALSE(tune_file_paths().empty());
+  CHECK(tune_file_paths().front() == work + "/t.yml");
+  std::filesystem::current_path(dir.path() + "/elsewhere");
+  CHECK(tune_file_paths().front() == work + "/t.yml");  // (a later chdir keeps the file)
+  StderrCapture err;
+  (void)rt::plan_for_device(cli::to_problem(llama()), 90, "Test GPU");
+  const std::string log = err.stop();
+  CHECK_MESSAGE(log.find("is not used") == std::string::npos, log);
 }
 
 TEST_CASE("tune: a FLASHGEN_TUNE_FILE that does not exist costs one warning; a missing tune.yml none") {

@@ -521,6 +521,17 @@ def test_device_name_that_is_not_utf8_is_refused_by_name():
             f()
 
 
+def test_device_name_no_tune_file_can_hold_is_refused():
+    """Tune files record 1 to 256 printable ASCII characters: another name could never match an entry."""
+    for name in ("NVIDIA\nH200", "NVIDIA H200 \u00e9", "A" * 257):
+        for f in (lambda: flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=90, device=name),
+                  lambda: flashgen.explain("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=90, device=name,
+                                           compile=False)):
+            with pytest.raises(flashgen.InvalidArgument, match="must be 1 to 256 printable ASCII characters"):
+                f()
+    assert flashgen.plan("dtype=f16,seqlen=64,heads=1,head_dim=32", arch=90, device="A" * 256) is not None
+
+
 def test_compile_error_from_failing_nvrtc(tmp_path):
     """An NVRTC that fails every compile (the C++ tier's test double, test/cpu/fake_nvrtc.c)."""
     src = REPO / "test" / "cpu" / "fake_nvrtc.c"
