@@ -71,6 +71,28 @@ class EnvGuard {
   std::optional<std::string> old_;
 };
 
+/// Makes `dir` the working directory (created with its parents); restores the
+/// previous one on exit. current() is `dir` as the file system resolves it.
+class ScopedCwd {
+ public:
+  explicit ScopedCwd(const std::string& dir) : back_(std::filesystem::current_path()) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::current_path(dir);
+  }
+  ~ScopedCwd() { std::filesystem::current_path(back_); }
+  ScopedCwd(const ScopedCwd&) = delete;
+  ScopedCwd& operator=(const ScopedCwd&) = delete;
+  std::string current() const { return std::filesystem::current_path().string(); }
+  /// Moves to `dir` (created) for the rest of the scope.
+  void move(const std::string& dir) const {
+    std::filesystem::create_directories(dir);
+    std::filesystem::current_path(dir);
+  }
+
+ private:
+  std::filesystem::path back_;
+};
+
 /// FLASHGEN_CACHE_DIR pointed at a fresh temp dir (no bundles, no tune file)
 /// for one test; the cache's resolved state is reset on entry and exit.
 class ScopedCache {

@@ -334,15 +334,9 @@ TEST_CASE("cache: a lookup, the layer list and plan() create no directory; the f
 
 TEST_CASE("cache: a relative FLASHGEN_CACHE_DIR or FLASHGEN_CACHE_PATH entry is taken from the working directory once") {
   TempDir root("flashgen-relative");
-  const std::string start = std::filesystem::current_path().string();
-  struct Back {
-    std::string to;
-    ~Back() { std::filesystem::current_path(to); }
-  } back{start};
   std::filesystem::create_directories(root.path() + "/work/bundle");
-  std::filesystem::create_directories(root.path() + "/elsewhere");
-  std::filesystem::current_path(root.path() + "/work");
-  const std::string work = std::filesystem::current_path().string();  // (the real path of the directory)
+  const test::ScopedCwd cwd(root.path() + "/work");
+  const std::string work = cwd.current();  // (the real path of the directory)
   EnvGuard env("FLASHGEN_CACHE_DIR", "./rel/flashgen/");
   EnvGuard bundles("FLASHGEN_CACHE_PATH", "bundle");
   EnvGuard tune("FLASHGEN_TUNE_FILE", std::nullopt);
@@ -356,7 +350,7 @@ TEST_CASE("cache: a relative FLASHGEN_CACHE_DIR or FLASHGEN_CACHE_PATH entry is 
     }
   CHECK(bundle_seen);
   // A later chdir does not move the cache: the first compile stores under the first directory.
-  std::filesystem::current_path(root.path() + "/elsewhere");
+  cwd.move(root.path() + "/elsewhere");
   const CompiledKernel k = compile(test::simple_spec(80, 16));
   CHECK(k.cache_path.rfind(work + "/rel/flashgen/", 0) == 0);
   CHECK(std::filesystem::exists(k.cache_path));

@@ -1027,13 +1027,8 @@ TEST_CASE("cli: cache prune and clear without a usable user cache fail (exit 1) 
 TEST_CASE("cli: a relative --dir and a relative FLASHGEN_CACHE_DIR are shown absolute") {
   TempDir work("flashgen-cli-relative");
   std::filesystem::create_directories(work.path() + "/rel");
-  const std::string start = std::filesystem::current_path().string();
-  struct Back {
-    std::string to;
-    ~Back() { std::filesystem::current_path(to); }
-  } back{start};
-  std::filesystem::current_path(work.path());
-  const std::string here = std::filesystem::current_path().string();
+  const test::ScopedCwd cwd(work.path());
+  const std::string here = cwd.current();
   const Run ls = run_cli({"cache", "ls", "--dir", "./rel/"}, base_env("rel"));
   INFO("out: ", ls.out, "err: ", ls.err);
   CHECK(ls.rc == 0);

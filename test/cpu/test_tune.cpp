@@ -875,15 +875,8 @@ TEST_CASE("YAML files that are not regular files (a device, a FIFO, a directory)
 
 TEST_CASE("tune: a relative FLASHGEN_TUNE_FILE is taken from the working directory once") {
   TempDir dir("flashgen-tune-relative");
-  const std::string start = std::filesystem::current_path().string();
-  struct Back {
-    std::string to;
-    ~Back() { std::filesystem::current_path(to); }
-  } back{start};
-  std::filesystem::create_directories(dir.path() + "/work");
-  std::filesystem::create_directories(dir.path() + "/elsewhere");
-  std::filesystem::current_path(dir.path() + "/work");
-  const std::string work = std::filesystem::current_path().string();
+  const test::ScopedCwd cwd(dir.path() + "/work");
+  const std::string work = cwd.current();
   {
     std::ofstream out("t.yml");
     out << "version: 1\nentries: []\n";
@@ -892,7 +885,7 @@ TEST_CASE("tune: a relative FLASHGEN_TUNE_FILE is taken from the working directo
   rt::tune_reset_for_tests();
   REQUIRE_FALSE(tune_file_paths().empty());
   CHECK(tune_file_paths().front() == work + "/t.yml");
-  std::filesystem::current_path(dir.path() + "/elsewhere");
+  cwd.move(dir.path() + "/elsewhere");
   CHECK(tune_file_paths().front() == work + "/t.yml");  // (a later chdir keeps the file)
   StderrCapture err;
   (void)rt::plan_for_device(cli::to_problem(llama()), 90, "Test GPU");
