@@ -158,11 +158,17 @@ class YamlReader {
     throw InvalidArgument(fmt::format("{}: {}", origin_, reason));
   }
 
+  // A byte of printable ASCII (0x20 to 0x7e).
+  static bool printable(char c) { return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f; }
+  // 1 to max_len bytes, all printable ASCII (text() of a key; a tune entry's device name).
+  static bool printable_text(std::string_view s, size_t max_len) {
+    return !s.empty() && s.size() <= max_len && std::all_of(s.begin(), s.end(), printable);
+  }
   // At most `max` characters (then "..."), bytes outside printable ASCII as '?'.
   static std::string shown(std::string s, size_t max = 40) {
     if (s.size() > max) s = s.substr(0, max) + "...";
     for (char& c : s)
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
+      if (!printable(c)) c = '?';
     return s;
   }
 
@@ -269,10 +275,7 @@ class YamlReader {
   // Printable ASCII, 1..max_len characters.
   std::string text(const YAML::Node& n, const std::string& path, size_t max_len) const {
     const std::string s = scalar(n, path);
-    const bool printable = std::all_of(s.begin(), s.end(), [](char c) {
-      return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
-    });
-    if (s.empty() || s.size() > max_len || !printable)
+    if (!printable_text(s, max_len))
       fail(path, fmt::format("has value {}: must be 1 to {} printable ASCII characters", describe(n), max_len));
     return s;
   }

@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 
 #include "flashgen/flashgen.hpp"
-#include "runtime/compile.hpp"
 #include "gen/limits.hpp"
+#include "runtime/compile.hpp"
 #include "runtime/launch.hpp"
 #include "runtime/tune_internal.hpp"
 

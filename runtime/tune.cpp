@@ -572,7 +572,8 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
       why = "there is no GPU of that arch here to compare its device name with (flashgen pregen --device NAME, "
             "or device=NAME in Python's plan / pregen / explain, selects entries for a named device)";
     } else {
-      why = fmt::format("it was measured on {}, this device is {}", rt::shown_device_name(e.device), rt::shown_device_name(device));
+      why = fmt::format("it was measured on {}, this device is {}", rt::shown_device_name(e.device),
+                        rt::shown_device_name(device));
     }
     notice_once_locked(s, fmt::format("flashgen: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
                                       cls.str(), e.tile.str(), rt::shown_device_name(e.device), why));
@@ -591,10 +592,8 @@ std::string rt::shown_device_name(const std::string& name) {
 }
 
 std::string rt::device_name_problem(const std::string& name) {
-  const bool printable = std::all_of(name.begin(), name.end(), [](char c) {
-    return static_cast<unsigned char>(c) >= 0x20 && static_cast<unsigned char>(c) < 0x7f;
-  });
-  if (!name.empty() && name.size() <= kMaxDeviceName && printable) return "";
+  if (gen::YamlReader::printable_text(name, kMaxDeviceName)) return "";  // (the rule load_tune_file applies)
+  const bool printable = std::all_of(name.begin(), name.end(), gen::YamlReader::printable);
   return fmt::format("must be 1 to {} printable ASCII characters, as tune files record device names (e.g. "
                      "\"NVIDIA H200\"); it has {} bytes{}",
                      kMaxDeviceName, name.size(), printable ? "" : ", some outside printable ASCII");
