@@ -298,7 +298,8 @@ flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* s
  * devices are ignored with one notice on stderr, as flashgen_plan does. No GPU
  * needed.
  * Errors: as flashgen_plan; FLASHGEN_ERROR_INVALID_ARGUMENT also for arch
- * outside [10, 999] (0 included) and for a NULL or empty device_name. */
+ * outside [10, 999] (0 included) and for a device_name that is NULL or not 1
+ * to 256 printable ASCII characters (what a tune file can record). */
 flashgen_status flashgen_plan_for_device(const flashgen_problem* problem, int arch, const char* device_name,
                                          char* spec_out, size_t spec_out_len);
 
