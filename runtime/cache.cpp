@@ -616,12 +616,18 @@ std::string absolute_path(const std::string& path) {
     cwd.resize(cwd.size() * 2);
   }
   cwd.resize(std::strlen(cwd.c_str()));
+  // getcwd names the directory without symbolic links, so a leading ".." is its parent exactly;
+  // a ".." after a named component stays (that component may be a link).
   std::string_view rest = path;
-  while (rest.substr(0, 2) == "./") {
-    rest.remove_prefix(2);
+  for (;;) {
+    const size_t slash = rest.find('/');
+    const std::string_view part = rest.substr(0, slash);
+    if (part != "." && part != "..") break;
+    if (part == "..") cwd.resize(std::max<size_t>(1, cwd.rfind('/')));
+    rest.remove_prefix(slash == std::string_view::npos ? rest.size() : slash);
     while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
   }
-  if (rest.empty() || rest == ".") return cwd;
+  if (rest.empty()) return cwd;
   return (cwd == "/" ? "" : cwd) + "/" + std::string(rest);
 }
 

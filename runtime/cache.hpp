@@ -313,7 +313,8 @@ PruneResult cache_prune(const std::string& dir, const NvrtcForArch& nvrtc, const
 /// layer and the one-warning latches; the environment is read again on next use.
 void cache_reset_for_tests();
 
-/// `path` from the working directory now when it is relative ("./" prefixes dropped), so that
+/// `path` from the working directory now when it is relative (leading "." components dropped and
+/// leading ".." ones taken from the working directory, which has no symbolic links), so that
 /// it names the same place after a later chdir and messages show where it is (a relative
 /// FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH entry, tool directory or FLASHGEN_TUNE_FILE);
 /// unchanged when absolute, empty, or when the working directory cannot be read.

@@ -358,6 +358,32 @@ TEST_CASE("cache: a relative FLASHGEN_CACHE_DIR or FLASHGEN_CACHE_PATH entry is 
   rt::cache_reset_for_tests();
 }
 
+TEST_CASE("cache: absolute_path takes leading . and .. from the working directory") {
+  TempDir root("flashgen-abspath");
+  std::filesystem::create_directories(root.path() + "/a/b");
+  const test::ScopedCwd cwd(root.path() + "/a/b");
+  const std::string b = cwd.current();
+  const std::string a = b.substr(0, b.rfind('/'));
+  const std::string top = a.substr(0, a.rfind('/'));
+  CHECK(rt::absolute_path("x") == b + "/x");
+  CHECK(rt::absolute_path("./x/") == b + "/x/");
+  CHECK(rt::absolute_path(".") == b);
+  CHECK(rt::absolute_path("./") == b);
+  CHECK(rt::absolute_path("..") == a);
+  CHECK(rt::absolute_path("../x") == a + "/x");
+  CHECK(rt::absolute_path(".././../x") == top + "/x");
+  CHECK(rt::absolute_path("..//x") == a + "/x");
+  CHECK(rt::absolute_path("x/../y") == b + "/x/../y");  // (x may be a link: kept)
+  CHECK(rt::absolute_path("..x") == b + "/..x");
+  CHECK(rt::absolute_path("/p/../q") == "/p/../q");
+  CHECK(rt::absolute_path("").empty());
+  // Above the root stays at the root.
+  std::string ups;
+  for (size_t i = 0, n = std::count(b.begin(), b.end(), '/') + 2; i < n; ++i) ups += "../";
+  CHECK(rt::absolute_path(ups + "x") == "/x");
+  CHECK(rt::absolute_path(ups) == "/");
+}
+
 TEST_CASE("cache: XDG_CACHE_HOME and HOME fallbacks") {
   TempDir root("flashgen-xdg");
   EnvGuard no_dir("FLASHGEN_CACHE_DIR", std::nullopt);
