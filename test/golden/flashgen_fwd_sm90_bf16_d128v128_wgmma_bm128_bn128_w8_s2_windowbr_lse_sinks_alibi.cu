@@ -1565,6 +1565,12 @@ static_assert(NWG <= 3, "at most three consumer warpgroups (turn barriers 3..5)"
 // bounds the tile (D64: 2-4 % slower the other way; bench/NOTES.md
 // session 22, steps 54-55).
 constexpr bool RESCALE_AFTER_PV = HEAD_DIM_V >= 128;
+// The last tile of a work item issues P.V alone (see the tile step): with
+// three consumer warpgroups, unmasked or at head dims up to 64. Measured on an
+// H100 (bench/NOTES.md session 28): +1.6-6.1 % there; 4-6 % slower on the
+// masked D96 kernels (a third copy of the tile step at 160 registers a thread:
+// spills outside the key loops) and 3-5 % on bf16 D128 (two warpgroups).
+constexpr bool PEEL_LAST = NWG == 3 && (MASK == 0 || (HEAD_DIM <= 64 && HEAD_DIM_V <= 64));
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 template <int B>
 FG_DEVICE void fg_bar_sync_turn() {
@@ -2218,17 +2224,18 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     // tile i+1 and P.V of tile i are issued in this warpgroup's turn, and the
     // softmax of tile i+1 runs while P.V does. O is rescaled by corr between
     // the two issues, or (RESCALE_AFTER_PV) at the end of the previous tile,
-    // after its P.V. On the last tile an S is computed on
-    // whatever the next stage holds and never read (a branch around the wgmma
-    // would make ptxas serialize them). Nothing is in flight between tiles, so
-    // the tiles a causal mask cuts for some row of the block (BAND, taken
-    // first) run in a loop of their own: the others issue P.V with constant
-    // descriptors.
-    auto tile = [&](int i, auto band) {
-      constexpr bool BAND = decltype(band)::value;
+    // after its P.V. The last tile taken (LAST) issues P.V alone: it is an
+    // instantiation of its own, since a branch around the S wgmma would make
+    // ptxas serialize them. Only where PEEL_LAST says (the extra instantiations
+    // cost registers): elsewhere the last tile computes an S on whatever the
+    // next K stage holds and never reads it. Nothing is in flight between tiles, so the tiles a
+    // causal mask cuts for some row of the block (BAND, taken first) run in a
+    // loop of their own: the others issue P.V with constant descriptors.
+    auto tile = [&](int i, auto band, auto last) {
+      constexpr bool BAND = decltype(band)::value, LAST = decltype(last)::value;
+      const bool next = !LAST && (PEEL_LAST || i + 1 < n_tiles);  // an S of tile i+1 to use
       const int kt = n_tiles - 1 - i;
       const u32 ck = c + i + 1, cv = c + i;
-      const bool next = i + 1 < n_tiles;
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       if (gather) fg_fence_proxy_async();  // (as above)
@@ -2302,18 +2309,20 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       }
       // The turn window (no consumer-wide barrier or mbarrier wait until the pass below).
       fg_turn_wait(wg);
-      qk(ck);
+      if constexpr (!LAST) qk(ck);
       if (!RESCALE_AFTER_PV) fg_rescale_o(o, corr);
       fg_wgmma_fence();
       const u32 v_tile = v_units + (cv % STAGES) * (V_STAGE / 8);
     fg_pv_whole<HEAD_DIM_V>(v_tile, pa, o);
       fg_wgmma_commit();
       fg_turn_pass(wg);
-      fg_wgmma_wait<1>();  // S of tile i+1 complete (P.V of tile i may still run)
-      fg_reg_fence(s);
-      if (next) {
-        release(empty_k(ck % STAGES));
-        fg_softmax(p, blk, kt - 1, warp, g, t, s, row_max, row_sum, corr);
+      if constexpr (!LAST) {
+        fg_wgmma_wait<1>();  // S of tile i+1 complete (P.V of tile i may still run)
+        fg_reg_fence(s);
+        if (next) {
+          release(empty_k(ck % STAGES));
+          fg_softmax(p, blk, kt - 1, warp, g, t, s, row_max, row_sum, corr);
+        }
       }
       fg_wgmma_wait<0>();  // P.V of tile i complete
       fg_reg_fence(o);
@@ -2348,12 +2357,27 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     const int band_from = MASK != 0 ? min(n_tiles, max(0, (blk.m_start + blk.diag + 1 - key0) / BLOCK_N)) : n_tiles;
     const int low_band =
         WINDOW ? min(n_tiles, max(0, (blk.m_start + rows_valid - 1 + blk.diag_lo - key0 + BLOCK_N - 1) / BLOCK_N)) : 0;
+    // PEEL_LAST: the last tile taken (LAST) out of the loops, in the kind its loop gives it.
     int i = 0;
-    if (MASK != 0)
-      for (; i < n_tiles - band_from; ++i) tile(i, FgBool<true>{});
-    for (; i < n_tiles - low_band; ++i) tile(i, FgBool<false>{});
-    if (WINDOW)
-      for (; i < n_tiles; ++i) tile(i, FgBool<true>{});
+    if constexpr (PEEL_LAST) {
+      if (MASK != 0)
+        for (; i < min(n_tiles - band_from, n_tiles - 1); ++i) tile(i, FgBool<true>{}, FgBool<false>{});
+      for (; i < min(n_tiles - low_band, n_tiles - 1); ++i) tile(i, FgBool<false>{}, FgBool<false>{});
+      if (WINDOW)
+        for (; i < n_tiles - 1; ++i) tile(i, FgBool<true>{}, FgBool<false>{});
+      if (i < n_tiles) {  // (i == n_tiles - 1)
+        if (MASK != 0 && (band_from == 0 || (WINDOW && low_band > 0)))  // key tile 0 cut by the mask or the window
+          tile(i, FgBool<MASK != 0>{}, FgBool<true>{});
+        else
+          tile(i, FgBool<false>{}, FgBool<true>{});
+      }
+    } else {
+      if (MASK != 0)
+        for (; i < n_tiles - band_from; ++i) tile(i, FgBool<true>{}, FgBool<false>{});
+      for (; i < n_tiles - low_band; ++i) tile(i, FgBool<false>{}, FgBool<false>{});
+      if (WINDOW)
+        for (; i < n_tiles; ++i) tile(i, FgBool<true>{}, FgBool<false>{});
+    }
     c += n_tiles;
     if (Q_AHEAD) fetch_q(fg_work_item(r + 1));
 
