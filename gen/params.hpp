@@ -2,6 +2,11 @@
 // the host struct (runtime/ fills it) and the struct text the emitters write
 // into the generated source, so their layouts cannot drift apart.
 // Every field is 8 bytes wide, so both sides lay it out identically.
+// lpt_groups: the number of groups of (batch, head group) pairs of the longest-first
+// block order of a masked, non-persistent forward grid (fg_lpt_order in
+// templates/fwd_block.cuh; rt::lpt_groups computes it); 0: fg_block's own order.
+// lpt_big ... lpt_div_pairs0: that order's group shape (rt::lpt_params; unused
+// when lpt_groups is 0).
 #pragma once
 
 #include <cstdint>
@@ -56,7 +61,15 @@
   X(int64_t, long long, total_q)                                \
   X(const int32_t*, const int*, page_table)                     \
   X(int64_t, long long, page_table_stride)                      \
-  X(int64_t, long long, page_shift)
+  X(int64_t, long long, page_shift)                             \
+  X(int64_t, long long, lpt_groups)                             \
+  X(int64_t, long long, lpt_big)                                \
+  X(int64_t, long long, lpt_pairs)                              \
+  X(int64_t, long long, lpt_first0)                             \
+  X(int64_t, long long, lpt_div_group1)                         \
+  X(int64_t, long long, lpt_div_group0)                         \
+  X(int64_t, long long, lpt_div_pairs1)                         \
+  X(int64_t, long long, lpt_div_pairs0)
 
 // The combine kernel's single by-value argument (templates/combine.cu): a
 // merge of attention states (MergeProblem, merge.hpp). rows = batch *

@@ -238,6 +238,8 @@ DeviceInfo current_device() {
   int clock = 0;
   if (d.cuDeviceGetAttribute(&clock, CU_DEVICE_ATTRIBUTE_CLOCK_RATE, dev) == CUDA_SUCCESS)
     info.clock_khz = clock;
+  int l2 = 0;  // (sizes the longest-first block groups of masked grids: rt::lpt_groups)
+  if (d.cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev) == CUDA_SUCCESS) info.l2_bytes = l2;
   char name[256] = {};
   rt::check(d.cuDeviceGetName(name, static_cast<int>(sizeof name) - 1, dev), "cuDeviceGetName");
   info.name = name;
@@ -680,6 +682,22 @@ class FwdLaunch final : public rt::FamilyLaunch {
   }
 
   void prepare(const rt::Driver& d) override {
+    // (the device only for the grids that reorder: causal and window masks, non-persistent kernels)
+    if (spec_.mask != MaskKind::none && !gen::unit_traits(spec_.unit).persistent) {
+      params_.lpt_groups = rt::lpt_groups(problem_, spec_, current_device().l2_bytes);
+      if (params_.lpt_groups > 0) {
+        const int64_t pack = spec_.family == KernelFamily::fwd_split ? std::max(spec_.pack, 1) : 1;
+        const int64_t pairs = problem_.batch * (problem_.heads_q / pack);
+        const rt::LptShape g = rt::lpt_shape(std::min(params_.lpt_groups, pairs), pairs, params_.num_m_blocks);
+        params_.lpt_big = g.big;
+        params_.lpt_pairs = g.pairs;
+        params_.lpt_first0 = g.first0;
+        params_.lpt_div_group1 = g.div_group1;
+        params_.lpt_div_group0 = g.div_group0;
+        params_.lpt_div_pairs1 = g.div_pairs1;
+        params_.lpt_div_pairs0 = g.div_pairs0;
+      }
+    }
     if (gen::unit_traits(spec_.unit).tma) {
       encode_tma_maps(d, "k", problem_.k, spec_.head_dim, problem_, spec_, maps_.k, maps_.kv_coords, 0);
       encode_tma_maps(d, "v", problem_.v, spec_.head_dim_v, problem_, spec_, maps_.v, maps_.kv_coords, 2);
@@ -757,6 +775,44 @@ class CombineLaunch final : public rt::FamilyLaunch {
 };
 
 }  // namespace
+
+int64_t rt::lpt_groups(const AttentionProblem& problem, const KernelSpec& spec, int64_t l2_bytes) {
+  if (spec.mask == MaskKind::none || gen::unit_traits(spec.unit).persistent || l2_bytes <= 0) return 0;
+  const int64_t pack = spec.family == KernelFamily::fwd_split ? std::max(spec.pack, 1) : 1;  // (fwd kernels: PACK 1)
+  const int64_t pairs = std::max<int64_t>(problem.batch * (problem.heads_q / pack), 1);
+  const int64_t pairs_per_kv_head = std::max<int64_t>(problem.heads_q / problem.heads_kv / pack, 1);
+  const int64_t kv_head_bytes = problem.seqlen_k * (spec.head_dim + spec.head_dim_v) * 2;  // (f16 or bf16)
+  const int64_t pair_bytes = std::max<int64_t>(kv_head_bytes / pairs_per_kv_head, 1);
+  const int64_t per_group = std::clamp<int64_t>(l2_bytes / 2 / pair_bytes, 1, pairs);
+  return per_group == 1 ? 0 : (pairs + per_group - 1) / per_group;
+}
+
+int64_t rt::div_invariant(int64_t d) {
+  if (d < 1 || d >= (int64_t{1} << 31))
+    throw InvalidArgument(fmt::format("div_invariant: d = {} is outside [1, 2^31)", d));
+  int64_t s = 0;
+  while ((int64_t{1} << s) < d) ++s;
+  // (2^s - d < d <= 2^31, so 2^32 (2^s - d) < 2^63, and m <= 2^32 - 1)
+  const uint64_t m = (uint64_t{1} << 32) * static_cast<uint64_t>((int64_t{1} << s) - d) / static_cast<uint64_t>(d) + 1;
+  return static_cast<int64_t>(m | static_cast<uint64_t>(s) << 32);
+}
+
+rt::LptShape rt::lpt_shape(int64_t groups, int64_t pairs, int64_t num_m_blocks) {
+  if (groups < 1 || groups > pairs || num_m_blocks < 1)
+    throw InvalidArgument(fmt::format("lpt_shape: groups = {}, pairs = {}, num_m_blocks = {}; need 1 <= groups <= "
+                                      "pairs and num_m_blocks >= 1",
+                                      groups, pairs, num_m_blocks));
+  const int64_t base = pairs / groups, extra = pairs % groups;  // groups [0, extra) hold base + 1 pairs
+  LptShape g;
+  g.big = extra * (base + 1) * num_m_blocks;
+  g.pairs = (base + 1) | base << 32;
+  g.first0 = extra * (base + 1);
+  g.div_group1 = div_invariant((base + 1) * num_m_blocks);
+  g.div_group0 = div_invariant(base * num_m_blocks);
+  g.div_pairs1 = div_invariant(base + 1);
+  g.div_pairs0 = div_invariant(base);
+  return g;
+}
 
 void rt::launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream) {
   const KernelSpec& s = kernel.spec;

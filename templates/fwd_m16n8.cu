@@ -257,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
 
-  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, fg_lpt_order<MASK>(p, blockIdx.x));
   if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;

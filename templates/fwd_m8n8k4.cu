@@ -397,7 +397,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) @@KERNEL_NAME@@(const F
   const int rbase = 8 * qm + a0 + 4 * hb;     // accumulator rows rbase + 2*v1
   const int cbase = 8 * qn + 2 * a1;          // accumulator columns cbase + v0 + 4*v2
 
-  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, fg_lpt_order<MASK>(p, blockIdx.x));
   if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid;
   const int n_tiles = blk.n_tiles;

@@ -454,11 +454,7 @@ int run_tune(const TuneOptions& o) {
   if (dev) {
     shape.sm_count = dev->sm_count;
     shape.clock_ghz = dev->clock_khz / 1e6;
-    int l2 = 0;
-    CUdevice d = 0;
-    if (fgrt::driver().cuCtxGetDevice(&d) == CUDA_SUCCESS &&
-        fgrt::driver().cuDeviceGetAttribute(&l2, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, d) == CUDA_SUCCESS)
-      l2_bytes = l2;
+    l2_bytes = dev->l2_bytes;
     std::printf("tune: %s (sm_%d, %d SMs, L2 %.0f MiB), profile %s (hash %s)\n", dev->name.c_str(), arch,
                 dev->sm_count, l2_bytes / 1048576.0, profile.name.c_str(), profile_hash(profile).c_str());
   } else {

@@ -42,6 +42,7 @@ struct DeviceInfo {
   int sm_count = 0;
   int64_t smem_per_block_optin = 0;  ///< bytes
   int clock_khz = 0;              ///< current SM clock if known, else max
+  int64_t l2_bytes = 0;           ///< L2 cache, bytes (0 if the driver does not say)
 };
 /// Throws Unavailable when there is no driver or GPU, DriverError on a failed call.
 DeviceInfo current_device();

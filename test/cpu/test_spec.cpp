@@ -572,7 +572,7 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
     CHECK(varlen->name_part(s) == "_varlen");
   }
   CHECK(gen::spec_field_list(KernelFamily::fwd).ends_with("lse[,softcap][,sinks][,alibi][,varlen][,paged]"));
-  // FwdParams: the nine launch arguments after softcap, in this order, 8 bytes each.
+  // FwdParams: the launch arguments after softcap, in this order, 8 bytes each.
   using P = detail::FwdParams;
   CHECK(offsetof(P, sinks) == offsetof(P, softcap) + 8);
   CHECK(offsetof(P, alibi_slopes) == offsetof(P, softcap) + 16);
@@ -586,12 +586,22 @@ TEST_CASE("the templates' interface: MASK codes, the SINKS and ALIBI constants, 
   CHECK(offsetof(P, page_table) == offsetof(P, softcap) + 80);
   CHECK(offsetof(P, page_table_stride) == offsetof(P, softcap) + 88);
   CHECK(offsetof(P, page_shift) == offsetof(P, softcap) + 96);
-  CHECK(sizeof(P) == offsetof(P, page_shift) + 8);
+  CHECK(offsetof(P, lpt_groups) == offsetof(P, softcap) + 104);
+  CHECK(offsetof(P, lpt_big) == offsetof(P, softcap) + 112);
+  CHECK(offsetof(P, lpt_pairs) == offsetof(P, softcap) + 120);
+  CHECK(offsetof(P, lpt_first0) == offsetof(P, softcap) + 128);
+  CHECK(offsetof(P, lpt_div_group1) == offsetof(P, softcap) + 136);
+  CHECK(offsetof(P, lpt_div_group0) == offsetof(P, softcap) + 144);
+  CHECK(offsetof(P, lpt_div_pairs1) == offsetof(P, softcap) + 152);
+  CHECK(offsetof(P, lpt_div_pairs0) == offsetof(P, softcap) + 160);
+  CHECK(sizeof(P) == offsetof(P, lpt_div_pairs0) + 8);
   const std::string source = detail::fwd_params_source();
   CHECK(source.find("  double softcap;\n  const float* sinks;\n  const float* alibi_slopes;\n  long long "
                     "alibi_stride_batch;\n  long long window_left;\n  long long window_right;\n  const int* "
                     "cu_seqlens_q;\n  const int* cu_seqlens_k;\n  const int* seqused_k;\n  long long total_q;\n  const int* "
-                    "page_table;\n  long long page_table_stride;\n  long long page_shift;\n};") !=
+                    "page_table;\n  long long page_table_stride;\n  long long page_shift;\n  long long lpt_groups;\n  long long "
+                    "lpt_big;\n  long long lpt_pairs;\n  long long lpt_first0;\n  long long lpt_div_group1;\n  long long "
+                    "lpt_div_group0;\n  long long lpt_div_pairs1;\n  long long lpt_div_pairs0;\n};") !=
         std::string::npos);
 }
 

@@ -216,6 +216,14 @@ struct FwdParams {
   const int* page_table;
   long long page_table_stride;
   long long page_shift;
+  long long lpt_groups;
+  long long lpt_big;
+  long long lpt_pairs;
+  long long lpt_first0;
+  long long lpt_div_group1;
+  long long lpt_div_group0;
+  long long lpt_div_pairs1;
+  long long lpt_div_pairs0;
 };
 
 constexpr bool SPLIT = false;
@@ -225,8 +233,8 @@ constexpr bool VARLEN = true;  // packed batch (cu_seqlens)
 constexpr bool PAGED = false;  // paged KV cache (page_table)
 constexpr bool LATE_SHIFT = false;  // f16 shift after the exp2
 // ---- pieces every forward kernel shares (templates/fwd_block.cuh) ------------
-// Which rows and keys a work item covers: item (the block id, or a persistent
-// block's item number) -> (m block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
+// Which rows and keys a work item covers: item (the block id, through
+// fg_lpt_order for a masked grid, or a persistent block's item number) -> (m block, head, batch), 64-bit safe; causal masks reverse the m blocks so the
 // longest rows start first and cut the key range to what the block's rows can
 // see. And the 16-byte copy of staged O rows to global memory.
 // The split-KV forward (SPLIT, fwd_split) also splits the key range over
@@ -365,6 +373,58 @@ FG_DEVICE FgBlock fg_block(const FwdParams& p, i64 bid) {
   }
   if (VARLEN && r.rows_valid <= 0) r.n_tiles = 0;  // a block past its sequence's rows (skipped)
   return r;
+}
+
+// x / d for x < 2^31 and an invariant d >= 1, by the multiplier m and shift s
+// the host derived from d (rt::lpt_params), packed as m | s << 32:
+// (umulhi(x, m) + x) >> s (division by invariant integers using multiplication,
+// Granlund and Montgomery, PLDI 1994, figure 4.1). Block-uniform operands stay
+// in the uniform datapath: no vector registers, unlike the reciprocal sequence
+// of a division by a run-time value.
+FG_DEVICE unsigned fg_div_invariant(unsigned x, long long ms) {
+  return (__umulhi(x, (unsigned)ms) + x) >> (unsigned)(ms >> 32);
+}
+
+// The item a block of a non-persistent masked grid takes (the mma.sync and
+// m8n8k4 kernels: one item per block, dispatched about in block order). A
+// causal row block's key tiles grow with its m block, so a grid whose last
+// blocks are long ones ends with a few SMs busy and the rest idle; fg_block's
+// reversal alone only sorts each (batch, head group) pair's own blocks.
+// Longest-processing-time-first list scheduling (Graham 1969) sorts them within
+// p.lpt_groups groups of consecutive pairs (sizes differing by at most one,
+// the larger first): a group issues the longest m block of each of its pairs,
+// then the second longest, ..., so the grid ends on the shortest blocks of a
+// group as large as the others, while the K/V of a group's pairs (the host
+// sizes the groups to half the L2, rt::lpt_groups) stay cached between its m
+// blocks. Returns the item number fg_block takes (pair * num_m_blocks + rank,
+// rank 0 the m block fg_block takes first, the longest under a causal mask or a
+// window bounded on the right; SPLIT: times num_splits, the split fastest), a
+// bijection of [0, grid); unmasked grids and p.lpt_groups <= 0 keep the block id.
+// The host's rt::lpt_params gives the groups' shape: lpt_big blocks (split
+// excluded) in the larger groups, their pairs (low half of lpt_pairs) and the
+// smaller groups' (high half), the smaller groups' first pair (lpt_first0), and
+// the divisors (pairs of a group x num_m_blocks, pairs of a group) as
+// fg_div_invariant operands.
+template <int MSK>
+FG_DEVICE i64 fg_lpt_order(const FwdParams& p, i64 bid) {
+  if constexpr (MSK == 0) {
+    return bid;
+  } else {
+    if (p.lpt_groups <= 0) return bid;
+    // (32-bit: the grid, num_m_blocks * pairs * num_splits, is below 2^31)
+    const unsigned ns = SPLIT ? (unsigned)p.num_splits : 1u;
+    const unsigned nm = (unsigned)p.num_m_blocks;
+    const unsigned id = (unsigned)bid, split = SPLIT ? id % ns : 0u;
+    const unsigned r = SPLIT ? id / ns : id;
+    const bool larger = r < (unsigned)p.lpt_big;  // in one of the groups of one more pair
+    const unsigned rg = larger ? r : r - (unsigned)p.lpt_big;
+    const unsigned n = larger ? (unsigned)p.lpt_pairs : (unsigned)(p.lpt_pairs >> 32);  // the group's pairs
+    const unsigned g = fg_div_invariant(rg, larger ? p.lpt_div_group1 : p.lpt_div_group0);  // rg / (n * nm)
+    const unsigned in_group = rg - g * n * nm;
+    const unsigned rank = fg_div_invariant(in_group, larger ? p.lpt_div_pairs1 : p.lpt_div_pairs0);  // in_group / n
+    const unsigned pair = (larger ? 0u : (unsigned)p.lpt_first0) + g * n + (in_group - rank * n);
+    return ((i64)pair * nm + rank) * ns + split;
+  }
 }
 
 // Where query qi of the block's sequence goes: O element offset (head and
@@ -1683,7 +1743,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm80_f16_d
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
 
-  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, blockIdx.x);
+  const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, fg_lpt_order<MASK>(p, blockIdx.x));
   if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
   const i64 b = blk.b, h = blk.h;

@@ -110,6 +110,45 @@ std::vector<Case> head_dim_v_many_items_cases() {
   return v;
 }
 
+// Masked grids in several longest-first groups of unequal size (the mma.sync
+// and m8n8k4 kernels: templates/fwd_block.cuh, fg_lpt_order; rt::lpt_groups
+// sizes a group to the pairs whose K/V fit in half the L2). seqlen_k is chosen
+// from this GPU's L2 so that a group holds at most 4 (batch, head) pairs of 2
+// per K/V head: 18 pairs form groups of 4, 4, 4, 3, 3, 10 pairs 4, 3, 3 and 14
+// pairs 4, 4, 3, 3 (the other tiers' problems fit one group). A block the
+// order skipped leaves poison in O; sampled rows against the reference.
+std::vector<Case> lpt_groups_cases() {
+  const int64_t l2 = flashgen::current_device().l2_bytes;
+  struct P {
+    DType dt;
+    int64_t d, dv, batch, heads_q;
+    MaskKind mask;
+    int64_t window_left;
+  };
+  const P ps[] = {{DType::f16, 64, 64, 3, 6, MaskKind::causal_bottom_right, -1},
+                  {DType::bf16, 128, 64, 1, 10, MaskKind::window_bottom_right, 5000},
+                  {DType::bf16, 96, 96, 1, 14, MaskKind::causal_top_left, -1}};
+  std::vector<Case> v;
+  for (const P& p : ps) {
+    Case c = base("longest-first groups");
+    c.dtype = p.dt;
+    c.head_dim = p.d;
+    c.head_dim_v = p.dv;
+    c.batch = p.batch;
+    c.heads_q = p.heads_q;
+    c.heads_kv = p.heads_q / 2;
+    // A pair's share of its K/V head, seqlen_k * (d + dv) * 2 bytes / 2, is l2 / 2 / 4.5.
+    c.seqlen_k = l2 > 0 ? l2 / (9 * (p.d + p.dv)) : 40000;
+    c.seqlen_q = p.mask == MaskKind::causal_top_left ? c.seqlen_k : 700;
+    c.mask = p.mask;
+    c.window_left = p.window_left;
+    c.window_right = p.mask == MaskKind::window_bottom_right ? 0 : -1;
+    c.sample_rows = 256;
+    v.push_back(c);
+  }
+  return v;
+}
+
 // All 121 (seqlen_q, seqlen_k) pairs, at head dims 64, 96 and 128. Dtype and
 // mask follow r = iq + ik + shift (shift 0, 1, 2 by head dim): for a fixed
 // seqlen on one side the other side's 11 values walk through all 6 (dtype,
@@ -815,6 +854,10 @@ FLASHGEN_GPU_TEST("forward: head_dim != head_dim_v") { run_group("head_dim != he
 
 FLASHGEN_GPU_TEST("forward: head_dim != head_dim_v over many work items per block") {
   run_group("head_dim != head_dim_v, many items", head_dim_v_many_items_cases());
+}
+
+FLASHGEN_GPU_TEST("forward: masked grids in longest-first groups of unequal size") {
+  run_group("longest-first groups", lpt_groups_cases());
 }
 
 FLASHGEN_GPU_TEST("forward: all seqlen_q x seqlen_k pairs at head_dim 64") {
