@@ -181,11 +181,33 @@ std::string emit_wgmma(const KernelSpec& spec) {
   prefetch.pop_back();
   slots["TMA_PREFETCH"] = prefetch;
   slots["TMA_MAPS"] = detail::fwd_tma_maps_source();
-  slots["Q_DECL"] = q_chunk_lines(qk, QStep::declare, "  ");
-  slots["Q_FETCH"] = q_chunk_lines(qk, QStep::fetch, "      ", "nb.q", "nb.rows_valid");
-  slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
-  slots["QK"] = per_chunk(
-      qk, "    ", "fg_qk<{w}, {off}>(q_units + (BLOCK_M * {off} + wg_row0 * {w}) / 8, k_tile + BLOCK_N * {off} / 8, s);");
+  // Q and O: with two consumer warpgroups each fetches, stages and stores its own 64 rows, in
+  // its slice of sQ (templates/fwd_wgmma.cu, WG_OWN_ROWS, WG_SLICE); with one or three, the
+  // block's rows together ([chunk][BLOCK_M][width]).
+  if (spec.tile.warps == 8) {
+    slots["Q_DECL"] = per_chunk(qk, "  ", "FgQChunk<{w}, {off}, 64, 128> q_in{off};");
+    slots["Q_FETCH"] = per_chunk(
+        qk, "      ",
+        "q_in{off}.fetch(nb.q + wg_row0 * p.q_stride_seq, p.q_stride_seq, p.q_stride_head, nb.rows_valid - wg_row0, wg_tid);");
+    slots["Q_STORE"] = per_chunk(qk, "    ", "q_in{off}.store(sQ + wg * WG_SLICE + 64 * {off}, scale, wg_tid);");
+    slots["QK"] = per_chunk(
+        qk, "    ", "fg_qk<{w}, {off}>(q_units + (wg * WG_SLICE + 64 * {off}) / 8, k_tile + BLOCK_N * {off} / 8, s);");
+    slots["STAGE_O"] =
+        per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sQ + wg * (WG_SLICE - 64 * {w}) + 64 * {off}, o, inv, warp, lane);");
+    slots["STORE_O"] = per_chunk(
+        vc, "  ",
+        "fg_store_o<{w}, {off}, 64, 128>(o_ptr, sQ + wg * WG_SLICE + 64 * {off}, p.o_stride_seq, rows_valid - wg_row0, "
+        "wg_tid);");
+  } else {
+    slots["Q_DECL"] = q_chunk_lines(qk, QStep::declare, "  ");
+    slots["Q_FETCH"] = q_chunk_lines(qk, QStep::fetch, "      ", "nb.q", "nb.rows_valid");
+    slots["Q_STORE"] = q_chunk_lines(qk, QStep::store, "    ");
+    slots["QK"] = per_chunk(
+        qk, "    ", "fg_qk<{w}, {off}>(q_units + (BLOCK_M * {off} + wg_row0 * {w}) / 8, k_tile + BLOCK_N * {off} / 8, s);");
+    slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sQ + BLOCK_M * {off}, o, inv, warp, lane);");
+    slots["STORE_O"] = per_chunk(
+        vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sQ + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
+  }
   slots["PV"] = pv_whole(vc) ? std::string("    fg_pv_whole<HEAD_DIM_V>(v_tile, pa, o);")
                              : per_chunk(vc, "    ", "fg_pv<{w}, {off}>(v_tile + BLOCK_N * {off} / 8, pa, o);");
   slots["V_SCAN"] = per_chunk(
@@ -194,9 +216,6 @@ std::string emit_wgmma(const KernelSpec& spec) {
   slots["PV_REDO"] =
       per_chunk(vc, "          ", "fg_pv_redo<{w}, {off}>(v_stage + BLOCK_N * {off}, pa, o, lim0, lim1, lane);");
   slots["V_ZERO"] = per_chunk(vc, "          ", "fg_v_zero<{w}>(v_stage + BLOCK_N * {off}, valid, tid);");
-  slots["STAGE_O"] = per_chunk(vc, "  ", "fg_stage_o<{w}, {off}>(sO + BLOCK_M * {off}, o, inv, warp, lane);");
-  slots["STORE_O"] =
-      per_chunk(vc, "  ", "fg_store_o<{w}, {off}, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * {off}, p.o_stride_seq, rows_valid, tid);");
   return assemble_forward(spec, "fwd_wgmma.cu", slots);
 }
 

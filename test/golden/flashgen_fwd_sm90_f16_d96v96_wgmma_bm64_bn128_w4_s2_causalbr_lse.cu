@@ -756,6 +756,19 @@ constexpr int NT = BLOCK_N / 8;          // n8 tiles of S
 constexpr int OT = HEAD_DIM_V / 8;       // n8 tiles of O
 constexpr bool ASYNC_COPY = true;
 constexpr int Q_REGION = BLOCK_M * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
+// With two consumer warpgroups (WG_OWN_ROWS; bench/NOTES.md session 26: the
+// short D128 rows +2-7 %, while three warpgroups under a causal mask lost
+// 2-6 % this way) consumer warpgroup w owns elements [w * WG_SLICE, (w + 1) * WG_SLICE) of sQ:
+// its 64 rows of Q, chunk after chunk ([chunk][64][width], each chunk at 64 *
+// its column offset), and later its 64 rows of O in the same form. Q's chunks
+// (of HEAD_DIM) and O's (of HEAD_DIM_V) may differ in width, so each
+// warpgroup's rows stay in its own slice: no warpgroup's O lands on another's Q.
+// (A slice is 128 * max(HEAD_DIM, HEAD_DIM_V) bytes, a chunk starts at 128 *
+// its offset: both multiples of 1024, the 128-byte swizzle's alignment.)
+// With one or three, the block's Q and O rows are staged together ([chunk][BLOCK_M][width])
+// and the consumers synchronize as one (fg_consumer_sync).
+constexpr bool WG_OWN_ROWS = WARPS == 8;  // two consumer warpgroups
+constexpr int WG_SLICE = 64 * (HEAD_DIM > HEAD_DIM_V ? HEAD_DIM : HEAD_DIM_V);
 // K and V stages start on 1024-byte boundaries too (e.g. 80 keys x 80 columns
 // is 12800 bytes): their strides are rounded up to 512 elements.
 constexpr int K_STAGE = (BLOCK_N * HEAD_DIM + 511) / 512 * 512;
@@ -1322,27 +1335,28 @@ FG_DEVICE void fg_copy_wait() {
 // chunk before storing any: a shared store between two global loads keeps
 // them in program order (the compiler cannot rule out aliasing), which made
 // the block wait one memory round trip per load (8 for D = 128, BLOCK_M = 64).
-template <int W, int OFF>
+// ROWS rows by NTHREADS threads (the wgmma kernel: each warpgroup its own 64).
+template <int W, int OFF, int ROWS = BLOCK_M, int NTHREADS = THREADS>
 struct FgQChunk {
   static constexpr int UPR = W / 8;
-  static constexpr int UNITS = BLOCK_M * UPR;
-  static constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+  static constexpr int UNITS = ROWS * UPR;
+  static constexpr int PASSES = (UNITS + NTHREADS - 1) / NTHREADS;
   U4 v[PASSES];
   // Row r of the block at src + fg_row_offset(r, stride_seq, stride_head).
   FG_DEVICE void fetch(const u16* src, i64 stride_seq, i64 stride_head, int valid_rows, int tid) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
-      const int u = it * THREADS + tid, row = u / UPR, unit = u % UPR;
+      const int u = it * NTHREADS + tid, row = u / UPR, unit = u % UPR;
       v[it] = U4{0u, 0u, 0u, 0u};
-      if ((UNITS % THREADS == 0 || u < UNITS) && row < valid_rows)
+      if ((UNITS % NTHREADS == 0 || u < UNITS) && row < valid_rows)
         v[it] = *reinterpret_cast<const U4*>(src + fg_row_offset(row, stride_seq, stride_head) + OFF + unit * 8);
     }
   }
   FG_DEVICE void store(u16* dst, float scale, int tid) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
-      const int u = it * THREADS + tid;
-      if (UNITS % THREADS == 0 || u < UNITS) {
+      const int u = it * NTHREADS + tid;
+      if (UNITS % NTHREADS == 0 || u < UNITS) {
         u32* w = &v[it].x;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -1658,6 +1672,22 @@ FG_DEVICE void fg_turn_pass(int wg) {
     else if (wg == 0) fg_bar_arrive_turn<4>();
     else fg_bar_arrive_turn<5>();
   }
+}
+
+// This warpgroup's threads alone (named barrier 6 + wg, 128 threads; with one
+// warpgroup, barrier 1 as fg_consumer_sync): what only one warpgroup reads and
+// writes, its slice of sQ (WG_SLICE: Q, then O), synchronizes there, so the warpgroups
+// do not wait for each other between work items and keep the offset of their
+// turns (a warpgroup's epilogue and next Q run under the others' GEMMs).
+template <int B>
+FG_DEVICE void fg_bar_sync_wg() {
+  asm volatile("bar.sync %0, 128;" ::"n"(B) : "memory");
+}
+// Without WG_OWN_ROWS, every consumer thread (fg_consumer_sync).
+FG_DEVICE void fg_wg_sync(int wg) {
+  if constexpr (!WG_OWN_ROWS) fg_consumer_sync();
+  else if (wg == 0) fg_bar_sync_wg<6>();
+  else fg_bar_sync_wg<7>();
 }
 
 // ---- mbarrier and TMA (PTX ISA: mbarrier.init / arrive / arrive.expect_tx /
@@ -2185,7 +2215,7 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   // this warpgroup, its first block row (through a shuffle, which ptxas knows to be
   // warp-uniform: what derives from it, the Q descriptors among them, can live in
   // uniform registers)
-  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), wg_row0 = wg * 64;
+  const int wg = __shfl_sync(0xffffffffu, warp >> 2, 0), wg_row0 = wg * 64, wg_tid = tid & 127;
   if (PINGPONG && wg == NWG - 1) fg_turn_pass(wg);  // warpgroup 0 takes the first turn
   if (MASK != 0 && tid == 0) {  // (before the item loop's first barrier)
     if (WINDOW) {
@@ -2233,11 +2263,12 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     if (!Q_AHEAD) fetch_q(item);
 
     // ---- Q: scale, round, stage (read by every S wgmma of this warpgroup) ----
-    // The previous item's O left sQ after the barrier that ends its epilogue.
+    // (WG_OWN_ROWS: each warpgroup its own 64 rows.) The previous item's O
+    // left them after the barrier that ends its epilogue.
     q_in0.store(sQ + BLOCK_M * 0, scale, tid);
     q_in64.store(sQ + BLOCK_M * 64, scale, tid);
     fg_fence_proxy_async();  // Q's stores, before wgmma reads them
-    fg_consumer_sync();
+    fg_wg_sync(wg);
 
     float o[1][OT][4];
     float row_max[1][2], row_sum[1][2], corr[1][2];
@@ -2446,15 +2477,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
     // ---- epilogue: normalise, LSE, stage O through shared memory, 16-byte stores ----
     float inv[1][2];
     fg_finish_rows(p, blk, warp, g, t, row_max, row_sum, inv);
-    fg_consumer_sync();  // every warpgroup is done reading sQ
-    u16* const sO = sQ;
-  fg_stage_o<64, 0>(sO + BLOCK_M * 0, o, inv, warp, lane);
-  fg_stage_o<32, 64>(sO + BLOCK_M * 64, o, inv, warp, lane);
-    fg_consumer_sync();
+    // (WG_OWN_ROWS: each warpgroup stages and stores its own 64 rows of O, in its slice.)
+    fg_wg_sync(wg);  // done reading Q
+  fg_stage_o<64, 0>(sQ + BLOCK_M * 0, o, inv, warp, lane);
+  fg_stage_o<32, 64>(sQ + BLOCK_M * 64, o, inv, warp, lane);
+    fg_wg_sync(wg);
     u16* const o_ptr =
-        static_cast<u16*>(p.o) + fg_o_row(p, blk, blk.m_start) + blk.h * p.o_stride_head;
-  fg_store_o<64, 0, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 0, p.o_stride_seq, rows_valid, tid);
-  fg_store_o<32, 64, BLOCK_M, THREADS>(o_ptr, sO + BLOCK_M * 64, p.o_stride_seq, rows_valid, tid);
-    fg_consumer_sync();  // sO (= sQ) read out before the next item's Q lands
+        static_cast<u16*>(p.o) + fg_o_row(p, blk, blk.m_start + (WG_OWN_ROWS ? wg_row0 : 0)) + blk.h * p.o_stride_head;
+  fg_store_o<64, 0, BLOCK_M, THREADS>(o_ptr, sQ + BLOCK_M * 0, p.o_stride_seq, rows_valid, tid);
+  fg_store_o<32, 64, BLOCK_M, THREADS>(o_ptr, sQ + BLOCK_M * 64, p.o_stride_seq, rows_valid, tid);
+    fg_wg_sync(wg);  // O read out of sQ before the next item's Q lands
   }
 }

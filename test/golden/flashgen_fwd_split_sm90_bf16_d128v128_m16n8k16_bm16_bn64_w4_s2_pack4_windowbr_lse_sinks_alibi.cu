@@ -1283,27 +1283,28 @@ FG_DEVICE void fg_copy_wait() {
 // chunk before storing any: a shared store between two global loads keeps
 // them in program order (the compiler cannot rule out aliasing), which made
 // the block wait one memory round trip per load (8 for D = 128, BLOCK_M = 64).
-template <int W, int OFF>
+// ROWS rows by NTHREADS threads (the wgmma kernel: each warpgroup its own 64).
+template <int W, int OFF, int ROWS = BLOCK_M, int NTHREADS = THREADS>
 struct FgQChunk {
   static constexpr int UPR = W / 8;
-  static constexpr int UNITS = BLOCK_M * UPR;
-  static constexpr int PASSES = (UNITS + THREADS - 1) / THREADS;
+  static constexpr int UNITS = ROWS * UPR;
+  static constexpr int PASSES = (UNITS + NTHREADS - 1) / NTHREADS;
   U4 v[PASSES];
   // Row r of the block at src + fg_row_offset(r, stride_seq, stride_head).
   FG_DEVICE void fetch(const u16* src, i64 stride_seq, i64 stride_head, int valid_rows, int tid) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
-      const int u = it * THREADS + tid, row = u / UPR, unit = u % UPR;
+      const int u = it * NTHREADS + tid, row = u / UPR, unit = u % UPR;
       v[it] = U4{0u, 0u, 0u, 0u};
-      if ((UNITS % THREADS == 0 || u < UNITS) && row < valid_rows)
+      if ((UNITS % NTHREADS == 0 || u < UNITS) && row < valid_rows)
         v[it] = *reinterpret_cast<const U4*>(src + fg_row_offset(row, stride_seq, stride_head) + OFF + unit * 8);
     }
   }
   FG_DEVICE void store(u16* dst, float scale, int tid) {
 #pragma unroll
     for (int it = 0; it < PASSES; ++it) {
-      const int u = it * THREADS + tid;
-      if (UNITS % THREADS == 0 || u < UNITS) {
+      const int u = it * NTHREADS + tid;
+      if (UNITS % NTHREADS == 0 || u < UNITS) {
         u32* w = &v[it].x;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
