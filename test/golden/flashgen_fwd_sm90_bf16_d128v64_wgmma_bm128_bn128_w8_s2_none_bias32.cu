@@ -1641,8 +1641,8 @@ constexpr bool RESCALE_AFTER_PV = HEAD_DIM_V >= 128;
 // The last tile of a work item issues P.V alone (see the tile step): with
 // three consumer warpgroups, unmasked or at head dims up to 64. Measured on an
 // H100 (bench/NOTES.md session 28): +1.6-6.1 % there; 4-6 % slower on the
-// masked D96 kernels (a third copy of the tile step at 160 registers a thread:
-// spills outside the key loops) and 3-5 % on bf16 D128 (two warpgroups).
+// masked D96 kernels (a third copy of the tile step at 160 registers a
+// thread) and 3-5 % on bf16 D128 (two warpgroups).
 constexpr bool PEEL_LAST = NWG == 3 && (MASK == 0 || (HEAD_DIM <= 64 && HEAD_DIM_V <= 64));
 // (Immediate barrier ids: with a register id ptxas reserves all 16.)
 template <int B>
