@@ -262,6 +262,22 @@ void check_arch_arg(int arch, const char* fn, bool allow_current = true) {
                                     allow_current ? "" : " (flashgen_plan with arch 0 plans for this machine's GPU)"));
 }
 
+// Runs `body`, which asks for this machine's GPU because an argument was 0 ("arch", "sm_count":
+// `zeros`, the ones that were). Without a GPU its Unavailable error says what to pass instead.
+template <class F>
+void current_gpu(std::initializer_list<std::string_view> zeros, F&& body) {
+  try {
+    body();
+  } catch (const Unavailable& e) {
+    std::string instead;
+    for (std::string_view z : zeros) {
+      if (!instead.empty()) instead += " and ";
+      instead += z == "arch" ? "arch = 10*major+minor (e.g. 90)" : fmt::format("{} = the GPU's count (e.g. 132)", z);
+    }
+    throw Unavailable(fmt::format("{}; without a GPU pass {} instead of 0", e.what(), instead));
+  }
+}
+
 KernelSpec parse_spec(const char* spec, const char* fn) {
   require_non_null(spec, fn, "spec");
   return KernelSpec::parse(spec);
@@ -341,15 +357,10 @@ flashgen_status flashgen_plan(const flashgen_problem* problem, int arch, char* s
     require_non_null(spec_out, fn, "spec_out");
     check_arch_arg(arch, fn);
     KernelSpec spec;
-    if (arch != 0) {
+    if (arch != 0)
       spec = plan(p, arch);
-    } else {
-      try {
-        spec = plan(p);
-      } catch (const Unavailable& e) {  // (no GPU: say what replaces it in this call)
-        throw Unavailable(fmt::format("{}; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0", e.what()));
-      }
-    }
+    else
+      current_gpu({"arch"}, [&] { spec = plan(p); });
     write_spec(spec, spec_out, spec_out_len, fn);
   });
 }
@@ -407,7 +418,11 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
       throw InvalidArgument(fmt::format("{}: sm_count = {}; allowed: 0 for this machine's GPU's, or at least 1", fn,
                                         sm_count));
     if (arch == 0 || sm_count == 0) {  // the current device's (needs a GPU)
-      const DeviceInfo dev = current_device();
+      DeviceInfo dev;
+      if (arch == 0 && sm_count == 0)
+        current_gpu({"arch", "sm_count"}, [&] { dev = current_device(); });
+      else
+        current_gpu({arch == 0 ? "arch" : "sm_count"}, [&] { dev = current_device(); });
       if (arch == 0) arch = dev.arch;
       if (sm_count == 0) sm_count = dev.sm_count;
     }
@@ -502,7 +517,11 @@ flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int a
     const MergeProblem p = to_merge_problem(problem, fn);
     require_non_null(spec_out, fn, "spec_out");
     check_arch_arg(arch, fn);
-    const KernelSpec spec = arch == 0 ? plan(p) : plan(p, arch);
+    KernelSpec spec;
+    if (arch != 0)
+      spec = plan(p, arch);
+    else
+      current_gpu({"arch"}, [&] { spec = plan(p); });
     write_spec(spec, spec_out, spec_out_len, fn);
   });
 }

@@ -294,8 +294,15 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
     CHECK(last().find("flashgen_decode_workspace_bytes: arch = " + std::to_string(arch) + "; allowed: ") == 0);
   }
   if (!gpu_available()) {  // arch 0 / sm_count 0: the current device's
+    // (the error says what to pass instead of each 0)
     CHECK(flashgen_decode_workspace_bytes(&c, 0, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(last().ends_with("; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0"));
     CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(last().ends_with("; without a GPU pass sm_count = the GPU's count (e.g. 132) instead of 0"));
+    CHECK(flashgen_decode_workspace_bytes(&c, 0, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(last().ends_with("; without a GPU pass arch = 10*major+minor (e.g. 90) and sm_count = the GPU's count "
+                           "(e.g. 132) instead of 0"));
+    CHECK(last().find("libcuda.so.1") != std::string::npos);
   }
   CHECK(flashgen_decode(&c, -1, nullptr, 0, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(last().starts_with("flashgen_decode: num_splits (-1) must be 0 (chosen) or in [1, "));

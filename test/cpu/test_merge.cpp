@@ -377,6 +377,10 @@ TEST_CASE("merge C ABI: init, plan, and every refusal mapped to its status") {
   CHECK(flashgen_plan_merge(&c, 5, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(test::contains(last(), "flashgen_plan_merge: arch = 5; allowed: "));
   CHECK(flashgen_plan_merge(&c, 61, spec, sizeof spec) == FLASHGEN_ERROR_UNSUPPORTED);
+  if (!gpu_available()) {  // arch 0 is the current GPU's: without one, what to pass instead
+    CHECK(flashgen_plan_merge(&c, 0, spec, sizeof spec) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(last().ends_with("; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0"));
+  }
   flashgen_merge_problem bad = c;
   bad.partial_dtype = static_cast<flashgen_state_dtype>(9);
   CHECK(flashgen_plan_merge(&bad, 90, spec, sizeof spec) == FLASHGEN_ERROR_INVALID_ARGUMENT);
