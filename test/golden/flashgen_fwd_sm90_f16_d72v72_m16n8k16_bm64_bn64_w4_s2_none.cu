@@ -1746,7 +1746,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_sm90_f16_d
   const FgBlock blk = fg_block<BLOCK_M, BLOCK_N, MASK>(p, fg_lpt_order<MASK>(p, blockIdx.x));
   if (VARLEN && blk.rows_valid <= 0) return;  // past its sequence's rows (the whole block)
   const int seqlen_k = blk.seqlen_k, m_start = blk.m_start, rows_valid = blk.rows_valid, n_tiles = blk.n_tiles;
-  const i64 b = blk.b, h = blk.h;
+  const i64 h = blk.h;
   const u16* const q_ptr = blk.q;
   const u16* const k_ptr = blk.k;
   const u16* const v_ptr = blk.v;
