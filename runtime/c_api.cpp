@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -265,7 +266,7 @@ void check_arch_arg(int arch, const char* fn, bool allow_current = true) {
 // Runs `body`, which asks for this machine's GPU because an argument was 0 ("arch", "sm_count":
 // `zeros`, the ones that were). Without a GPU its Unavailable error says what to pass instead.
 template <class F>
-void current_gpu(std::initializer_list<std::string_view> zeros, F&& body) {
+void current_gpu(const std::vector<std::string_view>& zeros, F&& body) {
   try {
     body();
   } catch (const Unavailable& e) {
@@ -274,7 +275,9 @@ void current_gpu(std::initializer_list<std::string_view> zeros, F&& body) {
       if (!instead.empty()) instead += " and ";
       instead += z == "arch" ? "arch = 10*major+minor (e.g. 90)" : fmt::format("{} = the GPU's count (e.g. 132)", z);
     }
-    throw Unavailable(fmt::format("{}; without a GPU pass {} instead of 0", e.what(), instead));
+    std::string_view what = e.what();
+    if (what.ends_with('.')) what.remove_suffix(1);  // (the clause follows it)
+    throw Unavailable(fmt::format("{}; without a GPU pass {} instead of 0", what, instead));
   }
 }
 
@@ -415,16 +418,24 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
     const AttentionProblem p = to_problem(problem, fn);
     check_arch_arg(arch, fn);
     if (sm_count < 0)
-      throw InvalidArgument(fmt::format("{}: sm_count = {}; allowed: 0 for this machine's GPU's, or at least 1", fn,
-                                        sm_count));
-    if (arch == 0 || sm_count == 0) {  // the current device's (needs a GPU)
+      throw InvalidArgument(fmt::format("{}: sm_count = {}; allowed: 0 for this machine's GPU's SM count, or at least 1",
+                                        fn, sm_count));
+    // Bad input is reported before a missing GPU (as flashgen_plan does).
+    with_c_names(fn, [&] { check_problem(p); });
+    if (num_splits < 0 || num_splits > kMaxDecodeSplits)
+      throw InvalidArgument(fmt::format("{}: num_splits = {}; allowed: 0 (chosen from sm_count) or [1, {}]", fn,
+                                        num_splits, kMaxDecodeSplits));
+    // The SM count only chooses num_splits: with num_splits given it is not asked for.
+    const bool need_sms = sm_count == 0 && num_splits == 0;
+    if (num_splits != 0 && sm_count == 0) sm_count = 1;
+    if (arch == 0 || need_sms) {  // the current device's (needs a GPU)
+      std::vector<std::string_view> zeros;
+      if (arch == 0) zeros.emplace_back("arch");
+      if (need_sms) zeros.emplace_back("sm_count");
       DeviceInfo dev;
-      if (arch == 0 && sm_count == 0)
-        current_gpu({"arch", "sm_count"}, [&] { dev = current_device(); });
-      else
-        current_gpu({arch == 0 ? "arch" : "sm_count"}, [&] { dev = current_device(); });
+      current_gpu(zeros, [&] { dev = current_device(); });
       if (arch == 0) arch = dev.arch;
-      if (sm_count == 0) sm_count = dev.sm_count;
+      if (need_sms) sm_count = dev.sm_count;
     }
     DecodePlan dp;
     with_c_names(fn, [&] { dp = plan_decode(p, arch, sm_count, num_splits); });

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -609,26 +610,21 @@ std::string spec_line_of(const std::string& source) {
 
 // (runtime/cache.hpp)
 std::string absolute_path(const std::string& path) {
-  if (path.empty() || path[0] == '/') return path;
-  std::string cwd(4096, '\0');
-  while (::getcwd(cwd.data(), cwd.size()) == nullptr) {
-    if (errno != ERANGE || cwd.size() >= (size_t{1} << 20)) return path;
-    cwd.resize(cwd.size() * 2);
+  if (path.empty()) return path;
+  std::filesystem::path full = path;
+  if (path[0] != '/') {
+    std::string cwd(4096, '\0');
+    while (::getcwd(cwd.data(), cwd.size()) == nullptr) {
+      if (errno != ERANGE || cwd.size() >= (size_t{1} << 20)) return path;
+      cwd.resize(cwd.size() * 2);
+    }
+    cwd.resize(std::strlen(cwd.c_str()));
+    full = std::filesystem::path(cwd) / full;
   }
-  cwd.resize(std::strlen(cwd.c_str()));
-  // getcwd names the directory without symbolic links, so a leading ".." is its parent exactly;
-  // a ".." after a named component stays (that component may be a link).
-  std::string_view rest = path;
-  for (;;) {
-    const size_t slash = rest.find('/');
-    const std::string_view part = rest.substr(0, slash);
-    if (part != "." && part != "..") break;
-    if (part == "..") cwd.resize(std::max<size_t>(1, cwd.rfind('/')));
-    rest.remove_prefix(slash == std::string_view::npos ? rest.size() : slash);
-    while (!rest.empty() && rest.front() == '/') rest.remove_prefix(1);
-  }
-  if (rest.empty()) return cwd;
-  return (cwd == "/" ? "" : cwd) + "/" + std::string(rest);
+  // Lexically, as Python's os.path.abspath: "x/../y" is "y" even where x is a symbolic link.
+  std::string out = full.lexically_normal().string();
+  while (out.size() > 1 && out.back() == '/') out.pop_back();
+  return out;
 }
 
 // ---- public ----------------------------------------------------------------

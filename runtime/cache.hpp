@@ -313,11 +313,13 @@ PruneResult cache_prune(const std::string& dir, const NvrtcForArch& nvrtc, const
 /// layer and the one-warning latches; the environment is read again on next use.
 void cache_reset_for_tests();
 
-/// `path` from the working directory now when it is relative (leading "." components dropped and
-/// leading ".." ones taken from the working directory, which has no symbolic links), so that
-/// it names the same place after a later chdir and messages show where it is (a relative
-/// FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH entry, tool directory or FLASHGEN_TUNE_FILE);
-/// unchanged when absolute, empty, or when the working directory cannot be read.
+/// `path` made absolute from the working directory now when it is relative, so that it names
+/// the same place after a later chdir and messages show where it is (a relative
+/// FLASHGEN_CACHE_DIR, FLASHGEN_CACHE_PATH entry, tool directory or FLASHGEN_TUNE_FILE), then
+/// normalised lexically as Python's os.path.abspath does ("." and "x/.." components, repeated
+/// and trailing slashes dropped; a ".." after a symbolic link is taken lexically too), so that
+/// no directory named only on the way is created. Empty stays empty; unchanged when the working
+/// directory cannot be read.
 std::string absolute_path(const std::string& path);
 
 }  // namespace flashgen::rt

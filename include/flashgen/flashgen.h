@@ -430,11 +430,13 @@ flashgen_status flashgen_plan_merge(const flashgen_merge_problem* problem, int a
  * and `num_splits` splits (0: chosen as flashgen_decode chooses them on such a
  * device; 1..128: as given); *num_splits_out (if not NULL) gets the number of
  * splits. arch 0 and sm_count 0 mean the current CUDA device's (what
- * flashgen_decode on it needs; that asks for a GPU), otherwise no GPU is needed.
- * Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (the problem, num_splits, sm_count,
- * a NULL bytes), FLASHGEN_ERROR_UNSUPPORTED (no profile for the arch),
- * FLASHGEN_ERROR_UNAVAILABLE / FLASHGEN_ERROR_DRIVER (arch or sm_count 0
- * without a usable GPU). */
+ * flashgen_decode on it needs; that asks for a GPU), otherwise no GPU is needed;
+ * sm_count only chooses the splits, so with num_splits 1..128 it is not used
+ * (0 then asks for no GPU). Errors: FLASHGEN_ERROR_INVALID_ARGUMENT (the
+ * problem, num_splits, sm_count, a NULL bytes; reported before a missing GPU),
+ * FLASHGEN_ERROR_UNSUPPORTED (no profile for the arch),
+ * FLASHGEN_ERROR_UNAVAILABLE / FLASHGEN_ERROR_DRIVER (arch 0, or sm_count 0
+ * with num_splits 0, without a usable GPU; the message says what to pass). */
 flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem, int arch, int sm_count,
                                                 int num_splits, int64_t* bytes, int* num_splits_out);
 

@@ -358,7 +358,7 @@ TEST_CASE("cache: a relative FLASHGEN_CACHE_DIR or FLASHGEN_CACHE_PATH entry is 
   rt::cache_reset_for_tests();
 }
 
-TEST_CASE("cache: absolute_path takes leading . and .. from the working directory") {
+TEST_CASE("cache: absolute_path makes a path absolute and normalises it lexically") {
   TempDir root("flashgen-abspath");
   std::filesystem::create_directories(root.path() + "/a/b");
   const test::ScopedCwd cwd(root.path() + "/a/b");
@@ -366,16 +366,19 @@ TEST_CASE("cache: absolute_path takes leading . and .. from the working director
   const std::string a = b.substr(0, b.rfind('/'));
   const std::string top = a.substr(0, a.rfind('/'));
   CHECK(rt::absolute_path("x") == b + "/x");
-  CHECK(rt::absolute_path("./x/") == b + "/x/");
+  CHECK(rt::absolute_path("./x/") == b + "/x");
   CHECK(rt::absolute_path(".") == b);
   CHECK(rt::absolute_path("./") == b);
   CHECK(rt::absolute_path("..") == a);
   CHECK(rt::absolute_path("../x") == a + "/x");
   CHECK(rt::absolute_path(".././../x") == top + "/x");
   CHECK(rt::absolute_path("..//x") == a + "/x");
-  CHECK(rt::absolute_path("x/../y") == b + "/x/../y");  // (x may be a link: kept)
+  CHECK(rt::absolute_path("x/../y") == b + "/y");  // (no directory x is named on the way)
+  CHECK(rt::absolute_path("a/./c//d/") == b + "/a/c/d");
   CHECK(rt::absolute_path("..x") == b + "/..x");
-  CHECK(rt::absolute_path("/p/../q") == "/p/../q");
+  CHECK(rt::absolute_path("/p/../q/") == "/q");
+  CHECK(rt::absolute_path("//p") == "/p");
+  CHECK(rt::absolute_path("///") == "/");
   CHECK(rt::absolute_path("").empty());
   // Above the root stays at the root.
   std::string ups;

@@ -279,7 +279,7 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 0, nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(flashgen_last_error()).find("bytes is NULL") != std::string::npos);
   CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 500, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(std::string(flashgen_last_error()).find("num_splits (500)") != std::string::npos);
+  CHECK(std::string(flashgen_last_error()).find("flashgen_decode_workspace_bytes: num_splits = 500; allowed: ") != std::string::npos);
   CHECK(flashgen_decode_workspace_bytes(&c, 61, 30, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
@@ -287,7 +287,26 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   // The C calls' messages name their own arguments, not DecodeOptions' fields.
   auto last = [] { return std::string(flashgen_last_error()); };
   CHECK(flashgen_decode_workspace_bytes(&c, 90, -3, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(last() == "flashgen_decode_workspace_bytes: sm_count = -3; allowed: 0 for this machine's GPU's, or at least 1");
+  CHECK(last() ==
+        "flashgen_decode_workspace_bytes: sm_count = -3; allowed: 0 for this machine's GPU's SM count, or at least 1");
+  // Bad input before a missing GPU (arch 0 / sm_count 0 would need one).
+  flashgen_problem bad_d = c;
+  bad_d.head_dim = bad_d.head_dim_v = 100;
+  CHECK(flashgen_decode_workspace_bytes(&bad_d, 0, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+  CHECK(last().find("head_dim (100) must be a multiple of 8") != std::string::npos);
+  for (int n : {-1, 129}) {
+    CAPTURE(n);
+    CHECK(flashgen_decode_workspace_bytes(&c, 0, 0, n, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
+    CHECK(last() == "flashgen_decode_workspace_bytes: num_splits = " + std::to_string(n) +
+                        "; allowed: 0 (chosen from sm_count) or [1, 128]");
+  }
+  // num_splits given: the SM count is not needed (the size is the same for every count).
+  int64_t sized = 0, sized_132 = 0;
+  REQUIRE(flashgen_decode_workspace_bytes(&c, 90, 0, 5, &sized, &splits) == FLASHGEN_OK);
+  REQUIRE(flashgen_decode_workspace_bytes(&c, 90, 132, 5, &sized_132, nullptr) == FLASHGEN_OK);
+  CHECK(splits == 5);
+  CHECK(sized == sized_132);
+  CHECK(sized > 0);
   for (int arch : {-1, 7, 1000}) {  // refused before the GPU is asked for anything
     CAPTURE(arch);
     CHECK(flashgen_decode_workspace_bytes(&c, arch, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
@@ -296,6 +315,9 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   if (!gpu_available()) {  // arch 0 / sm_count 0: the current device's
     // (the error says what to pass instead of each 0)
     CHECK(flashgen_decode_workspace_bytes(&c, 0, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
+    CHECK(last().ends_with("; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0"));
+    CHECK(last().find(".;") == std::string::npos);
+    CHECK(flashgen_decode_workspace_bytes(&c, 0, 0, 5, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
     CHECK(last().ends_with("; without a GPU pass arch = 10*major+minor (e.g. 90) instead of 0"));
     CHECK(flashgen_decode_workspace_bytes(&c, 90, 0, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
     CHECK(last().ends_with("; without a GPU pass sm_count = the GPU's count (e.g. 132) instead of 0"));
