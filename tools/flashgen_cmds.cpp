@@ -1127,15 +1127,27 @@ int run_explain(const ExplainOptions& o) {
     const AttentionProblem ap = to_problem(d);
     const int sms = dev.sm_count > 0 ? dev.sm_count : 0;
     if (decode_preferred(ap, arch, sms > 0 ? sms : INT_MAX)) {
+      // Without a GPU: shown for 132 SMs, or, where 132 SMs run it in one kernel, for the fewest
+      // SMs that take the decode (decode_preferred grows with the SM count).
+      int shown = sms > 0 ? sms : 132;
+      if (sms == 0 && !decode_preferred(ap, arch, shown)) {
+        int lo = shown, hi = INT_MAX;  // (lo: one kernel; hi: the decode)
+        while (hi - lo > 1) {
+          const int mid = lo + (hi - lo) / 2;
+          (decode_preferred(ap, arch, mid) ? hi : lo) = mid;
+        }
+        shown = hi;
+      }
       try {
-        const DecodePlan dp = plan_decode(ap, arch, sms > 0 ? sms : 132);
+        const DecodePlan dp = plan_decode(ap, arch, shown);
         row("decode",
             fmt::format("forward() runs this problem as a split-KV decode{}: {} split{} of {} key tile{}, {}", sms > 0
                             ? fmt::format(" on {} SMs", sms)
-                            : decode_preferred(ap, arch, 132)
+                            : shown == 132
                                   ? std::string(" on a GPU with more SMs than its one-kernel grid fills (shown for 132)")
-                                  : std::string(" on a GPU with more SMs than its one-kernel grid fills (not a 132-SM "
-                                                "one; shown for 132)"),
+                                  : fmt::format(" on a GPU of {} SMs or more (one of 132 runs it as one kernel; shown "
+                                                "for {})",
+                                                shown, shown),
                         dp.num_splits, dp.num_splits == 1 ? "" : "s", dp.tiles_per_split,
                         dp.tiles_per_split == 1 ? "" : "s",
                         decode_merges(dp) ? "then the merge" : "whose blocks write O (no merge)"));

@@ -1785,6 +1785,31 @@ TEST_CASE("cli: pregen of a decode-shaped problem lists the split-KV kernels for
                               base_env(work.path() + "/cache"));
   CHECK(prefill.rc == 0);
   CHECK_FALSE(contains(prefill.out, "split-KV decode"));
+  // Without --sms (and no GPU), a problem that 132 SMs run as one kernel is shown for the fewest
+  // SMs that take the decode, and says so.
+  if (!gpu_available()) {
+    const Run b8 = run_cli({"explain", "--problem",
+                            "dtype=bf16,batch=8,seqlen_q=1,seqlen_k=16384,heads_q=32,heads_kv=8,head_dim=128", "--arch",
+                            "90", "--no-compile"},
+                           base_env(work.path() + "/cache"));
+    INFO("explain batch 8:\n", b8.out, "\nstderr:\n", b8.err);
+    CHECK(b8.rc == 0);
+    std::smatch m;
+    const std::regex re("split-KV decode on a GPU of ([0-9]+) SMs or more \\(one of 132 runs it as one kernel; "
+                        "shown for ([0-9]+)\\): ([0-9]+) splits");
+    REQUIRE(std::regex_search(b8.out, m, re));
+    const int n = std::stoi(m[1].str());
+    CHECK(m[2].str() == m[1].str());
+    const AttentionProblem p8 = make_bshd_problem(DType::bf16, 8, 1, 16384, 32, 8, 128, 128, MaskKind::none,
+                                                  reinterpret_cast<const void*>(uintptr_t{0x1000}),
+                                                  reinterpret_cast<const void*>(uintptr_t{0x2000}),
+                                                  reinterpret_cast<const void*>(uintptr_t{0x3000}),
+                                                  reinterpret_cast<void*>(uintptr_t{0x4000}));
+    CHECK(decode_preferred(p8, 90, n));
+    CHECK_FALSE(decode_preferred(p8, 90, n - 1));
+    CHECK_FALSE(decode_preferred(p8, 90, 132));
+    CHECK(std::stoi(m[3].str()) == plan_decode(p8, 90, n).num_splits);
+  }
 }
 
 TEST_CASE("cli numbers: tile fields are range-checked; huge problems saturate instead of wrapping") {
