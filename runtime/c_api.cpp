@@ -48,7 +48,12 @@ flashgen_status guarded(const char* fn, F&& body) noexcept {
     body();
     return FLASHGEN_OK;
   } catch (const flashgen::Error& e) {
-    return fail(static_cast<flashgen_status>(static_cast<int>(e.code())), e.what());
+    // Every message names the C function, as its own argument checks do (the C++ checks behind
+    // it name a field, or their C++ function).
+    const std::string_view what = e.what(), prefix = fn;
+    const bool named = what.starts_with(prefix) && what.substr(prefix.size()).starts_with(": ");
+    return fail(static_cast<flashgen_status>(static_cast<int>(e.code())),
+                named ? std::string(what) : fmt::format("{}: {}", fn, what));
   } catch (const std::bad_alloc&) {
     return fail(FLASHGEN_ERROR_INTERNAL, std::string(fn) + ": out of memory");
   } catch (const std::exception& e) {
