@@ -23,8 +23,8 @@
  *
  * Error handling: every function returns a flashgen_status. FLASHGEN_OK (0)
  * means success; any other value is one of the error codes below, and
- * flashgen_last_error() then returns a sentence saying what was wrong and what
- * is allowed. No function ever lets a C++ exception escape. A refused call
+ * flashgen_last_error() then returns a sentence, beginning with the function's
+ * name ("flashgen_plan: ..."), saying what was wrong and what is allowed. No function ever lets a C++ exception escape. A refused call
  * launches nothing and writes no output buffer.
  *
  * Thread safety: every function may be called from any thread concurrently.
