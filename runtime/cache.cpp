@@ -136,10 +136,18 @@ std::vector<std::string> split_path_list(const std::string& text) {
   return out;
 }
 
+std::string uncreatable_dir_reason(const std::string& path);
+
 // Why an existing `path` is not a directory this process can write ("" when it is).
 std::string usable_dir_reason(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) return fmt::format("stat failed: {}", errno_text(errno));
+  if (::stat(path.c_str(), &st) != 0) {
+    const int err = errno;
+    const std::string failed = fmt::format("stat failed: {}", errno_text(err));
+    if (err != ENOTDIR) return failed;
+    const std::string above = uncreatable_dir_reason(path);  // (names the file above it)
+    return above.empty() ? failed : above;
+  }
   if (!S_ISDIR(st.st_mode)) return "it exists and is not a directory";
   if (::access(path.c_str(), W_OK | X_OK) != 0)
     return fmt::format("it is not writable by this process: {}", errno_text(errno));
@@ -168,7 +176,9 @@ std::string uncreatable_dir_reason(const std::string& path) {
         return fmt::format("it cannot be created: {} is not writable by this process: {}", cur, errno_text(errno));
       return "";
     }
-    if (errno != ENOENT) return fmt::format("it cannot be created: stat {} failed: {}", cur, errno_text(errno));
+    // (ENOTDIR: a component above is a file, which the walk up reaches)
+    if (errno != ENOENT && errno != ENOTDIR)
+      return fmt::format("it cannot be created: stat {} failed: {}", cur, errno_text(errno));
     if (cur == "/" || cur == ".") return "";
   }
 }
@@ -229,7 +239,8 @@ void settle_dir_locked(CacheState& s, bool create) {
   if (!create && ::stat(dir.c_str(), &st) != 0) {
     // Inspecting creates nothing: a missing directory is absent (if it could be
     // created), any other failure is the directory's problem.
-    why = errno == ENOENT ? uncreatable_dir_reason(dir) : fmt::format("stat failed: {}", errno_text(errno));
+    why = errno == ENOENT || errno == ENOTDIR ? uncreatable_dir_reason(dir)
+                                              : fmt::format("stat failed: {}", errno_text(errno));
     if (why.empty()) {
       s.dir_absent = true;
       return;

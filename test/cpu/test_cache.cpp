@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 #include <thread>
@@ -385,6 +386,26 @@ TEST_CASE("cache: absolute_path makes a path absolute and normalises it lexicall
   for (size_t i = 0, n = std::count(b.begin(), b.end(), '/') + 2; i < n; ++i) ups += "../";
   CHECK(rt::absolute_path(ups + "x") == "/x");
   CHECK(rt::absolute_path(ups) == "/");
+}
+
+TEST_CASE("cache: a cache directory below a file names the file") {
+  TempDir root("flashgen-notdir");
+  std::ofstream(root.path() + "/afile") << "x";
+  for (const char* below : {"/afile/c", "/afile/c/d"}) {
+    CAPTURE(below);
+    EnvGuard env("FLASHGEN_CACHE_DIR", root.path() + below);
+    rt::cache_reset_for_tests();
+    bool seen = false;
+    for (const rt::CacheLayer& l : rt::cache_layers())
+      if (l.kind == rt::CacheLayer::Kind::user) {
+        seen = true;
+        CHECK_FALSE(l.usable);
+        CHECK(l.problem.find(root.path() + "/afile is not a directory") != std::string::npos);
+        CHECK(l.problem.find("stat failed") == std::string::npos);
+      }
+    CHECK(seen);
+  }
+  rt::cache_reset_for_tests();
 }
 
 TEST_CASE("cache: XDG_CACHE_HOME and HOME fallbacks") {
