@@ -1221,6 +1221,13 @@ void check_plan_matches(const AttentionProblem& problem, const DecodePlan& dp) {
 
 }  // namespace
 
+// (runtime/launch.hpp)
+void rt::check_decode_num_splits(int num_splits) {
+  if (num_splits < 0 || num_splits > kMaxDecodeSplits)
+    throw InvalidArgument(fmt::format("plan_decode: num_splits ({}) must be 0 (chosen) or in [1, {}]", num_splits,
+                                      kMaxDecodeSplits));
+}
+
 namespace {
 
 // plan_decode's argument checks (both forms; before any profile lookup, which
@@ -1229,9 +1236,7 @@ void check_decode_args(const AttentionProblem& problem, int arch, int sm_count, 
   check_problem(problem);
   if (sm_count < 1)
     throw InvalidArgument(fmt::format("plan_decode: sm_count ({}) must be at least 1", sm_count));
-  if (num_splits < 0 || num_splits > kMaxDecodeSplits)
-    throw InvalidArgument(fmt::format("plan_decode: num_splits ({}) must be 0 (chosen) or in [1, {}]", num_splits,
-                                      kMaxDecodeSplits));
+  rt::check_decode_num_splits(num_splits);
   if (arch < gen::kMinArch || arch > gen::kMaxArch)
     throw InvalidArgument(fmt::format("plan_decode: arch ({}) must be a compute capability written 10 * major + minor "
                                       "(e.g. 90 for sm_90); decode() without a plan uses the current device's",

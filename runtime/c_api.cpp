@@ -426,10 +426,10 @@ flashgen_status flashgen_decode_workspace_bytes(const flashgen_problem* problem,
       throw InvalidArgument(fmt::format("{}: sm_count = {}; allowed: 0 for this machine's GPU's SM count, or at least 1",
                                         fn, sm_count));
     // Bad input is reported before a missing GPU (as flashgen_plan does).
-    with_c_names(fn, [&] { check_problem(p); });
-    if (num_splits < 0 || num_splits > kMaxDecodeSplits)
-      throw InvalidArgument(fmt::format("{}: num_splits = {}; allowed: 0 (chosen from sm_count) or [1, {}]", fn,
-                                        num_splits, kMaxDecodeSplits));
+    with_c_names(fn, [&] {
+      check_problem(p);
+      rt::check_decode_num_splits(num_splits);
+    });
     // The SM count only chooses num_splits: with num_splits given it is not asked for.
     const bool need_sms = sm_count == 0 && num_splits == 0;
     if (num_splits != 0 && sm_count == 0) sm_count = 1;

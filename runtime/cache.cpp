@@ -624,13 +624,10 @@ std::string absolute_path(const std::string& path) {
   if (path.empty()) return path;
   std::filesystem::path full = path;
   if (path[0] != '/') {
-    std::string cwd(4096, '\0');
-    while (::getcwd(cwd.data(), cwd.size()) == nullptr) {
-      if (errno != ERANGE || cwd.size() >= (size_t{1} << 20)) return path;
-      cwd.resize(cwd.size() * 2);
-    }
-    cwd.resize(std::strlen(cwd.c_str()));
-    full = std::filesystem::path(cwd) / full;
+    std::error_code ec;
+    const std::filesystem::path cwd = std::filesystem::current_path(ec);
+    if (ec) return path;
+    full = cwd / full;
   }
   // Lexically, as Python's os.path.abspath: "x/../y" is "y" even where x is a symbolic link.
   std::string out = full.lexically_normal().string();

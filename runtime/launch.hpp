@@ -40,6 +40,11 @@ void launch_family(const Kernel& kernel, FamilyLaunch& launch, CUstream stream);
 /// for a GPU. An empty problem passes.
 void check_row_limits(const AttentionProblem& problem);
 
+/// Throws InvalidArgument "plan_decode: num_splits (N) must be 0 (chosen) or in [1,
+/// kMaxDecodeSplits]" unless num_splits is 0 or in that range (plan_decode's check, which
+/// the C ABI runs before it looks for a GPU).
+void check_decode_num_splits(int num_splits);
+
 /// The number of groups of (batch, head group) pairs in the longest-first block
 /// order of a forward launch (FwdParams::lpt_groups; templates/fwd_block.cuh,
 /// fg_lpt_order): 0 for a grid that keeps its block order (no causal or window

@@ -1319,7 +1319,8 @@ int run_cache(const CacheOptions& o) {
       const auto reports = rt::cache_scan(dir.path, dir.bundle, nvrtc);
       uint64_t bytes = 0;
       for (const auto& r : reports) bytes += r.bytes;
-      std::printf("%s %s: %s, %s\n", dir.label.c_str(), dir.path.c_str(),
+      // (pregen counts the cubins alone; an entry here is its cubin, source and log)
+      std::printf("%s %s: %s, %s on disk\n", dir.label.c_str(), dir.path.c_str(),
                   count_of(reports.size(), "entry", "entries").c_str(), size_text(static_cast<double>(bytes)).c_str());
       for (const auto& r : reports) {
         ++total;

@@ -279,7 +279,7 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 0, nullptr, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   CHECK(std::string(flashgen_last_error()).find("bytes is NULL") != std::string::npos);
   CHECK(flashgen_decode_workspace_bytes(&c, 90, 132, 500, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-  CHECK(std::string(flashgen_last_error()).find("flashgen_decode_workspace_bytes: num_splits = 500; allowed: ") != std::string::npos);
+  CHECK(std::string(flashgen_last_error()).find("flashgen_decode_workspace_bytes: num_splits (500) must be 0 (chosen) or in [1, 128]") != std::string::npos);
   CHECK(flashgen_decode_workspace_bytes(&c, 61, 30, 0, &bytes, nullptr) == FLASHGEN_ERROR_UNSUPPORTED);
   CHECK(flashgen_decode_workspace_bytes(nullptr, 90, 132, 0, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
   if (!gpu_available()) CHECK(flashgen_decode(&c, 0, nullptr, 0, nullptr) == FLASHGEN_ERROR_UNAVAILABLE);
@@ -297,8 +297,8 @@ TEST_CASE("decode c_api: workspace query, status mapping, no GPU") {
   for (int n : {-1, 129}) {
     CAPTURE(n);
     CHECK(flashgen_decode_workspace_bytes(&c, 0, 0, n, &bytes, nullptr) == FLASHGEN_ERROR_INVALID_ARGUMENT);
-    CHECK(last() == "flashgen_decode_workspace_bytes: num_splits = " + std::to_string(n) +
-                        "; allowed: 0 (chosen from sm_count) or [1, 128]");
+    CHECK(last() == "flashgen_decode_workspace_bytes: num_splits (" + std::to_string(n) +
+                        ") must be 0 (chosen) or in [1, 128]");
   }
   // num_splits given: the SM count is not needed (the size is the same for every count).
   int64_t sized = 0, sized_132 = 0;
