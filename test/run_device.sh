@@ -6,7 +6,8 @@
 #   usage: test/run_device.sh [test|example|all|tune|gpu|python] [doctest or pytest args...]
 # gpu (not part of all): builds only the library and the GPU tier and runs the
 # GPU tier with the doctest arguments given (e.g. -tc='numerics*'); log:
-# $OUT/gpu.log.
+# $OUT/gpu.log. FLASHGEN_PREBUILT=DIR: run DIR/flashgen_tests_gpu instead
+# (test/prebuild_gpu.sh made it on a machine without a GPU; nothing is built).
 # python (not part of all): installs the Python package into a virtual
 # environment that sees the machine's PyTorch (test/python/install_offline.sh:
 # carry .whl/py and .whl/test besides .deps; log $OUT/python-install.log), then
@@ -38,11 +39,19 @@ if [[ "$what" == all || "$what" == example ]]; then
 fi
 if [[ "$what" == gpu ]]; then
   shift
-  {
-    ./dev.sh example --help >/dev/null &&
-      PATH="$PWD/.deps/usr/bin:$PATH" cmake --build build -j "$(nproc)" --target flashgen_tests_gpu &&
-      build/test/flashgen_tests_gpu "$@"
-  } 2>&1 | tee "$OUT/gpu.log" | grep -E "^== |^\[doctest\]|FAIL|error:|ERROR"; rc=$((rc | ${PIPESTATUS[0]}))
+  if [[ -n "${FLASHGEN_PREBUILT:-}" ]]; then
+    {
+      pre="$(cd "$FLASHGEN_PREBUILT" && pwd)" &&
+        echo "prebuilt: $pre, from $(head -1 "$pre/COMMIT" 2>/dev/null)" &&
+        LD_LIBRARY_PATH="$pre:$LD_LIBRARY_PATH" "$pre/flashgen_tests_gpu" "$@"
+    } 2>&1 | tee "$OUT/gpu.log" | grep -E "^prebuilt: |^== |^\[doctest\]|FAIL|error:|ERROR"; rc=$((rc | ${PIPESTATUS[0]}))
+  else
+    {
+      ./dev.sh example --help >/dev/null &&
+        PATH="$PWD/.deps/usr/bin:$PATH" cmake --build build -j "$(nproc)" --target flashgen_tests_gpu &&
+        build/test/flashgen_tests_gpu "$@"
+    } 2>&1 | tee "$OUT/gpu.log" | grep -E "^== |^\[doctest\]|FAIL|error:|ERROR"; rc=$((rc | ${PIPESTATUS[0]}))
+  fi
 fi
 if [[ "$what" == python ]]; then
   shift
