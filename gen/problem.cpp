@@ -74,7 +74,7 @@ struct OutDim {
   const char* extent_name;  // e.g. "heads_q"
 };
 [[noreturn]] void fail_self_overlap(const char* name, const OutDim* dims, size_t bad, int64_t inner,
-                                    const char* inner_name) {
+                                    const char* inner_name, std::initializer_list<OutDim> all) {
   // The message (cold path): the spans of the dimensions nested inside dims[bad].
   std::string formula = inner_name;
   std::string values = fmt::format("{}", inner);
@@ -90,11 +90,18 @@ struct OutDim {
                                 ? fmt::format("{}.{} ({})", name, d.field, d.stride)
                                 : fmt::format("{}.{} ({}) or {}.{} ({})", name, d.field, d.stride, name,
                                               dims[bad - 1].field, dims[bad - 1].stride);
+  // The contiguous layout's rule, innermost first (`all` lists the dimensions outermost first).
+  std::string nest;
+  const OutDim* prev = nullptr;
+  for (auto it = std::rbegin(all); it != std::rend(all); ++it) {
+    nest += fmt::format("{}{} >= {}", nest.empty() ? "" : ", ", it->field,
+                        prev == nullptr ? std::string(inner_name) : fmt::format("{} * {}", prev->extent_name, prev->field));
+    prev = &*it;
+  }
   fail(fmt::format("{}.{} ({}) is smaller than the {} elements it must step over ({} = {}): "
                    "elements of {} would overlap (change {}); output strides must nest without "
-                   "overlap (contiguous BSHD: stride_head >= head_dim_v, stride_seq >= heads_q * "
-                   "stride_head, stride_batch >= seqlen_q * stride_seq)",
-                   name, d.field, d.stride, span, formula, values, name, which));
+                   "overlap (contiguous: {})",
+                   name, d.field, d.stride, span, formula, values, name, which, nest));
 }
 
 // (runs on every launch: no allocation, no formatting unless it fails)
@@ -108,7 +115,7 @@ void check_no_self_overlap(const char* name, std::initializer_list<OutDim> all, 
                    [](const OutDim& a, const OutDim& b) { return a.stride < b.stride; });
   int64_t span = inner;  // elements covered by the dimensions nested so far
   for (size_t i = 0; i < n; ++i) {
-    if (dims[i].stride < span) fail_self_overlap(name, dims.data(), i, inner, inner_name);
+    if (dims[i].stride < span) fail_self_overlap(name, dims.data(), i, inner, inner_name, all);
     // Cannot overflow: max_byte_offset bounded the sum of all such terms.
     span = dims[i].stride * (dims[i].extent - 1) + span;
   }

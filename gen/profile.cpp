@@ -391,8 +391,12 @@ const Profile& profile_for_arch(int arch) {
     }
   }
   std::vector<std::string> nearest;
-  if (lower) nearest.push_back(fmt::format("{} ({}) below", lower->name, arch_list(lower->archs)));
-  if (higher) nearest.push_back(fmt::format("{} ({}) above", higher->name, arch_list(higher->archs)));
+  if (lower && lower == higher) {  // the arch falls between two of one profile's archs
+    nearest.push_back(fmt::format("{} ({}) on both sides", lower->name, arch_list(lower->archs)));
+  } else {
+    if (lower) nearest.push_back(fmt::format("{} ({}) below", lower->name, arch_list(lower->archs)));
+    if (higher) nearest.push_back(fmt::format("{} ({}) above", higher->name, arch_list(higher->archs)));
+  }
   const std::string near =
       nearest.empty() ? std::string("none (no built-in profiles)") : fmt::format("{}", fmt::join(nearest, " and "));
   throw Unsupported(fmt::format(

@@ -877,8 +877,8 @@ void check_launch_limits(const AttentionProblem& problem, const KernelSpec& s) {
   if (too_big)
     throw InvalidArgument(fmt::format(
         "launch: the grid needs ceil(seqlen_q / block_m) * heads_q * batch = {} * {} * {} blocks, "
-        "more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
-        num_m_blocks, problem.heads_q, problem.batch));
+        "more than the 2^31-1 a grid's x dimension allows; split the {} into smaller calls",
+        num_m_blocks, problem.heads_q, problem.batch, problem.batch > 1 ? "batch (or the heads)" : "query heads"));
 }
 
 // ---- merge of attention states ---------------------------------------------------
@@ -1381,7 +1381,8 @@ DecodeInfo decode(const AttentionProblem& problem, CUstream stream, const Decode
   if (blocks > kMaxGridX / dp.num_splits)
     throw InvalidArgument(fmt::format(
         "decode: the split launch needs num_splits * ceil(seqlen_q * pack / block_m) * heads_q / pack * batch = {} * "
-        "{} blocks, more than the 2^31-1 a grid's x dimension allows; split the batch into smaller calls",
+        "{} blocks, more than the 2^31-1 a grid's x dimension allows; use fewer splits, or split the batch or the "
+        "query rows into smaller calls",
         dp.num_splits, blocks));
 
   Kernel ks = load_kernel(dp.split);

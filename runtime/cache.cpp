@@ -919,6 +919,28 @@ bool is_lock_file_name(const std::string& name) {
   return split_entry_name(name, &kernel, &key16, &ext) && ext == "lock";
 }
 
+LockFiles cache_lock_files(const std::string& dir) {
+  LockFiles out;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return out;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  for (const std::string& name : names) {
+    if (!is_lock_file_name(name)) continue;
+    const int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_SH | LOCK_NB) == 0) {
+      ++out.left;
+      ::flock(fd, LOCK_UN);
+    } else {
+      ++out.held;
+    }
+    ::close(fd);
+  }
+  return out;
+}
+
 CacheClaim cache_claim(const std::string& kernel_name, const std::string& key) {
   CacheClaim claim;
   const Snapshot snap = snapshot(/*for_write=*/true);

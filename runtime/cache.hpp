@@ -290,6 +290,14 @@ NvrtcForArch loaded_nvrtc_for_arch();
 /// directories give an empty list.
 std::vector<EntryReport> cache_scan(const std::string& dir, bool bundle, const NvrtcForArch& nvrtc);
 
+/// The claim lock files in `dir` (is_lock_file_name): `held` by a live claimant (a
+/// compile in progress), `left` by one that was stopped (SIGTERM, SIGKILL: cache_prune
+/// removes those). Probed with a non-blocking shared flock, let go at once.
+struct LockFiles {
+  int held = 0, left = 0;
+};
+LockFiles cache_lock_files(const std::string& dir);
+
 struct PruneOptions {
   bool all = false;               ///< remove every entry (flashgen cache clear)
   int64_t older_than_s = -1;      ///< also remove current entries not modified for this long

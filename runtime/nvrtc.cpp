@@ -248,7 +248,7 @@ const NvrtcState& loaded_for(int arch) {
   auto it = by_arch.find(arch);
   if (it == by_arch.end()) {
     auto st = std::make_unique<NvrtcState>();
-    std::string tried;
+    std::string tried, others;  // others: NVRTCs that loaded and target other archs
     for (const std::string& c : legacy_candidates()) {
       if (c == primary.library) continue;
       NvrtcState s = try_load(c);
@@ -261,8 +261,19 @@ const NvrtcState& loaded_for(int arch) {
         break;
       }
       tried += fmt::format("\n  {}: NVRTC {}, which does not target sm_{}", c, s.version.str(), arch);
+      others += fmt::format("; {} (NVRTC {}) targets {}", c, s.version.str(), arch_names(s.archs));
     }
-    if (!st->ok) {
+    // Older than every arch the loaded NVRTC targets: one CUDA 13 dropped (sm_70, sm_72), which a
+    // CUDA 12 NVRTC compiles for. Otherwise, or when a CUDA 12 NVRTC here does not target it
+    // either: an arch no NVRTC here knows (a newer GPU, or one that does not exist).
+    const bool older = !primary.archs.empty() && arch < *std::min_element(primary.archs.begin(), primary.archs.end());
+    if (!st->ok && (!others.empty() || !older)) {
+      st->error = fmt::format(
+          "no NVRTC on this machine compiles for sm_{}: {} (NVRTC {}) targets {}{}. Check the arch "
+          "(10 * major + minor, e.g. 86 for sm_86); a newer GPU needs a newer NVRTC (set "
+          "FLASHGEN_NVRTC_LIBRARY to its libnvrtc.so).",
+          arch, primary.library, primary.version.str(), arch_names(primary.archs), others);
+    } else if (!st->ok) {
       st->error = fmt::format(
           "no NVRTC on this machine compiles for sm_{}: the one loaded ({}, NVRTC {}) targets {}, "
           "and CUDA 13 dropped sm_{}. It needs an NVRTC of CUDA 12.x. Install the PyPI wheel "

@@ -81,6 +81,34 @@ std::vector<std::string> items(const std::vector<std::string>& raw) {
   return out;
 }
 
+// A list option with an empty item between commas ("64,", ",64", "64,,128"): refused as a
+// problem string's empty field is, where items() would drop it. (A wholly empty value is the
+// caller's "has no value" error.)
+void refuse_empty_items(const std::vector<std::string>& raw, const char* option) {
+  const bool any = std::any_of(raw.begin(), raw.end(), [](const std::string& r) { return r.find_first_not_of(", ") != std::string::npos; });
+  for (const std::string& r : raw) {
+    if (r.find_first_not_of(", ") == std::string::npos) {
+      // (a ','-delimited option arrives split: an empty element beside others is an empty item)
+      if (any)
+        throw InvalidArgument(fmt::format("{} has an empty item in '{}' (a leading, trailing or doubled ','): give "
+                                          "comma-separated values",
+                                          option, join(raw, ",")));
+      continue;
+    }
+    size_t from = 0;
+    for (;;) {
+      const size_t comma = r.find(',', from);
+      const std::string field = r.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+      if (field.find_first_not_of(' ') == std::string::npos)
+        throw InvalidArgument(fmt::format("{} has an empty item in '{}' (a leading, trailing or doubled ','): give "
+                                          "comma-separated values",
+                                          option, r));
+      if (comma == std::string::npos) break;
+      from = comma + 1;
+    }
+  }
+}
+
 void row(const char* label, const std::string& text) { std::printf("%-12s %s\n", label, text.c_str()); }
 
 // Problem features as a spec fragment for the pregen line.
@@ -358,6 +386,12 @@ int run_pregen(const PregenOptions& o) {
     }
     ::setenv("FLASHGEN_TUNE_FILE", o.tune_file.c_str(), 1);
   }
+  for (const auto& [values, option] :
+       {std::pair{&o.profiles, "--profile"}, std::pair{&o.head_dims, "--head-dims"}, std::pair{&o.dtypes, "--dtypes"},
+        std::pair{&o.masks, "--masks"}, std::pair{&o.biases, "--bias"}, std::pair{&o.lse, "--lse"},
+        std::pair{&o.softcap, "--softcap"}, std::pair{&o.sinks, "--sinks"}, std::pair{&o.alibi, "--alibi"},
+        std::pair{&o.varlen, "--varlen"}, std::pair{&o.paged, "--paged"}, std::pair{&o.tiles, "--tiles"}})
+    refuse_empty_items(*values, option);
   if (!o.profiles.empty() && items(o.profiles).empty())
     throw InvalidArgument(fmt::format("--profile has no value ('{}'): give built-in profile names, e.g. ampere,hopper, "
                                       "or leave --profile out",
@@ -637,9 +671,18 @@ int run_pregen(const PregenOptions& o) {
                       : "");
   std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
   if (!out_dir.empty()) {
+    // (quoted for a POSIX shell where the path holds anything but [A-Za-z0-9_./-], so the line can be pasted)
+    const bool plain = out_dir.find_first_not_of(
+                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_./-") == std::string::npos;
+    std::string shown = out_dir;
+    if (!plain) {
+      shown = "'";
+      for (char ch : out_dir) shown += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+      shown += "'";
+    }
     std::printf("pregen: use the bundle with FLASHGEN_CACHE_PATH=%s (read-only; files must not be writable by "
                 "others)\n",
-                out_dir.c_str());
+                shown.c_str());
   }
   if (failed > 0 || !planning_errors.empty()) {
     std::fprintf(stderr, "pregen: failures:\n");
@@ -1168,8 +1211,10 @@ int run_explain(const ExplainOptions& o) {
 
 CLI::App* add_show(CLI::App& app, ShowOptions& o) {
   CLI::App* c = app.add_subcommand("show", "Print the generated CUDA source for a problem or a spec.");
-  auto* p = c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)");
-  auto* s = c->add_option("--spec", o.spec, "a canonical spec string (flashgen.fwd.v1:...)");
+  auto* p = c->add_option("--problem", o.problem, "the problem, key=value,... (see flashgen --help)")
+                ->check(non_empty("problem", "give key=value,... e.g. dtype=f16,seqlen=4096,heads=32,head_dim=128"));
+  auto* s = c->add_option("--spec", o.spec, "a canonical spec string (flashgen.fwd.v1:...)")
+                ->check(non_empty("spec", "give a canonical spec string (flashgen.fwd.v1:..., as explain prints it)"));
   p->excludes(s);
   // A spec names its arch and tile: --arch and --tile go with --problem only.
   c->add_option("--arch", o.arch, "target compute capability for --problem (default: the GPU's, else 90)")
@@ -1322,6 +1367,14 @@ int run_cache(const CacheOptions& o) {
       // (pregen counts the cubins alone; an entry here is its cubin, source and log)
       std::printf("%s %s: %s, %s on disk\n", dir.label.c_str(), dir.path.c_str(),
                   count_of(reports.size(), "entry", "entries").c_str(), size_text(static_cast<double>(bytes)).c_str());
+      const rt::LockFiles locks = rt::cache_lock_files(dir.path);
+      if (locks.held > 0)
+        std::printf("  %s held: a compile in progress\n", count_of(locks.held, "lock file", "lock files").c_str());
+      if (locks.left > 0)
+        std::printf("  %s left by a compile or pregen that was stopped (no process holds %s): `flashgen cache "
+                    "prune%s` removes %s\n",
+                    count_of(locks.left, "lock file", "lock files").c_str(), locks.left == 1 ? "it" : "them",
+                    dir.label == "user cache" ? "" : (" --dir " + dir.path).c_str(), locks.left == 1 ? "it" : "them");
       for (const auto& r : reports) {
         ++total;
         if (!r.valid) ++bad;
@@ -1434,6 +1487,7 @@ int run_info(const InfoOptions& o) {
     rc = 2;
   } catch (const std::exception& e) {
     row("profile", fmt::format("sm_{}: {}", arch, first_line(e.what())));
+    if (o.arch != 0) rc = 2;  // --arch names an arch no profile serves
   }
   try {
     check_nvrtc_config({arch}, false);

@@ -1083,6 +1083,12 @@ TEST_CASE("cli: cache ls, verify, prune and clear; info") {
   CHECK(contains(info.out, "nvrtc        "));
   CHECK(contains(info.out, "cache user cache " + dir + " (FLASHGEN_CACHE_DIR): searched, written"));
   CHECK(contains(info.out, "tune file    " + dir + "/tune.yml: 0 entries"));
+  // --arch naming an arch no profile serves: said in the profile row, exit 2 (not NVRTC advice alone).
+  const Run none = run_cli({"info", "--arch", "85"}, env);
+  INFO("info --arch 85:\n", none.out);
+  CHECK(none.rc == 2);
+  CHECK(contains(none.out, "profile      sm_85: no profile for compute capability sm_85; nearest: ampere"));
+  CHECK_FALSE(contains(none.out, "CUDA 13 dropped"));
 }
 
 TEST_CASE("cli: cache ls, verify, prune and info count one thing in the singular: 1 entry, 1 file") {
@@ -1100,10 +1106,23 @@ TEST_CASE("cli: cache ls, verify, prune and info count one thing in the singular
     CHECK_FALSE(contains(r.out, "1 entries"));
   }
   test::write_bytes(dir + "/.orphan.tmp.1.2.3", {'x'});
+  // A claim's lock file that no process holds (its compile was killed): ls and verify say so.
+  const std::string lock = dir + "/flashgen_fwd_sm80_f16_d16v16_m16n8k16_bm128_bn64_w8_s2_none-0123456789abcdef.lock";
+  test::write_bytes(lock, {});
+  for (const char* action : {"ls", "verify"}) {
+    CAPTURE(action);
+    const Run r = run_cli({"cache", action}, env);
+    INFO("stdout:\n", r.out);
+    CHECK(r.rc == 0);
+    CHECK(contains(r.out, "  1 lock file left by a compile or pregen that was stopped (no process holds it): "
+                          "`flashgen cache prune` removes it\n"));
+  }
   const Run prune = run_cli({"cache", "prune", "--temp-age", "0"}, env);
   INFO("prune:\n", prune.out, prune.err);
   CHECK(prune.rc == 0);
-  CHECK(contains(prune.out, "prune: 1 file, 1 byte freed in " + dir));
+  CHECK(contains(prune.out, "prune: 2 files, 1 byte freed in " + dir));
+  CHECK_FALSE(std::filesystem::exists(lock));
+  CHECK_FALSE(contains(run_cli({"cache", "ls"}, env).out, "lock file"));
   save_one_entry_tune_file(dir + "/tune.yml", "CLI Test GPU", "dtype=f16,seqlen=128,heads=1,head_dim=16",
                            Tile{64, 64, 4, 2}, 100);
   const Run info = run_cli({"info", "--arch", "80"}, env);
@@ -1518,6 +1537,14 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--varlen", ""}, {"--varlen has no value"}},
            {{"pregen", "--arch", "80", "--list", "--paged", "maybe"}, {"--paged: 'maybe' is not one of no, yes"}},
            {{"pregen", "--arch", "80", "--list", "--paged", ""}, {"--paged has no value"}},
+           // An empty item beside others is refused too, as an empty field of --problem is.
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64,"},
+            {"--head-dims has an empty item in '64,' (a leading, trailing or doubled ',')"}},
+           {{"pregen", "--arch", "80", "--list", "--dtypes", ",f16"}, {"--dtypes has an empty item in ',f16'"}},
+           {{"pregen", "--arch", "80", "--list", "--lse", "no,,yes"}, {"--lse has an empty item in 'no,,yes'"}},
+           {{"pregen", "--arch", "80", "--list", "--tiles", "default,"}, {"--tiles has an empty item in 'default,'"}},
+           {{"show", "--spec", ""}, {"--spec: an empty spec; give a canonical spec string"}},
+           {{"show", "--problem", ""}, {"--problem: an empty problem; give key=value,..."}},
            {{"pregen", "--arch", "80", "--list", "--masks", "window"},
             {"--masks: 'window' is not a known mask kind; allowed: none, causaltl, causalbr, windowtl, windowbr"}},
            {{"pregen", "--arch", "80,99999999999", "--list"}, {"--arch", "'99999999999'", "[10, 999]"}},

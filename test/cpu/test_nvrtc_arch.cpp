@@ -111,3 +111,23 @@ TEST_CASE("nvrtc: FLASHGEN_NVRTC_LIBRARY that cannot target sm_70 is an error na
   CHECK(WEXITSTATUS(status) == 0);
   CHECK(std::filesystem::exists(marker));
 }
+
+TEST_CASE("nvrtc: an arch that no NVRTC here targets is named as such, not as one CUDA 13 dropped") {
+  REQUIRE(rt::nvrtc_available());
+  if (rt::nvrtc_version().major < 13) {
+    MESSAGE("the primary NVRTC is " << rt::nvrtc_version().str() << "; test skipped");
+    return;
+  }
+  // sm_85 is no compute capability: neither CUDA 13's NVRTC nor CUDA 12's targets it.
+  CHECK_FALSE(rt::nvrtc_available_for(85));
+  try {
+    (void)rt::nvrtc_version_for(85);
+    FAIL("nvrtc_version_for(85) should throw");
+  } catch (const Unavailable& e) {
+    const std::string msg = e.what();
+    INFO(msg);
+    CHECK(msg.find("no NVRTC on this machine compiles for sm_85") != std::string::npos);
+    CHECK(msg.find("Check the arch") != std::string::npos);
+    CHECK(msg.find("CUDA 13 dropped") == std::string::npos);
+  }
+}

@@ -477,6 +477,8 @@ TEST_CASE("check_problem: outputs that overlap themselves") {
     p.o.stride_head = 56;
     CHECK_REJECTED(p, "o.stride_head (56) is smaller than the 64 elements it must step over "
                       "(head_dim_v = 64)");
+    CHECK_REJECTED(p, "(contiguous: stride_head >= head_dim_v, stride_seq >= heads_q * stride_head, "
+                      "stride_batch >= seqlen_q * stride_seq)");
   }
   SUBCASE("strides left from another head_dim_v") {
     AttentionProblem q = make_bshd_problem(DType::f16, 2, 100, 120, 8, 2, 96, 64,
@@ -536,6 +538,8 @@ TEST_CASE("check_problem: outputs that overlap themselves") {
     p.lse.stride_batch = 800;
     CHECK_REJECTED(p, "lse.stride_head (99) is smaller than the 100 elements it must step over "
                       "(seqlen_q = 100)");
+    // (the hint is LSE's own layout, [batch, heads_q, seqlen_q], not O's)
+    CHECK_REJECTED(p, "(contiguous: stride_head >= seqlen_q, stride_batch >= heads_q * stride_head)");
   }
   SUBCASE("lse.stride_batch smaller than the heads it steps over") {
     p.lse.data = reinterpret_cast<float*>(0x8000000);

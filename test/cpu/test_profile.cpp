@@ -356,6 +356,8 @@ TEST_CASE("profile_for_arch: no match names the nearest profiles") {
   CHECK_THROWS_WITH_AS(profile_for_arch(61),
                        Contains("no profile for compute capability sm_61; nearest: volta (sm_70, sm_72) above"),
                        Unsupported);
+  CHECK_THROWS_WITH_AS(profile_for_arch(85),
+                       Contains("sm_85; nearest: ampere (sm_80, sm_86, sm_87) on both sides."), Unsupported);
   CHECK_THROWS_WITH_AS(profile_for_arch(88),
                        Contains("sm_88; nearest: ampere (sm_80, sm_86, sm_87) below and ada (sm_89) above"),
                        Unsupported);
