@@ -1158,9 +1158,12 @@ int run_explain(const ExplainOptions& o) {
                       profile.smem_bytes_per_clock_per_sm,
                       m.ai_smem >= m.ridge_smem ? "the matrix unit, not shared memory, limits"
                                                 : "shared-memory bandwidth limits"));
-  row("model", fmt::format("bound by {}; {:.0f}% of the matrix-unit peak (latency {:.0f}%, waves {:.0f}%, padding "
+  // (no SM count: --sms not given and no GPU of this arch here; the waves are not modelled)
+  const std::string waves_text = dev.sm_count > 0 ? fmt::format("waves {:.0f}%", 100.0 * m.wave_efficiency)
+                                                  : std::string("waves not modelled: give --sms");
+  row("model", fmt::format("bound by {}; {:.0f}% of the matrix-unit peak (latency {:.0f}%, {}, padding "
                            "{:.0f}%{})",
-                           m.bound, 100.0 * m.score, 100.0 * m.latency_efficiency, 100.0 * m.wave_efficiency,
+                           m.bound, 100.0 * m.score, 100.0 * m.latency_efficiency, waves_text,
                            100.0 * m.padding_efficiency,
                            m.spill_bytes > 0 ? fmt::format(", spills {:.0f}%", 100.0 * m.spill_efficiency)
                                              : std::string()));

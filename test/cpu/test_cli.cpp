@@ -2695,3 +2695,20 @@ TEST_CASE("cli: cache options another action takes are refused (exit 2), not ign
   CHECK(run_cli({"cache", "prune", "--dry-run", "--older-than", "1", "--temp-age", "3"}, env).rc == 0);
   CHECK(run_cli({"cache", "clear", "--dry-run"}, env).rc == 0);
 }
+
+TEST_CASE("cli: explain models waves only with an SM count, and says so without one") {
+  TempDir work("flashgen-cli-waves");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string p = "dtype=bf16,seqlen=4096,heads=8,head_dim=128";
+  // (this machine's GPU, if any, is not an sm_80 one in CI; --sms gives the count)
+  const Run none = run_cli({"explain", "--arch", "80", "--no-compile", "--problem", p}, env);
+  INFO(none.out, none.err);
+  REQUIRE(none.rc == 0);
+  if (!gpu_available()) CHECK(contains(none.out, "waves not modelled: give --sms"));
+  // 256 blocks of one per SM on 108 SMs: 3 waves, the last 40/108 full: 256 / 324 = 79 %.
+  const Run sms = run_cli({"explain", "--arch", "80", "--no-compile", "--sms", "108", "--problem", p}, env);
+  INFO(sms.out, sms.err);
+  REQUIRE(sms.rc == 0);
+  CHECK(contains(sms.out, "waves 79%"));
+  CHECK_FALSE(contains(sms.out, "waves not modelled"));
+}
