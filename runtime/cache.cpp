@@ -36,6 +36,17 @@
 namespace flashgen::rt {
 namespace {
 
+// The names in directory `dir` ("." and ".." among them), or nullopt with errno set when
+// it cannot be opened.
+std::optional<std::vector<std::string>> dir_names(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return std::nullopt;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
+  ::closedir(d);
+  return names;
+}
+
 // ---- little-endian helpers -------------------------------------------------
 
 void put_u32(char* p, uint32_t v) {
@@ -921,12 +932,9 @@ bool is_lock_file_name(const std::string& name) {
 
 LockFiles cache_lock_files(const std::string& dir) {
   LockFiles out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
-  for (const std::string& name : names) {
+  const auto names = dir_names(dir);
+  if (!names) return out;
+  for (const std::string& name : *names) {
     if (!is_lock_file_name(name)) continue;
     const int fd = ::open((dir + "/" + name).c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) continue;
@@ -1037,11 +1045,9 @@ NvrtcForArch loaded_nvrtc_for_arch() {
 
 std::vector<EntryReport> cache_scan(const std::string& dir, bool bundle, const NvrtcForArch& nvrtc_for) {
   std::vector<EntryReport> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) return out;
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
+  auto listed = dir_names(dir);
+  if (!listed) return out;
+  std::vector<std::string>& names = *listed;
   std::sort(names.begin(), names.end());
   for (const auto& name : names) {
     std::string kernel, key16, ext;
@@ -1144,15 +1150,12 @@ PruneResult cache_prune(const std::string& dir, const NvrtcForArch& nvrtc, const
     }
   }
 
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
+  const auto names = dir_names(dir);
+  if (!names) {
     res.errors.push_back(fmt::format("{}: {}", dir, errno_text(errno)));
     return res;
   }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) names.emplace_back(e->d_name);
-  ::closedir(d);
-  for (const auto& name : names) {
+  for (const auto& name : *names) {
     const std::string path = dir + "/" + name;
     struct stat st {};
     if (::lstat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;

@@ -85,28 +85,23 @@ std::vector<std::string> items(const std::vector<std::string>& raw) {
 // problem string's empty field is, where items() would drop it. (A wholly empty value is the
 // caller's "has no value" error.)
 void refuse_empty_items(const std::vector<std::string>& raw, const char* option) {
-  const bool any = std::any_of(raw.begin(), raw.end(), [](const std::string& r) { return r.find_first_not_of(", ") != std::string::npos; });
+  auto blank = [](const std::string& t, const char* fill) { return t.find_first_not_of(fill) == std::string::npos; };
+  // (a ','-delimited option arrives split: a blank element beside others is an empty item too)
+  bool empty_item = raw.size() > 1 && std::any_of(raw.begin(), raw.end(), [&](const std::string& r) { return blank(r, ", "); }) &&
+                    !std::all_of(raw.begin(), raw.end(), [&](const std::string& r) { return blank(r, ", "); });
   for (const std::string& r : raw) {
-    if (r.find_first_not_of(", ") == std::string::npos) {
-      // (a ','-delimited option arrives split: an empty element beside others is an empty item)
-      if (any)
-        throw InvalidArgument(fmt::format("{} has an empty item in '{}' (a leading, trailing or doubled ','): give "
-                                          "comma-separated values",
-                                          option, join(raw, ",")));
-      continue;
-    }
-    size_t from = 0;
-    for (;;) {
+    if (blank(r, ", ")) continue;
+    for (size_t from = 0;;) {
       const size_t comma = r.find(',', from);
-      const std::string field = r.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
-      if (field.find_first_not_of(' ') == std::string::npos)
-        throw InvalidArgument(fmt::format("{} has an empty item in '{}' (a leading, trailing or doubled ','): give "
-                                          "comma-separated values",
-                                          option, r));
+      empty_item = empty_item || blank(r.substr(from, comma == std::string::npos ? std::string::npos : comma - from), " ");
       if (comma == std::string::npos) break;
       from = comma + 1;
     }
   }
+  if (empty_item)
+    throw InvalidArgument(fmt::format("{} has an empty item in '{}' (a leading, trailing or doubled ','): give "
+                                      "comma-separated values",
+                                      option, join(raw, ",")));
 }
 
 void row(const char* label, const std::string& text) { std::printf("%-12s %s\n", label, text.c_str()); }
