@@ -14,6 +14,8 @@
 #   FLASHGEN_TEST_UNITS=m16n8k16 runs the cases on that matrix unit only
 #   (test/gpu/units.hpp; default: every unit the device runs, about 3x longer);
 #   SANITIZER_TOOL_TIMEOUT=<seconds> stops a tool that runs longer (exit 124).
+#   FLASHGEN_PREBUILT=DIR runs DIR/flashgen_tests_gpu (test/prebuild_gpu.sh made
+#   it on a machine without a GPU) instead of building build/ here.
 #
 # Writes $OUT/machine.txt, $OUT/warmup.log (the same tests without a sanitizer,
 # which also compiles the kernels), $OUT/sanitizer-<tool>.log (the whole run:
@@ -64,14 +66,22 @@ fi
 
 # --- build (dev.sh configures build/ once; -N: list the tests, run none) ------------
 # (The build log goes to $OUT only when the build fails: at most 8 files come back.)
-mkdir -p build
-if ! ./dev.sh test -N >build/sanitizer-build.log 2>&1; then
-  cp build/sanitizer-build.log "$OUT/build.log"
-  tail -40 "$OUT/build.log"
-  echo "run_sanitizers_device.sh: the build failed (log: $OUT/build.log)" >&2
-  exit 2
+if [[ -n "${FLASHGEN_PREBUILT:-}" ]]; then
+  pre="$(cd "$FLASHGEN_PREBUILT" && pwd)" || exit 2
+  [[ -x "$pre/flashgen_tests_gpu" ]] || { echo "run_sanitizers_device.sh: no $pre/flashgen_tests_gpu" >&2; exit 2; }
+  echo "prebuilt: $pre, from $(head -1 "$pre/COMMIT" 2>/dev/null)" | tee -a "$OUT/machine.txt"
+  export LD_LIBRARY_PATH="$pre:$LD_LIBRARY_PATH"
+  binary="$pre/flashgen_tests_gpu"
+else
+  mkdir -p build
+  if ! ./dev.sh test -N >build/sanitizer-build.log 2>&1; then
+    cp build/sanitizer-build.log "$OUT/build.log"
+    tail -40 "$OUT/build.log"
+    echo "run_sanitizers_device.sh: the build failed (log: $OUT/build.log)" >&2
+    exit 2
+  fi
+  binary="$PWD/build/test/flashgen_tests_gpu"
 fi
-binary="$PWD/build/test/flashgen_tests_gpu"
 # Compile the kernels once, outside the sanitizers (NVRTC on the host is not
 # what is being checked, and it is slow under them): a quick run fills the cache.
 start=$(date +%s)
