@@ -13,6 +13,7 @@
 #include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
 #include "gen/emit_internal.hpp"
+#include "gen/limits.hpp"
 #include "gen/params.hpp"
 
 namespace flashgen::gen {
@@ -119,9 +120,11 @@ std::string emit_wgmma(const KernelSpec& spec) {
   const auto qk = spec.qk_chunks();
   const auto vc = spec.v_chunks();
   std::map<std::string, std::string> slots;
+  int gather_shift = 0;
+  while ((2 << gather_shift) <= kWgmmaGatherPageBelow) ++gather_shift;
   slots["CONSTANTS"] = spec_constants(spec) + fmt::format(
-      "\nconstexpr bool IS_BF16 = {};",
-      spec.dtype == DType::bf16 ? "true" : "false");
+      "\nconstexpr bool IS_BF16 = {};\nconstexpr int GATHER_PAGE_SHIFT = {};  // pages of 2^page_shift keys below 2^this: cp.async gather",
+      spec.dtype == DType::bf16 ? "true" : "false", gather_shift);
   slots["KERNEL_NAME"] = spec.kernel_name();
   slots["M16_PARTS"] = template_text("fwd_rows.cuh") + "\n" + template_text("fwd_m16_parts.cuh");
   slots["WGMMA_OPS"] = wgmma_ops(spec, vc);
@@ -153,7 +156,7 @@ std::string emit_wgmma(const KernelSpec& spec) {
   };
   slots["TMA_K_PAGED"] = tma_paged(qk, "k");
   slots["TMA_V_PAGED"] = tma_paged(vc, "v");
-  // Pages below 8 keys: the producer warpgroup gathers a row per key with cp.async, one
+  // Pages below kWgmmaGatherPageBelow keys: the producer warpgroup gathers a row per key with cp.async, one
   // call per run of equal-width chunks (D128: one call of two 64-column chunks), so each
   // shuffled row offset serves every chunk of the run.
   auto gather_lines = [](const std::vector<int>& chunks, const char* indent) {

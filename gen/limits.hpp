@@ -29,5 +29,12 @@ constexpr int kWgmmaMaxHeadDimVOneGroup = 240;
 /// alone takes head_dim_v / 2 of them, and above 128 ptxas spills hundreds of
 /// bytes or refuses.
 constexpr int kWgmmaMaxHeadDimThreeGroups = 128;
+/// The paged wgmma kernel reads pages of fewer keys than this (a power of two)
+/// with the producer warpgroup's cp.async, a row per key through the page
+/// table, and larger pages as TMA boxes (a box holds at least one 8-row swizzle
+/// atom, so pages of 1-4 keys can only be gathered). The crossover of the two
+/// measured on an H100, bf16 D128 chunked prefill (bench/NOTES.md session 28):
+/// at page 8 the gather takes 0.65x the boxes' time, at 16 0.97x, at 32 1.10x.
+constexpr int kWgmmaGatherPageBelow = 32;
 
 }  // namespace flashgen::gen

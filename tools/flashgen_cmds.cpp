@@ -1036,9 +1036,9 @@ int run_explain(const ExplainOptions& o) {
                                                    : fmt::format("{} consumer warps + {} producer warps",
                                                                  spec.tile.warps, unit.producer_warps),
                           unit.producer_warps == 0 ? ""
-                          : d.paged() && d.page_size < 8
-                              ? " (cp.async gather: pages below 8 keys)"
-                              : " (TMA)",
+                          : d.paged() && d.page_size < gen::kWgmmaGatherPageBelow
+                              ? fmt::format(" (cp.async gather: pages below {} keys)", gen::kWgmmaGatherPageBelow)
+                              : std::string(" (TMA)"),
                           spec.threads(),
                           count_of(static_cast<size_t>(spec.tile.stages), "stage"), tile_source));
   const int64_t dmax = std::max(spec.head_dim, spec.head_dim_v);

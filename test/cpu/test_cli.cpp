@@ -912,8 +912,9 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
        at = dry.out.find("(profile default)", at + 1))
     ++defaults;
   CHECK(defaults == 1);
-  // sm_90: the wgmma kernel at every page size; its producer gathers pages below 8 keys.
-  for (const char* ps : {"1", "4", "8"}) {
+  // sm_90: the wgmma kernel at every page size; its producer gathers pages below 32 keys
+  // (gen::kWgmmaGatherPageBelow).
+  for (const char* ps : {"1", "4", "16", "32"}) {
     CAPTURE(ps);
     const Run h = run_cli({"explain", "--problem",
                            std::string("dtype=bf16,seqlen_q=256,seqlen_k=1000,heads_q=8,heads_kv=2,head_dim=128,"
@@ -924,7 +925,7 @@ TEST_CASE("cli: page_size in the problem syntax makes a paged KV cache") {
     CHECK(h.rc == 0);
     CHECK(contains(h.out, "unit=wgmma,"));
     CHECK(contains(h.out, std::string(" consumer warps + 4 producer warps (") +
-                              (std::string(ps) == "8" ? "TMA)" : "cp.async gather: pages below 8 keys)")));
+                              (std::string(ps) == "32" ? "TMA)" : "cp.async gather: pages below 32 keys)")));
   }
   // A paged problem that breaks a rule: explain lists it and offers paged alternatives.
   const Run bad = run_cli({"explain", "--problem", "dtype=f16,seqlen=64,heads=1,head_dim=100,page_size=16", "--arch",

@@ -14,6 +14,7 @@
 #include "flashgen/profile.hpp"
 #include "flashgen/spec.hpp"
 #include "gen/emit.hpp"
+#include "gen/limits.hpp"
 #include "gen/unit_traits.hpp"
 #include "runtime/compile.hpp"
 #include "runtime/nvrtc.hpp"
@@ -347,11 +348,17 @@ TEST_CASE("wgmma: compiled for sm_90a; sub-tiles of at most 64 columns; wrappers
   CHECK(src.find("fg_tma_load(dst + 2 * BLOCK_N * 64, tma.v[1], 64, n0, head_v, batch_v, bar);") != std::string::npos);
   CHECK(src.find("setmaxnreg.dec.sync.aligned.u32") != std::string::npos);
   CHECK(src.find("fg_copy_tile_async<") == std::string::npos);
-  // Paged: pages below 8 keys are gathered by the producer warpgroup with cp.async, chunk by
+  // Paged: pages below 32 keys are gathered by the producer warpgroup with cp.async, chunk by
   // chunk (64 + 32 columns), each thread's copies completing the full barrier.
   KernelSpec sp = s;
   sp.paged = true;
   const std::string paged_src = generate(sp);
+  // The run-time choice compares page_shift with the generator's threshold, the one explain names.
+  static_assert((gen::kWgmmaGatherPageBelow & (gen::kWgmmaGatherPageBelow - 1)) == 0, "a power of two");
+  int shift = 0;
+  while ((1 << shift) < gen::kWgmmaGatherPageBelow) ++shift;
+  CHECK(paged_src.find(fmt::format("constexpr int GATHER_PAGE_SHIFT = {};", shift)) != std::string::npos);
+  CHECK(paged_src.find("const bool gather = PAGED && (int)p.page_shift < GATHER_PAGE_SHIFT;") != std::string::npos);
   CHECK(paged_src.find("fg_gather_rows<64, 0, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
   CHECK(paged_src.find("fg_gather_rows<32, 64, 1, NR>(dst, head, row_off, row0, nr, kv_valid, lane);") != std::string::npos);
   // Equal-width chunks share one call (each shuffled row offset serves them all): D256 is 4 x 64.

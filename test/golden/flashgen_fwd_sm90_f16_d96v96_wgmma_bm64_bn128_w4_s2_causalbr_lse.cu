@@ -738,6 +738,7 @@ constexpr bool SINKS = false;   // one fp32 logit per query head joins the softm
 constexpr bool ALIBI = false;    // S -= slope * |i + off - j| (p.alibi_slopes)
 constexpr int SMEM_BYTES = 111616;  // dynamic shared memory per block (KernelSpec::smem_bytes)
 constexpr bool IS_BF16 = false;
+constexpr int GATHER_PAGE_SHIFT = 5;  // pages of 2^page_shift keys below 2^this: cp.async gather
 
 constexpr int THREADS = WARPS * 32;          // consumer threads (what the shared parts call THREADS)
 constexpr int PRODUCER_THREADS = 128;        // one warpgroup: setmaxnreg acts on whole warpgroups
@@ -1740,7 +1741,7 @@ FG_DEVICE void fg_tma_load(u32 dst, const FgTmaMap& map, int col, int row, int h
 FG_DEVICE void fg_cp_async_arrive_noinc(u32 bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
-// PAGED with pages below 8 keys: rows row0 .. row0 + nr - 1 (nr <= NR <= 32) of a
+// PAGED with gathered pages (below 2^GATHER_PAGE_SHIFT keys): rows row0 .. row0 + nr - 1 (nr <= NR <= 32) of a
 // K/V tile, NC chunks of W columns from column OFF (chunk c: [OFF + c W, OFF + (c + 1) W)),
 // into the tile's swizzled sub-tiles from shared address `tile` (chunk c's at
 // 2 BLOCK_N (OFF + c W) bytes on, fg_swz<W>: the layout the descriptors read), by one
@@ -2043,14 +2044,15 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
   auto empty_v = [&](u32 s) { return bars + 8 * (3 * STAGES + s); };
   const u32 band_key = bars + 8 * 4 * STAGES;  // a cut tile's lowest non-finite V key (an s32, BLOCK_N: none)
   const u32 window_bits = band_key;             // WINDOW instead: WIN_WORDS words, a bit per key
-  // PAGED with pages below 8 keys (a TMA box would be under one 8-row swizzle
-  // atom): the whole producer warpgroup gathers the tiles with cp.async, a
+  // PAGED with pages below 2^GATHER_PAGE_SHIFT keys (gen/limits.hpp
+  // kWgmmaGatherPageBelow: below 8 a TMA box would be under one 8-row swizzle
+  // atom, and up to 16 the gather is the faster): the whole producer warpgroup gathers the tiles with cp.async, a
   // row per key through the page table (fg_gather_rows, with the swizzle of
   // fg_swz, which the descriptors read), and each producer
   // thread's cp.async.mbarrier.arrive completes the stage's full barrier.
   // Those copies write shared memory through the generic proxy, so each
   // consumer fences (fence.proxy.async) after its wait, before its wgmma.
-  const bool gather = PAGED && (int)p.page_shift < 3;
+  const bool gather = PAGED && (int)p.page_shift < GATHER_PAGE_SHIFT;
 
   if (threadIdx.x == 0) {
 #pragma unroll

@@ -561,7 +561,7 @@ PCase pc(const char* group, DType dt, int64_t d, int64_t hq, int64_t hkv, MaskKi
 }
 
 // Forward through plan + launch, dense Q: chunked prefill (causal bottom-right),
-// no mask, a bottom-right window, GQA 4; page sizes 1, 2, 4, 8, 16, 64, 256 (below 8 the
+// no mask, a bottom-right window, GQA 4; page sizes 1, 2, 4, 8, 16, 64, 256 (below 32 the
 // wgmma producer gathers rows with cp.async: head dims 64 + 32 and 4 x 64 chunks there too).
 std::vector<PCase> forward_cases() {
   std::vector<PCase> v;
