@@ -27,7 +27,8 @@
 //     T = max(step FLOPs / matrix-unit rate, step smem bytes / smem rate)
 //     clocks of work and then waits for what is not hidden: the global load
 //     latency (kLoadLatency clocks) minus the work of the (stages - 1) steps
-//     in flight of all resident blocks, plus a per-step barrier and softmax
+//     in flight of all resident blocks (one stage on m16n8k16: half a step,
+//     K and V copied in turn), plus a per-step barrier and softmax
 //     reduction cost (kStepOverhead clocks): min(1, blocks_per_sm * T / (T + wait)).
 // The score further multiplies the wave efficiency (last partial wave of the
 // grid) and the padding efficiency (rows/keys computed beyond seqlen or the
@@ -349,7 +350,12 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
     const double step_smem = (smem_readers + 1) * static_cast<double>(bn) * (D + Dv) * eb;
     const double work = std::max(P > 0 ? step_flops / P : 0.0, Bs > 0 ? step_smem / Bs : 0.0);
     const double occ = std::max(1, m.blocks_per_sm);
-    const double hidden = static_cast<double>(std::max(0, spec.tile.stages - 1)) * occ * work;
+    // Steps whose copies are in flight behind this one: stages - 1. One stage on m16n8k16
+    // (cp.async, templates/fwd_m16n8.cu) copies K and V in turn, each behind the half of the
+    // step that reads the other: half a step. (m16n8k8 stages its copies through registers and
+    // waits for them; m8n8k4 likewise.)
+    const double in_flight = spec.tile.stages > 1 ? spec.tile.stages - 1.0 : spec.unit == MatrixUnit::m16n8k16 ? 0.5 : 0.0;
+    const double hidden = in_flight * occ * work;
     const double wait = std::max(0.0, kLoadLatency - hidden) + kStepOverhead;
     const double step_eff = work > 0 ? std::min(1.0, occ * work / (work + wait)) : 0.0;
     m.latency_efficiency = std::min(warp_eff, step_eff);

@@ -60,6 +60,9 @@ const char* const kGoldenSpecs[] = {
     // Key-split warps (block_m < 16 * warps): four warps share 16 packed rows; two row groups of two.
     "flashgen.fwd_split.v1:sm=90,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=16,bn=64,w=4,s=2,pack=4,mask=none,bias=none,lse=0",
     "flashgen.fwd_split.v1:sm=80,unit=m16n8k16,dtype=f16,d=96,dv=96,bm=32,bn=64,w=4,s=2,pack=4,mask=causalbr,bias=input,lse=1",
+    // One K/V pipeline stage (K and V copied in turn), with and without Q.K^T one tile ahead.
+    "flashgen.fwd.v1:sm=80,unit=m16n8k16,dtype=f16,d=256,dv=256,bm=64,bn=64,w=4,s=1,mask=causalbr,bias=none,lse=1",
+    "flashgen.fwd.v1:sm=80,unit=m16n8k16,dtype=bf16,d=128,dv=128,bm=128,bn=64,w=8,s=1,mask=none,bias=none,lse=0",
     // The merge of attention states (combine family).
     "flashgen.combine.v1:sm=90,part=f32,out=bf16,dv=128,lse=1",
     // ... and the packed batch's, which writes only the rows of its sequences

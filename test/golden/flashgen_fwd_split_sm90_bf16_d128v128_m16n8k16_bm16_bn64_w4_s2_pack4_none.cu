@@ -1755,11 +1755,15 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_split_sm90
   // With QK_AHEAD, Q.K^T runs one tile ahead of softmax and P.V, so the tensor
   // cores have the next tile's products to work on while a warp does the
   // current tile's softmax (A = 1 below; A = 0 without it). K tile t and V tile
-  // t live in buffer t % STAGES. At iteration j a group {K[j+STAGES-1+A],
-  // V[j+STAGES-1]} is issued (K[j-1+A] and V[j-1] were last read at iteration
-  // j-1; the barrier orders that), and K[j+A], V[j] must have landed: they came
-  // in the group issued STAGES-1 iterations earlier, so STAGES-2 newer groups
-  // may still be in flight. With one stage the group is waited for at once.
+  // t live in buffer t % STAGES. STAGES >= 2: at iteration j a group
+  // {K[j+STAGES-1+A], V[j+STAGES-1]} is issued (K[j-1+A] and V[j-1] were last
+  // read at iteration j-1; the barrier orders that), and K[j+A], V[j] must have
+  // landed: they came in the group issued STAGES-1 iterations earlier, so
+  // STAGES-2 newer groups may still be in flight. STAGES == 1 (one K and one V
+  // buffer): K and V are copied in turn, each while the other is in use. At
+  // iteration j, once K[j+A] has landed and every warp is done with V[j-1], V[j]
+  // is issued and lands during Q.K^T and the softmax; once it has landed and
+  // every warp is done with K[j+A], K[j+1+A] is issued and lands during P.V.
   constexpr int AHEAD = QK_AHEAD ? 1 : 0;
   auto load_k = [&](int tile) {
     if (tile < n_tiles) {
@@ -1779,14 +1783,14 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_split_sm90
       fg_copy_tile_async<128, 0, BLOCK_N>(sVs + BLOCK_N * 0, vg, p.v_stride_seq, kv_valid, tid);
     }
   };
-  if (AHEAD) load_k(0);
+  if (AHEAD || STAGES == 1) load_k(0);
 #pragma unroll
   for (int gi = 1 - STAGES; gi <= -1; ++gi) {
     load_k(gi + STAGES - 1 + AHEAD);
     load_v(gi + STAGES - 1);
     fg_copy_commit();
   }
-  if (STAGES == 1 && AHEAD) fg_copy_commit();
+  if (STAGES == 1) fg_copy_commit();
 
   // ---- Q: scale, round, stage, then keep in registers ----
   const float scale = (float)p.softmax_scale;
@@ -1846,27 +1850,36 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_split_sm90
   };
   // One iteration: tile j's softmax and P.V, and (QK_AHEAD) tile j+1's Q.K^T into `sn`.
   auto step = [&](int j, float (&sc)[M_SLICES][NT][4], float (&sn)[M_SLICES][NT][4]) {
-    if (STAGES == 1) {
-      __syncthreads();  // every warp is done with K[j-1+A] and V[j-1]
-      load_k(j + AHEAD);
+    if constexpr (STAGES == 1) {
+      fg_copy_wait<0>();
+      __syncthreads();  // K[j+A] visible; every warp is done with V[j-1]
       load_v(j);
       fg_copy_commit();
+      if (AHEAD) {
+        if (j + 1 < n_tiles) qk(sK, sn);
+      } else {
+        qk(sK, sc);
+      }
+      softmax(j, sc);
       fg_copy_wait<0>();
-      __syncthreads();
+      __syncthreads();  // V[j] visible; every warp is done with K[j+A]
+      load_k(j + 1 + AHEAD);
+      fg_copy_commit();
+      pv(j, sV, sc);
     } else {
       fg_copy_wait<(STAGES > 1 ? STAGES - 2 : 0)>();
       __syncthreads();  // K[j+A], V[j] visible; K[j-1+A], V[j-1] buffers free
       load_k(j + STAGES - 1 + AHEAD);
       load_v(j + STAGES - 1);
       fg_copy_commit();
+      if (AHEAD) {
+        if (j + 1 < n_tiles) qk(sK + ((j + 1) % STAGES) * BLOCK_N * HEAD_DIM, sn);
+      } else {
+        qk(sK + (j % STAGES) * BLOCK_N * HEAD_DIM, sc);
+      }
+      softmax(j, sc);
+      pv(j, sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
     }
-    if (AHEAD) {
-      if (j + 1 < n_tiles) qk(sK + ((j + 1) % STAGES) * BLOCK_N * HEAD_DIM, sn);
-    } else {
-      qk(sK + (j % STAGES) * BLOCK_N * HEAD_DIM, sc);
-    }
-    softmax(j, sc);
-    pv(j, sV + (j % STAGES) * BLOCK_N * HEAD_DIM_V, sc);
   };
 
   float s0[M_SLICES][NT][4], s1[M_SLICES][NT][4];
@@ -1875,6 +1888,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1) flashgen_fwd_split_sm90
     __syncthreads();
   fg_ldsm_q<128, 0>(sQ + BLOCK_M * 0, qf, qf8, warp, lane);
     qk(sK, s0);
+    if (STAGES == 1) {
+      __syncthreads();  // every warp is done with K[0]
+      load_k(1);
+      fg_copy_commit();
+    }
   } else {
     __syncthreads();
   fg_ldsm_q<128, 0>(sQ + BLOCK_M * 0, qf, qf8, warp, lane);

@@ -842,6 +842,53 @@ std::vector<Case> quick_cases() {
   return v;
 }
 
+// One K/V pipeline stage (fgtest::one_stage_units: the m16n8 kernels copy V
+// while Q.K^T and the softmax read K, and the next K while P.V reads V): the
+// quick subset, the sliding windows (tiles skipped on both sides), sinks with
+// rows that see no key, and split-KV decode (key-split warps), with key-tile
+// counts 0 .. 32 (odd and even: the QK_AHEAD loop is unrolled by two).
+std::vector<Case> one_stage_cases() {
+  std::vector<Case> v = quick_cases();
+  for (const Case& c : window_cases()) v.push_back(c);
+  for (const Case& c : sinks_cases()) v.push_back(c);
+  int k = 0;
+  for (int64_t d : {64, 96, 128, 256})
+    for (int64_t sk : {1, 64, 127, 191, 2049}) {
+      Case c = base("one stage key tiles");
+      c.dtype = kDtypes[k % 2];
+      c.head_dim = c.head_dim_v = d;
+      c.heads_q = 4;
+      c.heads_kv = 2;
+      c.seqlen_q = k % 3 == 0 ? 300 : 129;
+      c.seqlen_k = sk;
+      c.mask = kMasks[k % 3];
+      ++k;
+      v.push_back(c);
+    }
+  struct D {
+    DType dt;
+    int64_t hq, hkv, sq, sk, d;
+    int splits;
+  };
+  const D decodes[] = {{DType::bf16, 32, 8, 1, 1000, 128, 0}, {DType::f16, 8, 2, 1, 4097, 128, 3},
+                       {DType::f16, 4, 4, 4, 700, 256, 2},    {DType::bf16, 8, 1, 2, 129, 64, 0}};
+  for (const D& x : decodes) {
+    Case c = base("one stage decode");
+    c.dtype = x.dt;
+    c.batch = 2;
+    c.heads_q = x.hq;
+    c.heads_kv = x.hkv;
+    c.seqlen_q = x.sq;
+    c.seqlen_k = x.sk;
+    c.head_dim = c.head_dim_v = x.d;
+    c.mask = MaskKind::causal_bottom_right;
+    c.decode_splits = x.splits;
+    c.sample_rows = 0;
+    v.push_back(c);
+  }
+  return v;
+}
+
 }  // namespace
 
 TEST_SUITE("gpu") {
@@ -909,6 +956,16 @@ FLASHGEN_GPU_TEST("forward: batch x heads above 65535") { run_group("grid > 6553
 FLASHGEN_GPU_TEST("forward: padded (non-contiguous) Q, K, V, O and LSE") { run_group("padded", padded_cases()); }
 
 FLASHGEN_GPU_TEST("forward: long sequences (4097, 8191) with GQA") { run_group("long", long_cases()); }
+
+FLASHGEN_GPU_TEST("forward: one K/V pipeline stage (K and V copied in turn), m16n8k16 and m16n8k8") {
+  const std::vector<fgtest::Unit> list = fgtest::one_stage_units();
+  if (list.empty()) {
+    MESSAGE("no m16n8 unit selected, or the device's shared memory per block holds no one-stage tile: skipped");
+    return;
+  }
+  fgtest::UnitsOverride scope(list);
+  run_group("one stage", one_stage_cases());
+}
 
 FLASHGEN_GPU_QUICK_TEST("forward: quick representative subset (FLASHGEN_TEST_QUICK=1)") {
   run_group("quick subset", quick_cases());

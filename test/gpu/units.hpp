@@ -78,7 +78,7 @@ inline std::string unit_profile_yaml(const flashgen::Profile& tiles, const flash
 }
 
 /// The units of this device (decided once; needs a GPU).
-inline const std::vector<Unit>& units() {
+inline const std::vector<Unit>& device_units() {
   static const std::vector<Unit> list = [] {
     std::vector<Unit> v;
     const int arch = flashgen::current_device().arch;
@@ -114,6 +114,60 @@ inline const std::vector<Unit>& units() {
     return v;
   }();
   return list;
+}
+
+/// The list units() returns while a UnitsOverride is alive (else null).
+inline const std::vector<Unit>*& units_override() {
+  static const std::vector<Unit>* list = nullptr;
+  return list;
+}
+
+/// The units every case runs on: the device's (device_units), or a
+/// UnitsOverride's list for its scope.
+inline const std::vector<Unit>& units() { return units_override() != nullptr ? *units_override() : device_units(); }
+
+/// For one scope, every case runs on `list` instead of the device's units.
+class UnitsOverride {
+ public:
+  explicit UnitsOverride(const std::vector<Unit>& list) : old_(units_override()) { units_override() = &list; }
+  ~UnitsOverride() { units_override() = old_; }
+  UnitsOverride(const UnitsOverride&) = delete;
+  UnitsOverride& operator=(const UnitsOverride&) = delete;
+
+ private:
+  const std::vector<Unit>* old_;
+};
+
+/// The device's m16n8k16 and m16n8k8 units (of device_units(), so
+/// FLASHGEN_TEST_UNITS applies) through profiles whose tiles have one K/V
+/// pipeline stage (templates/fwd_m16n8.cu: K and V copied in turn, each while
+/// the other is read): d <= 64 128x64x4x1, d <= 128 128x64x8x1 (Q.K^T one tile
+/// ahead: QK_AHEAD), d <= 256 64x64x4x1 (96 KiB). Empty where the device's
+/// shared memory per block holds less than those tiles need.
+inline std::vector<Unit> one_stage_units() {
+  std::vector<Unit> v;
+  const int arch = flashgen::current_device().arch;
+  const flashgen::Profile& device = flashgen::profile_for_arch(arch);
+  if (device.smem_per_block < 2 * (64 * 256 + 64 * 512)) return v;
+  char dir_template[] = "/tmp/flashgen-gpu-one-stage-XXXXXX";
+  const char* dir = ::mkdtemp(dir_template);
+  if (dir == nullptr) return v;
+  for (const Unit& u : device_units()) {
+    if (u.name != "m16n8k16" && u.name != "m16n8k8") continue;
+    const auto& builtin = flashgen::builtin_profiles();
+    const auto p = std::find_if(builtin.begin(), builtin.end(), [&](const flashgen::Profile& x) {
+      return x.wgmma_flash.empty() && flashgen::to_string(x.matrix_unit.shape) == u.name;
+    });
+    if (p == builtin.end()) continue;
+    flashgen::Profile tiles = *p;
+    tiles.name += "-one-stage";
+    tiles.flash = {{64, {128, 64, 4, 1}}, {128, {128, 64, 8, 1}}, {256, {64, 64, 4, 1}}};
+    const std::string name = fmt::format("{}-on-sm{}", tiles.name, arch);
+    const std::string path = fmt::format("{}/{}.yml", dir, name);
+    std::ofstream(path) << unit_profile_yaml(tiles, device, arch, u.dtypes);
+    v.push_back({u.name, name, path, u.dtypes});
+  }
+  return v;
 }
 
 }  // namespace fgtest
