@@ -1169,8 +1169,9 @@ FG_DEVICE u32 fg_pack_in(float lo, float hi) {
 // Copy ROWS rows x W elements (columns [OFF, OFF+W) of the head dim) from
 // global `src` (row stride `stride` elements) into the swizzled sub-tile
 // `dst`; rows >= `valid_rows` are zero-filled. ASYNC_COPY: cp.async, 16 bytes
-// each (src-size 0 zero-fills; the address given is then still a valid one,
-// the tile's first row or, PG, a row of page 0); published by fg_copy_wait +
+// each (src-size 0 zero-fills and reads no byte, PTX ISA "cp.async": the
+// address given is then the row's own, past the valid rows, or, PG, a row of
+// page 0); published by fg_copy_wait +
 // a barrier. PG: row r is fg_page_row(pr, src, r) (a paged KV cache; `stride`
 // is not read). Otherwise 16-byte loads (up to four in flight per thread) then
 // shared stores, published by the next barrier. FULL (ASYNC_COPY only): every
@@ -1267,6 +1268,9 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
       }
     }
     if (!runs) {
+      // Dense rows: one 64-bit byte address per pass, a row past valid_rows keeps its
+      // (unread) address and copies no byte (src-size 0).
+      const unsigned long long gb0 = reinterpret_cast<unsigned long long>(g0), gstep_bytes = 2ull * (unsigned long long)gstep;
       u32 page[PASSES];
 #pragma unroll
       for (int it = 0; it < PASSES; ++it) {
@@ -1278,12 +1282,16 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
         const int row = row0 + it * RSTEP;
         if (UNITS % THREADS == 0 || row < ROWS) {
           const bool ok = row < valid_rows;
-          fg_cp_async16(smem_at(it, row),
-                        ok ? (PG ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
-                                             (unsigned long long)((kslot + row) & mask) * (unsigned long long)pr.stride_seq)
-                                 : g0 + it * gstep)
-                           : src + OFF,
-                        ok ? 16 : 0);
+          if constexpr (PG) {
+            fg_cp_async16(smem_at(it, row),
+                          ok ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
+                                            (unsigned long long)((kslot + row) & mask) * (unsigned long long)pr.stride_seq)
+                             : src + OFF,
+                          ok ? 16 : 0);
+          } else {
+            fg_cp_async16(smem_at(it, row), reinterpret_cast<const void*>(gb0 + (unsigned long long)it * gstep_bytes),
+                          ok ? 16 : 0);
+          }
         }
       }
     }
