@@ -1270,6 +1270,13 @@ DecodePlan plan_decode(const AttentionProblem& problem, int arch, int sm_count, 
   s.unit = unit;
   s.has_lse = false;  // the split kernel always writes partial LSE; the combine writes the problem's
   s.tile = profile.tile_for(std::max(d, dv), unit).tile;
+  // Decode streams K/V at memory bandwidth, so it keeps a copy in flight behind the one it reads: a
+  // one-stage row (a prefill tile whose K and V copies take turns, e.g. the sm_80-90 D256 64x64x4x1)
+  // runs as two stages of half its keys, in the same shared memory.
+  if (s.tile.stages == 1 && s.tile.block_n % 32 == 0) {
+    s.tile.block_n /= 2;
+    s.tile.stages = 2;
+  }
   s.tile.block_m = 16 * s.tile.warps;  // one 16-row slice per warp: decode has few rows
   const int64_t g = group_size(problem);
   s.pack = 1;

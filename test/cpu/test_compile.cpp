@@ -8,7 +8,7 @@
 // 128 up to 80 bytes (the d256 causal ones with a bias reach 72 since the
 // causal P.V steps), sm_90a wgmma kernels with a causal mask up to 8,
 // sm_90's m16n8k16 kernels up to 16 (96 for the 128-row tiles above head dim
-// 88), m8n8k4 fwd_split kernels with head_dim >
+// 88), the sm_80-90 one-stage D256 tile 64x64x4x1 up to 96, m8n8k4 fwd_split kernels with head_dim >
 // 128 up to 72; every kernel with spills is listed in
 // the summary.
 //
@@ -82,7 +82,9 @@ std::vector<Combo> all_combos() {
 // rows per warp (profiles/blackwell_consumer.yml).
 // Spill bytes a kernel may report (listed in the summary); 0 unless noted.
 //  - sm_120/121, head dims above 128: 12-36 bytes at 255 registers (the same
-//    source fits for sm_89); bounded at 64.
+//    source fits for sm_89); bounded at 80.
+//  - m16n8k16 one-stage 64x64x4x1 above head dim 128 (the sm_80-90 d<=256 row):
+//    8-96 bytes, 0-4 spill loads in the key loop. Bounded at 96.
 //  - m8n8k4 with head dims above 128, sinks and a mask: 24-40 bytes in the
 //    epilogue (the sink's merge). Bounded at 64.
 //  - m16n8k16 with a sliding window: 4-8 bytes at head dims 128-256. Bounded at 16.
@@ -115,6 +117,14 @@ int64_t spill_limit_bytes(const KernelSpec& s) {
   // per block; NVRTC 12.9 for sm_70).
   if (s.unit == MatrixUnit::m8n8k4 && s.head_dim > 128 && s.sinks && s.mask != MaskKind::none) return 64;
   if ((s.arch == 120 || s.arch == 121) && std::max(s.head_dim, s.head_dim_v) > 128) return 80;
+  // The sm_80-90 profiles' one-stage d<=256 row, 64x64x4x1 (a 16x64 S and P a warp beside O's 16x256):
+  // 8-96 bytes at 255 registers on sm_80/86/89/90 (NVRTC 13), 0-4 LDL in the key loop of 1100-3800
+  // instructions (nvdisasm: sm_86 bf16 LSE 1, sm_80 causal f32 bias 4), the rest in the prologue and
+  // epilogue; 1.04-1.09x the spill-free two-stage 64x32 on an H100 (bench/NOTES.md session 30).
+  // Bounded at 96 (before the window, packed-batch and sm_90 rules below).
+  if (s.unit == MatrixUnit::m16n8k16 && s.tile.stages == 1 && s.tile.block_m == 64 && s.tile.block_n == 64 &&
+      std::max(s.head_dim, s.head_dim_v) > 128)
+    return 96;
   // (before the window rule: a paged d256 window kernel reports 24-32 bytes)
   if (s.unit == MatrixUnit::wgmma && s.paged) return 80;
   // wgmma above head dim 128 with a bias: 12-16 bytes of stores, 48-52 of loads (D256, LSE; NVRTC 13).

@@ -79,10 +79,19 @@ TEST_CASE("decode plan: an m16n8 fwd_split kernel, GQA packing, splits by wave e
   // (B75): three waves 0.76 full, so 3 splits (1800 blocks in seven waves, 0.97).
   CHECK(plan_decode(decode_problem(75, 32, 8, 1, 4096, 128), 90, 132).num_splits == 3);
   CHECK(plan_decode(decode_problem(64, 32, 8, 1, 4096, 128), 90, 132).num_splits == 1);
-  // D256 (bn 32): two warps split each tile of one 16-row block, 72 KiB of
-  // shared memory, three blocks per SM: 3 splits of 128 blocks fill one wave
-  // of 396 (384 blocks).
+  // D256: the profile's one-stage 64x64x4x1 row decodes as two stages of 32
+  // keys (a copy in flight behind the one read); two warps split each tile of
+  // one 16-row block, 72 KiB of shared memory, three blocks per SM: 3 splits
+  // of 128 blocks fill one wave of 396 (384 blocks).
   const DecodePlan d256 = plan_decode(decode_problem(8, 16, 16, 1, 16384, 256), 90, 132);
+  CHECK(profile_for_arch(90).tile_for(256, MatrixUnit::m16n8k16).tile.stages == 1);
+  CHECK(d256.split.tile.stages == 2);
+  CHECK(d256.split.tile.block_n == 32);
+  for (int arch : {80, 86, 89}) {
+    const DecodePlan a = plan_decode(decode_problem(8, 16, 16, 1, 16384, 256), arch, 108);
+    CHECK(a.split.tile.stages == 2);
+    CHECK(a.split.tile.block_n == 32);
+  }
   CHECK(d256.split.tile.block_m == 16);
   CHECK(d256.split.tile.warps == 2);
   CHECK(d256.split.key_warps() == 2);
