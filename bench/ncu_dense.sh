@@ -11,21 +11,12 @@
 # /tmp/libs-cu13.tar.xz (or /tmp/part00 + .anchor/cdsl_b/part01) and .anchor/whl, as bench/run.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
 [[ $# -ge 1 ]] || { echo "usage: bench/ncu_dense.sh system:shape:dtype:mask[:spec]..." >&2; exit 2; }
-export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build/kernel-cache}"
+source bench/ncu_common.sh
 # (the library bench/run.sh or test/run_device.sh built in this call, else one of its own)
 lib="$PWD/build/libflashgen.so"
-if [[ ! -f "$lib" ]]; then
-  lib="$PWD/build-ncu/libflashgen.so"
-  deps_args=()
-  [[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
-  { cmake -S . -B build-ncu -DCMAKE_BUILD_TYPE=Release -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
-      cmake --build build-ncu -j "$(nproc)" --target flashgen >/dev/null; } ||
-    { echo "bench/ncu_dense.sh: build failed" >&2; exit 1; }
-fi
+[[ -f "$lib" ]] || ncu_build_lib bench/ncu_dense.sh
 # FlashAttention-4 (as bench/run.sh sets it up)
 if [[ ! -f /tmp/libs-cu13.tar.xz && -f /tmp/part00 && -f .anchor/cdsl_b/part01 ]]; then
   cat /tmp/part00 .anchor/cdsl_b/part01 >/tmp/libs-cu13.tar.xz
@@ -49,8 +40,7 @@ for run in "$@"; do
   rc=$((rc | r))
   grep -E "ncu_dense.py:|==ERROR==|==WARNING==" "$work/$name.log" | head -5
   [[ -f "$work/$name.ncu-rep" ]] || { echo "$name: no report (rc $r)"; tail -5 "$work/$name.log"; continue; }
-  ncu --import "$work/$name.ncu-rep" --page details >"$work/$name.txt" 2>&1
-  ncu --import "$work/$name.ncu-rep" --page source --csv --print-source sass >"$work/$name-sass.csv" 2>&1
+  ncu_export "$work/$name"
   echo "== $name"
   grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|Issued Warp Per Scheduler|No Eligible|Registers Per Thread|Theoretical Occupancy|Warp Cycles Per Issued|Executed Instructions  " \
     "$work/$name.txt" | head -16

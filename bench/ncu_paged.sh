@@ -10,16 +10,8 @@
 #   usage: bench/ncu_paged.sh    (carry .deps; torch from the machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build-ncu/kernel-cache}"
-deps_args=()
-[[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
-{ cmake -S . -B build-ncu -DCMAKE_BUILD_TYPE=Release -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
-    cmake --build build-ncu -j "$(nproc)" --target flashgen >/dev/null; } ||
-  { echo "bench/ncu_paged.sh: build failed" >&2; exit 1; }
-lib="$PWD/build-ncu/libflashgen.so"
+source bench/ncu_common.sh
+ncu_build_lib bench/ncu_paged.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 rc=0
 for order in shuffled sequential; do

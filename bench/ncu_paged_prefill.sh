@@ -10,16 +10,8 @@
 #   usage: bench/ncu_paged_prefill.sh    (carry .deps; torch from the machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT="${OUT:-$PWD/out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export FLASHGEN_CACHE_DIR="${FLASHGEN_CACHE_DIR:-$PWD/build-ncu/kernel-cache}"
-deps_args=()
-[[ -d .deps/usr ]] && deps_args=("-DCMAKE_PREFIX_PATH=$PWD/.deps/usr" "-DCMAKE_CXX_FLAGS=-isystem $PWD/.deps/usr/include")
-{ cmake -S . -B build-ncu -DCMAKE_BUILD_TYPE=Release -DFLASHGEN_BUILD_TESTS=OFF "${deps_args[@]}" >/dev/null &&
-    cmake --build build-ncu -j "$(nproc)" --target flashgen >/dev/null; } ||
-  { echo "bench/ncu_paged_prefill.sh: build failed" >&2; exit 1; }
-lib="$PWD/build-ncu/libflashgen.so"
+source bench/ncu_common.sh
+ncu_build_lib bench/ncu_paged_prefill.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 common=(--lib "$lib" --decode '' --prefill 4x8192+2048 --order shuffled)
 PYTHONUNBUFFERED=1 python3 bench/bench_paged.py "${common[@]}" --runs 10 --warmup 3 --sets 2 --page-sizes 16,256 2>&1 |
@@ -37,8 +29,7 @@ for run in "contig 256 regex:fwd_sm90.*causalbr$" "p16 16 regex:fwd_sm90.*causal
     python3 bench/bench_paged.py "${common[@]}" --runs 2 --warmup 1 --sets 1 --page-sizes "$2" >"$work/$1.log" 2>&1
   rc=$((rc | $?))
   [[ -f "$work/$1.ncu-rep" ]] || { echo "$1: no report"; tail -5 "$work/$1.log"; continue; }
-  ncu --import "$work/$1.ncu-rep" --page details >"$work/$1.txt" 2>&1
-  ncu --import "$work/$1.ncu-rep" --page source --csv --print-source sass >"$work/$1-sass.csv" 2>&1
+  ncu_export "$work/$1"
   echo "== $1"
   grep -E "^  [a-zA-Z_].*\(|Duration|SM Frequency|Compute \(SM\) Throughput|Executed Ipc Active|Issue Slots Busy|No Eligible|Registers Per Thread|Warp Cycles Per Issued|Executed Instructions  |DRAM Throughput|L2 Hit Rate" \
     "$work/$1.txt" | head -16
