@@ -39,11 +39,12 @@
 // consumers), threads and 32 blocks per SM. The wgmma kernel is persistent
 // (one wave of resident blocks looping over the work items): its wave
 // efficiency is that of the work items over the resident blocks.
-// Spilling costs a factor 1 / (1 + spill_bytes / 64), per key tile; for the wgmma
-// kernels per work item, 1 / (1 + spill_bytes / 64 / key tiles): every spilling wgmma
-// variant read in the SASS (D80/D96 with three warpgroups, softcap and paged; D256 with
-// a bias; bench/NOTES.md session 23) spills before the key loop and in the epilogue
-// only. The two latency
+// Spilling costs a factor 1 / (1 + spill_bytes / 64 / key tiles), once per block or
+// work item: every spilling variant read in the SASS spills before the key loop and in
+// the epilogue, or loads 1-4 values a key tile of 1100 or more instructions (wgmma D80/D96
+// with three warpgroups, softcap and paged, D256 with a bias, bench/NOTES.md session 23;
+// mma.sync D128 128x64x4x2, D256 128x64x8x1 and 64x64x4x1, sessions 29-30, the last 1.04-1.09x
+// the spill-free 64x32x4x2 it replaced). The two latency
 // constants are the model's assumptions, not profile data; the model ranks,
 // the GPU decides (flashgen tune times the best few).
 // A packed batch (seqlens_q / seqlens_k) is modelled per sequence: the useful
@@ -370,7 +371,7 @@ TileModel model_tile(const KernelSpec& spec, const ProblemDesc& p, const Profile
   if (roof_dram > 0 && roof_dram < rate) rate = roof_dram, m.bound = "memory";
   const double attained = rate * m.latency_efficiency;
   if (m.latency_efficiency < 1.0 && attained < 0.999 * rate) m.bound += " (latency-limited occupancy)";
-  const double spill_tiles = wgmma ? std::max(1.0, steps) : 1.0;  // (spills amortized over a work item's tiles)
+  const double spill_tiles = std::max(1.0, steps);  // (spills amortized over a block's or work item's key tiles)
   m.spill_efficiency = 1.0 / (1.0 + static_cast<double>(spill_bytes) / 64.0 / spill_tiles);
   m.flop_per_clock_per_sm = attained * m.spill_efficiency;
 
