@@ -130,7 +130,8 @@ const FlashTile& Profile::tile_for(int head_dim, MatrixUnit unit) const {
     if (t.head_dim_le >= head_dim) return t;
   }
   throw Unsupported(fmt::format(
-      "head_dim ({}) is larger than every {} tile of profile {} ({}); allowed: at most {}",
+      "head_dim ({}; of a problem, the larger of head_dim and head_dim_v) is larger than every {} tile of "
+      "profile {} ({}); allowed: at most {}",
       head_dim, list, name, source,
       tiles.empty() ? 0 : tiles.back().head_dim_le));
 }

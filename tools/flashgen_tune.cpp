@@ -477,7 +477,8 @@ int run_tune(const TuneOptions& o) {
     const KernelSpec def = fgrt::plan_default(ap, arch);
     check_launch_limits(ap, def);  // a problem no launch takes (plan() refuses it too): exit 2, as check_problem
     std::vector<TileModel> ranked = rank_tiles(p, arch, profile, shape);
-    std::printf("   %s the profile's shared-memory and register budgets\n",
+    std::printf("   %s the profile's shared-memory and register budgets (ranked one per block_m x block_n x "
+                "warps first, best first, then their other stage counts)\n",
                 (count_of(ranked.size(), "tile") + (ranked.size() == 1 ? " fits" : " fit")).c_str());
 
     std::vector<Candidate> cands;

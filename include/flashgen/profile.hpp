@@ -60,8 +60,9 @@ struct Profile {
   /// head_dim_le; else matrix_unit.shape.
   MatrixUnit unit_for(int head_dim, int head_dim_v) const;
   /// The tile of `unit`'s list (wgmma_flash for wgmma, else flash) for
-  /// `head_dim`; throws Unsupported when no row covers it. Pass
-  /// unit_for(head_dim, head_dim_v) to get the row plan() uses.
+  /// `head_dim` (for a problem, max(head_dim, head_dim_v)); throws Unsupported
+  /// when no row covers it. Pass unit_for(head_dim, head_dim_v) to get the row
+  /// plan() uses.
   const FlashTile& tile_for(int head_dim, MatrixUnit unit = MatrixUnit::m16n8k16) const;
 };
 

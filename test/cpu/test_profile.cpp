@@ -198,7 +198,7 @@ TEST_CASE("Profile::tile_for and supports_dtype") {
   CHECK(p.tile_for(64).head_dim_le == 64);
   CHECK(p.tile_for(72).head_dim_le == 128);
   CHECK(p.tile_for(128).tile.block_n == 32);
-  CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("head_dim (136)"), Unsupported);
+  CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("head_dim (136; of a problem, the larger of head_dim and head_dim_v)"), Unsupported);
   CHECK_THROWS_WITH_AS(p.tile_for(136), Contains("at most 128"), Unsupported);
   CHECK(p.supports_dtype(DType::f16));
   CHECK_FALSE(p.supports_dtype(DType::bf16));
