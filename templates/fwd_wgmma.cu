@@ -774,6 +774,27 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       fg_softmax(p, blk, n_tiles - 1, warp, g, t, s, row_max, row_sum, corr);
       if (RESCALE_AFTER_PV) fg_rescale_o(o, corr);  // (O is 0 here)
       to_p();
+      // VARLEN: the sequence's last key tile (the first taken) may reach into
+      // the next sequence's keys (the tensor map zero-fills only past the
+      // packed tensor); PAGED: into a page's unused slots, or rows no box
+      // filled. Their weights are 0, but a NaN or inf in V there would make
+      // 0 * V NaN, so those V rows are zeroed in shared memory before its P.V
+      // reads them. Here, once an item, not in the tile step: there its test
+      // and addresses cost about 40 instructions a warp and tile (Nsight
+      // Compute, paged page 256 against contiguous: +8 % instructions in the
+      // consumers, bench/NOTES.md session 30). Before tile 0's turn: the
+      // barrier spans every consumer warpgroup.
+      if (VARLEN || PAGED) {
+        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - (n_tiles - 1) * BLOCK_N;
+        if (valid < BLOCK_N) {
+          fg_mbar_wait(full_v(c % STAGES), (c / STAGES) & 1);
+          if (gather) fg_fence_proxy_async();  // (as above)
+          u16* const v_stage = sV + (c % STAGES) * V_STAGE;
+@@V_ZERO@@
+          fg_fence_proxy_async();  // the zeros, before wgmma reads them
+          fg_consumer_sync();
+        }
+      }
     }
     // Tile i (the i-th taken; key tile kt = n_tiles - 1 - i: the tiles go from
     // the last key tile down, as the producer loads them): entering, P of tile
@@ -796,21 +817,6 @@ extern "C" __global__ void __launch_bounds__(CTA_THREADS, MIN_BLOCKS)
       if (next) fg_mbar_wait(full_k(ck % STAGES), (ck / STAGES) & 1);
       fg_mbar_wait(full_v(cv % STAGES), (cv / STAGES) & 1);
       if (gather) fg_fence_proxy_async();  // (as above)
-      // VARLEN: the sequence's last tile may reach into the next sequence's
-      // keys (the tensor map zero-fills only past the packed tensor); PAGED:
-      // into a page's unused slots, or rows no box filled. Their weights are 0,
-      // but a NaN or inf in V there would make 0 * V NaN, so those V rows are
-      // zeroed in shared memory before P.V reads them (before the turn: the
-      // barrier spans every consumer warpgroup).
-      if ((VARLEN || PAGED) && kt == n_tiles - 1) {
-        const int valid = blk.seqlen_k - (KEYS_FROM_KEY0 ? blk.key0 : 0) - kt * BLOCK_N;
-        if (valid < BLOCK_N) {
-          u16* const v_stage = sV + (cv % STAGES) * V_STAGE;
-@@V_ZERO@@
-          fg_fence_proxy_async();  // the zeros, before wgmma reads them
-          fg_consumer_sync();
-        }
-      }
       // Non-finite V values at keys some rows do not see (a masked weight 0
       // times inf or NaN is NaN in wgmma's sums):
       //  - the first tile taken, when the causal mask cuts it (CHECK): O is 0
