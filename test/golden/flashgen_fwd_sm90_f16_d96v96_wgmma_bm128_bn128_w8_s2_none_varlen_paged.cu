@@ -1755,32 +1755,39 @@ FG_DEVICE void fg_cp_async_arrive_noinc(u32 bar) {
 // into the tile's swizzled sub-tiles from shared address `tile` (chunk c's at
 // 2 BLOCK_N (OFF + c W) bytes on, fg_swz<W>: the layout the descriptors read), by one
 // producer warp. Lane j holds the element offset of row row0 + j from the head's first
-// row (`row_off`: its page's and slot's, computed once); a pass takes its row's with
-// two shuffles and copies that row's unit in every chunk. UPR = W / 8 lanes per row,
-// 16 bytes each, so a pass reads 32 / UPR whole row chunks (128-byte lines at W = 64).
-// Rows from `valid` on are zero-filled (src-size 0, from the head's first row, which is
-// valid).
+// row (`row_off`: its page's and slot's, computed once; 0 for a row from `valid` on); a
+// pass takes its row's with two shuffles and copies that row's unit in every chunk.
+// UPR = W / 8 lanes per row, 16 bytes each, so a pass reads 32 / UPR whole row chunks
+// (128-byte lines at W = 64). Rows from `valid` on are zero-filled (src-size 0, from the
+// head's first row, which is valid). The per-copy work is the byte address and the size:
+// fg_swz's pattern repeats every 8 rows, so passes 8 rows apart write at a constant
+// distance from one base (K bases in all), and no address is selected per copy.
 template <int W, int OFF, int NC, int NR>
 FG_DEVICE void fg_gather_rows(u32 tile, const u16* head, unsigned long long row_off, int row0, int nr, int valid,
                               int lane) {
-  constexpr int UPR = W / 8, RPP = 32 / UPR, PASSES = (NR + RPP - 1) / RPP;
+  constexpr int UPR = W / 8, RPP = 32 / UPR, PASSES = (NR + RPP - 1) / RPP, K = RPP >= 8 ? 1 : 8 / RPP;
+  static_assert(PASSES * RPP <= 32, "a pass's rows are lanes of the warp");
   // (the lane through an empty asm: what derives from it is computed here, per call,
   // instead of hoisted out of the item loop and held through it in 24 registers)
   asm volatile("" : "+r"(lane));
-  const int unit = lane % UPR;
-  const u16* const first = head + OFF + unit * 8;
-  const u32 lo = (u32)row_off, hi = (u32)(row_off >> 32);
+  const int unit = lane % UPR, sub = lane / UPR;
+  const char* const first = reinterpret_cast<const char*>(head + OFF + unit * 8);
+  const unsigned long long bytes_off = row_off * 2;
+  const u32 lo = (u32)bytes_off, hi = (u32)(bytes_off >> 32);
+  u32 base[K];
+#pragma unroll
+  for (int k = 0; k < K; ++k) base[k] = tile + 2 * (BLOCK_N * OFF + fg_swz<W>(row0 + k * RPP + sub, unit));
 #pragma unroll
   for (int it = 0; it < PASSES; ++it) {
-    const int j = it * RPP + lane / UPR, row = row0 + j;
-    const unsigned long long off = ((unsigned long long)__shfl_sync(0xffffffffu, hi, j & 31) << 32) |
-                                   __shfl_sync(0xffffffffu, lo, j & 31);
+    const int j = it * RPP + sub;
+    const unsigned long long off = ((unsigned long long)__shfl_sync(0xffffffffu, hi, j) << 32) |
+                                   __shfl_sync(0xffffffffu, lo, j);
     if (j < nr) {
-      const bool ok = row < valid;
-      const u16* const src = ok ? first + (i64)off : head + OFF;
-      const u32 dst = tile + 2 * (BLOCK_N * OFF + fg_swz<W>(row, unit));
+      const int size = row0 + j < valid ? 16 : 0;
+      const char* const src = first + off;
+      const u32 dst = base[it % K] + 2u * (it / K) * (K * RPP * W);
 #pragma unroll
-      for (int c = 0; c < NC; ++c) fg_cp_async16(dst + 2 * BLOCK_N * W * c, src + (ok ? c * W : 0), ok ? 16 : 0);
+      for (int c = 0; c < NC; ++c) fg_cp_async16(dst + 2 * BLOCK_N * W * c, src + 2 * W * c, size);
     }
   }
 }
