@@ -1,11 +1,12 @@
-"""One dense forward under Nsight Compute: ours (libflashgen's C ABI, ctypes) or
-FlashAttention-4 (flash_attn.cute.flash_attn_func), on one shape of bench.py's
+"""One dense forward under Nsight Compute: ours (libflashgen's C ABI, ctypes),
+FlashAttention-4 (flash_attn.cute.flash_attn_func) or PyTorch SDPA's flash backend
+(FlashAttention-2, the mma.sync peer of our m16n8k16 kernel), on one shape of bench.py's
 list, after warm-up calls outside the profiled range. The profiled call runs
 inside the NVTX range "prof" (ncu --nvtx --nvtx-include "prof/"), so the
 warm-up calls, the first call's compilation and any other kernels of the
 process stay out of the report.
 
-  python3 bench/ncu_dense.py --system ours|fa4 --shape 3 --dtype bf16 --mask none [--lib PATH] [--spec SPEC]
+  python3 bench/ncu_dense.py --system ours|fa4|flash --shape 3 --dtype bf16 --mask none [--lib PATH] [--spec SPEC]
 
 --spec runs that kernel spec string (flashgen_launch_spec) instead of the
 planned one, e.g. another tile. Prints the max |ours - SDPA| of the warm-up call
@@ -27,7 +28,7 @@ from capi import check, default_library, load_lib, problem_from_tensors  # noqa:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--system", choices=["ours", "fa4"], required=True)
+    ap.add_argument("--system", choices=["ours", "fa4", "flash"], required=True)
     ap.add_argument("--shape", type=int, required=True, help=f"index into bench.py's shapes (0-{len(SHAPES) - 1})")
     ap.add_argument("--dtype", choices=["f16", "bf16"], default="bf16")
     ap.add_argument("--mask", choices=["none", "causal"], default="none")
@@ -52,6 +53,11 @@ def main():
         else:
             def call():
                 check(lib, lib.flashgen_forward(ctypes.byref(prob), stream), "forward")
+    elif args.system == "flash":
+        def call():  # SDPA takes (B, H, S, D): views of the (B, S, H, D) inputs, its own output
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                      is_causal=causal, enable_gqa=(Hq != Hkv)).transpose(1, 2)
     else:
         from flash_attn.cute import flash_attn_func
 
@@ -64,6 +70,8 @@ def main():
     torch.cuda.synchronize()
     if args.system == "fa4":
         out = out[0] if isinstance(out, tuple) else out
+    elif args.system == "flash":
+        pass
     else:
         out = o
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):

@@ -4,7 +4,8 @@
 # set with the per-instruction stall samples (SourceCounters). Builds the library only (no tests).
 #   usage: bench/ncu_dense.sh RUN...     RUN = system:shape:dtype:mask[:spec], e.g.
 #          bench/ncu_dense.sh ours:3:bf16:none fa4:3:bf16:none ours:2:f16:causal
-#   (system ours|fa4; shape an index into bench.py's list; spec: a kernel spec string for ours)
+#   (system ours|fa4|flash, flash = PyTorch SDPA's flash backend (FlashAttention-2); shape an index
+#   into bench.py's list; spec: a kernel spec string for ours, e.g. an m16n8k16 one on sm_90)
 # Writes $OUT/ncu-dense.tar.gz: per run NAME.txt (ncu's details page) and NAME-sass.csv (the
 # source page: every SASS instruction with its executed count and stall samples), NAME =
 # system-shape-dtype-mask; prints the headline metrics. FlashAttention-4 needs
