@@ -292,13 +292,27 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
       "pregen",
       "Compile a set of kernels ahead of time (NVRTC, no GPU needed) into the user cache or a bundle directory. "
       "The set is the cross product of the flags for every chosen arch, or the problems of a YAML file.");
+  // (--arch and --profile arrive as given and are split by run_pregen, as the other lists are: split by
+  // CLI11, a trailing ',' left an empty item that was dropped unseen)
   c->add_option("--arch", o.archs, "target compute capabilities, e.g. 80,90 (10*major+minor)")
-      ->delimiter(',')
-      ->check(arch_number());
+      ->type_name(fmt::format("INT in [{}, {}],...", gen::kMinArch, gen::kMaxArch))
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            // each ','-separated item as arch_number() checks one, spaces and all (empty items:
+            // run_pregen's refusal names them)
+            for (size_t from = 0; from <= text.size();) {
+              const size_t comma = std::min(text.find(',', from), text.size());
+              std::string item = text.substr(from, comma - from);
+              if (!item.empty())
+                if (std::string why = arch_number()(item); !why.empty()) return why;
+              from = comma + 1;
+            }
+            return {};
+          },
+          ""));
   c->add_option("--profile", o.profiles,
                 "every arch of these built-in profiles, e.g. ampere,hopper; given, the built-in profiles serve the "
-                "whole run and FLASHGEN_PROFILE is not used")
-      ->delimiter(',');
+                "whole run and FLASHGEN_PROFILE is not used");
   std::vector<CLI::Option*> features;  // the flags whose cross product is the set (not with --problems)
   features.push_back(c->add_option("--head-dims", o.head_dims, "head dims; D or D:DV (head_dim:head_dim_v), e.g. 64,96,128,192:128")
       ->capture_default_str());
@@ -382,7 +396,8 @@ int run_pregen(const PregenOptions& o) {
     ::setenv("FLASHGEN_TUNE_FILE", o.tune_file.c_str(), 1);
   }
   for (const auto& [values, option] :
-       {std::pair{&o.profiles, "--profile"}, std::pair{&o.head_dims, "--head-dims"}, std::pair{&o.dtypes, "--dtypes"},
+       {std::pair{&o.archs, "--arch"}, std::pair{&o.profiles, "--profile"}, std::pair{&o.head_dims, "--head-dims"},
+        std::pair{&o.dtypes, "--dtypes"},
         std::pair{&o.masks, "--masks"}, std::pair{&o.biases, "--bias"}, std::pair{&o.lse, "--lse"},
         std::pair{&o.softcap, "--softcap"}, std::pair{&o.sinks, "--sinks"}, std::pair{&o.alibi, "--alibi"},
         std::pair{&o.varlen, "--varlen"}, std::pair{&o.paged, "--paged"}, std::pair{&o.tiles, "--tiles"}})
@@ -400,7 +415,12 @@ int run_pregen(const PregenOptions& o) {
     ::unsetenv("FLASHGEN_PROFILE");
   }
   // Archs.
-  std::vector<int> archs = o.archs;
+  if (!o.archs.empty() && items(o.archs).empty())
+    throw InvalidArgument(fmt::format("--arch has no value ('{}'): give compute capabilities, e.g. 80,90, or leave "
+                                      "--arch out",
+                                      join(o.archs, ",")));
+  std::vector<int> archs;
+  for (const std::string& item : items(o.archs)) archs.push_back(std::stoi(item));  // (each checked by the parser)
   for (const std::string& name : items(o.profiles)) {
     bool found = false;
     for (const Profile& p : builtin_profiles()) {

@@ -14,7 +14,7 @@
 namespace flashgen::cli {
 
 struct PregenOptions {
-  std::vector<int> archs;
+  std::vector<std::string> archs;  ///< --arch items as given ("80,90"); run_pregen checks and parses them
   std::vector<std::string> profiles;
   std::vector<std::string> head_dims = {"64", "128"};
   std::vector<std::string> dtypes = {"f16", "bf16"};
