@@ -309,7 +309,7 @@ KernelSpec plan_tuned(const AttentionProblem& problem, int arch, const Profile& 
     if (broken.empty()) {
       spec = t;
     } else {
-      rt::tune_notice_once(fmt::format("flashgen: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
+      rt::tune_notice_once(fmt::format("flashgen: warning: tune entry in {} ({}, {}) is ignored: the tile is not valid for "
                                        "profile {}: {}",
                                        tuned->file, problem_class(problem).str(), tuned->tile.str(), profile.name,
                                        join(broken, " ")));

@@ -575,7 +575,7 @@ std::optional<TunedTile> rt::find_tuned_tile_lazy(const ProblemClass& cls, int a
       why = fmt::format("it was measured on {}, this device is {}", rt::shown_device_name(e.device),
                         rt::shown_device_name(device));
     }
-    notice_once_locked(s, fmt::format("flashgen: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
+    notice_once_locked(s, fmt::format("flashgen: warning: tune entry {}[{}] ({}, {} on {}) is ignored: {}", f.file, f.index,
                                       cls.str(), e.tile.str(), rt::shown_device_name(e.device), why));
   }
   return std::nullopt;

@@ -463,7 +463,7 @@ TEST_CASE("tune: plan() uses this device's entry and ignores foreign ones with o
     CHECK(s == def);
     CHECK(again == def);
     CHECK(std::count(log.begin(), log.end(), '\n') == 1);
-    CHECK(contains(log, "flashgen: tune entry " + path + "[0]"));
+    CHECK(contains(log, "flashgen: warning: tune entry " + path + "[0]"));
     CHECK(contains(log, "is ignored: it was measured on 'Other GPU', this device is 'Test GPU'"));
   }
   SUBCASE("a device name no tune file can hold is refused, shown sanitized (one line, clipped)") {
