@@ -685,6 +685,24 @@ int run_pregen(const PregenOptions& o) {
                             .c_str()
                       : "");
   std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
+  // The kernels whose ptxas report shows registers spilled to local memory, named so an operator
+  // sees them before a fleet runs them (explain --problem gives one kernel's whole report).
+  std::vector<std::string> spilling;
+  for (const WarmupResult& r : results) {
+    if (!r.ok) continue;
+    const PtxasReport rep = parse_ptxas(r.compile_log);
+    if (rep.found && rep.spill_stores + rep.spill_loads > 0)
+      spilling.push_back(fmt::format("{}: {} B stored, {} B loaded at {} registers", r.spec.kernel_name(),
+                                     rep.spill_stores, rep.spill_loads, rep.registers));
+  }
+  if (!spilling.empty()) {
+    constexpr size_t kShown = 8;
+    std::printf("pregen: registers spill to local memory in %zu of %s (ptxas; flashgen explain --problem ... "
+                "--arch N gives a kernel's report):\n",
+                spilling.size(), count_of(results.size() - failed, "kernel").c_str());
+    for (size_t i = 0; i < std::min(kShown, spilling.size()); ++i) std::printf("  %s\n", spilling[i].c_str());
+    if (spilling.size() > kShown) std::printf("  and %zu more\n", spilling.size() - kShown);
+  }
   if (!out_dir.empty()) {
     // (quoted for a POSIX shell where the path holds anything but [A-Za-z0-9_./-], so the line can be pasted)
     const bool plain = out_dir.find_first_not_of(

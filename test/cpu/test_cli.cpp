@@ -295,6 +295,38 @@ TEST_CASE("cli: pregen from a problem file, failures are summarized and exit non
   CHECK(contains(bad_tile.err, "smem_bytes"));
 }
 
+TEST_CASE("cli: pregen names the kernels whose ptxas report shows spills, as explain reports them") {
+  TempDir work("flashgen-cli-spills");
+  const auto env = base_env(work.path() + "/cache");
+  // Two kernels of one run: sm_80 D256 (its one-stage tile spills with NVRTC 13: bench/NOTES.md
+  // session 30) and D64; whether each spills is read from explain's ptxas line, not assumed.
+  const Run r = run_cli({"pregen", "--arch", "80", "--head-dims", "64,256", "--dtypes", "bf16", "--masks", "none",
+                         "--lse", "yes", "--out", work.path() + "/bundle"},
+                        env);
+  INFO("stdout:\n", r.out, "\nstderr:\n", r.err);
+  REQUIRE(r.rc == 0);
+  REQUIRE(contains(r.out, "2 compiled"));
+  size_t spilling = 0;
+  for (const char* d : {"64", "256"}) {
+    const Run e = run_cli({"explain", "--arch", "80", "--problem",
+                           std::string("dtype=bf16,seqlen=1024,heads=8,lse=1,head_dim=") + d},
+                          env);
+    CAPTURE(d);
+    INFO("explain:\n", e.out, e.err);
+    REQUIRE(e.rc == 0);
+    std::smatch name, regs;
+    REQUIRE(std::regex_search(e.out, name, std::regex(R"(\nkernel +(\S+))")));
+    REQUIRE(std::regex_search(e.out, regs, std::regex(R"((\d+) per thread, (\d+) bytes spill stores, (\d+) bytes spill loads)")));
+    const bool spills = std::stoll(regs[2].str()) + std::stoll(regs[3].str()) > 0;
+    spilling += spills ? 1 : 0;
+    // The kernel is named with explain's numbers, or not named at all.
+    CHECK(contains(r.out, fmt::format("  {}: {} B stored, {} B loaded at {} registers", name[1].str(), regs[2].str(),
+                                      regs[3].str(), regs[1].str())) == spills);
+    CHECK(contains(r.out, "  " + name[1].str() + ":") == spills);
+  }
+  CHECK(contains(r.out, fmt::format("registers spill to local memory in {} of 2 kernels", spilling)) == (spilling > 0));
+}
+
 TEST_CASE("cli: explain a supported problem") {
   TempDir work("flashgen-cli-explain");
   const auto env = base_env(work.path() + "/cache");
