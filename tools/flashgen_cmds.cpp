@@ -63,13 +63,14 @@ std::string size_text(double bytes) {
 
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-// "a,b c" and repeated flags -> items.
+// "a,b" and repeated flags -> items. Only ',' separates: a space stays in its item, whose own
+// check then refuses it ("--head-dims has value ' 64'"), as --arch and the problem syntax do.
 std::vector<std::string> items(const std::vector<std::string>& raw) {
   std::vector<std::string> out;
   for (const auto& r : raw) {
     std::string cur;
     for (char c : r) {
-      if (c == ',' || c == ' ') {
+      if (c == ',') {
         if (!cur.empty()) out.push_back(cur);
         cur.clear();
       } else {
@@ -86,9 +87,15 @@ std::vector<std::string> items(const std::vector<std::string>& raw) {
 // caller's "has no value" error.)
 void refuse_empty_items(const std::vector<std::string>& raw, const char* option) {
   auto blank = [](const std::string& t, const char* fill) { return t.find_first_not_of(fill) == std::string::npos; };
-  // (a ','-delimited option arrives split: a blank element beside others is an empty item too)
-  bool empty_item = raw.size() > 1 && std::any_of(raw.begin(), raw.end(), [&](const std::string& r) { return blank(r, ", "); }) &&
-                    !std::all_of(raw.begin(), raw.end(), [&](const std::string& r) { return blank(r, ", "); });
+  // (the option given more than once, one of them with an empty value: said so, not as a ',' the
+  // user never typed)
+  if (raw.size() > 1)
+    for (const std::string& r : raw)
+      if (blank(r, ", "))
+        throw InvalidArgument(fmt::format("{} is given {} times, once with the empty value '{}': give each {} a "
+                                          "value, or leave it out",
+                                          option, raw.size(), r, option));
+  bool empty_item = false;
   for (const std::string& r : raw) {
     if (blank(r, ", ")) continue;
     for (size_t from = 0;;) {
@@ -586,9 +593,11 @@ int run_pregen(const PregenOptions& o) {
       fmt::format("dtype not supported by the profile: {}",
                   join(std::vector<std::string>(skipped_why.begin(), skipped_why.end()), ", "));
   if (jobs.empty() && planning_errors.empty()) {
-    throw InvalidArgument(fmt::format("the set yields no kernels: all {} flag combinations were skipped ({}); "
+    throw InvalidArgument(fmt::format("the set yields no kernels: {} skipped ({}); "
                                       "nothing to compile (choose --dtypes the profiles take, or other archs)",
-                                      skipped, dtype_skips));
+                                      skipped == 1 ? std::string("its only flag combination was")
+                                                   : fmt::format("all {} flag combinations were", skipped),
+                                      dtype_skips));
   }
   if (jobs.empty()) {
     // e.g. a --tiles tile no problem of the set can take: each combination with the reason it was refused.
@@ -645,7 +654,9 @@ int run_pregen(const PregenOptions& o) {
     if (!r.ok) {
       line = fmt::format("FAILED   {}: {}", r.spec.kernel_name(), first_line(r.error));
     } else if (r.from_cache) {
-      line = fmt::format("present  {} ({})", r.spec.kernel_name(), layer_of(r.cache_path));
+      // (with --out the bundle being written is the store: named as the bundle, not the user cache)
+      const bool in_out = !out_dir.empty() && r.cache_path.rfind(out_dir + "/", 0) == 0;
+      line = fmt::format("present  {} ({})", r.spec.kernel_name(), in_out ? "bundle " + out_dir : layer_of(r.cache_path));
     } else {
       line = fmt::format("compiled {} ({:.1f} s)", r.spec.kernel_name(), r.seconds);
     }
@@ -688,9 +699,11 @@ int run_pregen(const PregenOptions& o) {
   // The kernels whose ptxas report shows registers spilled to local memory, named so an operator
   // sees them before a fleet runs them (explain --problem gives one kernel's whole report).
   std::vector<std::string> spilling;
+  size_t unreported = 0;  // entries without a ptxas report (a cache entry whose .log is missing or empty)
   for (const WarmupResult& r : results) {
     if (!r.ok) continue;
     const PtxasReport rep = parse_ptxas(r.compile_log);
+    unreported += rep.found ? 0 : 1;
     if (rep.found && rep.spill_stores + rep.spill_loads > 0)
       spilling.push_back(fmt::format("{}: {} B stored, {} B loaded at {} registers", r.spec.kernel_name(),
                                      rep.spill_stores, rep.spill_loads, rep.registers));
@@ -698,11 +711,15 @@ int run_pregen(const PregenOptions& o) {
   if (!spilling.empty()) {
     constexpr size_t kShown = 8;
     std::printf("pregen: registers spill to local memory in %zu of %s (ptxas; flashgen explain --problem ... "
-                "--arch N gives a kernel's report):\n",
+                "--arch N reports a problem's kernel in full):\n",
                 spilling.size(), count_of(results.size() - failed, "kernel").c_str());
     for (size_t i = 0; i < std::min(kShown, spilling.size()); ++i) std::printf("  %s\n", spilling[i].c_str());
     if (spilling.size() > kShown) std::printf("  and %zu more\n", spilling.size() - kShown);
   }
+  if (unreported > 0)
+    std::printf("pregen: %s carry no ptxas report (a cache entry without its compile log): their spills are "
+                "unknown\n",
+                count_of(unreported, "kernel").c_str());
   if (!out_dir.empty()) {
     // (quoted for a POSIX shell where the path holds anything but [A-Za-z0-9_./-], so the line can be pasted)
     const bool plain = out_dir.find_first_not_of(

@@ -325,6 +325,28 @@ TEST_CASE("cli: pregen names the kernels whose ptxas report shows spills, as exp
     CHECK(contains(r.out, "  " + name[1].str() + ":") == spills);
   }
   CHECK(contains(r.out, fmt::format("registers spill to local memory in {} of 2 kernels", spilling)) == (spilling > 0));
+  CHECK_FALSE(contains(r.out, "no ptxas report"));
+  // A rerun finds both in the bundle and reports the same; an entry whose compile log is gone is
+  // said to have no report (its spills unknown), not passed over as spill-free.
+  const Run again = run_cli({"pregen", "--arch", "80", "--head-dims", "64,256", "--dtypes", "bf16", "--masks", "none",
+                             "--lse", "yes", "--out", work.path() + "/bundle"},
+                            env);
+  INFO("again:\n", again.out, again.err);
+  REQUIRE(again.rc == 0);
+  CHECK(contains(again.out, "2 already present"));
+  CHECK(contains(again.err, "(bundle " + work.path() + "/bundle)"));
+  CHECK(contains(again.out, fmt::format("registers spill to local memory in {} of 2 kernels", spilling)) == (spilling > 0));
+  size_t logs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(work.path() + "/bundle"))
+    if (e.path().extension() == ".log") logs += std::filesystem::remove(e.path()) ? 1 : 0;
+  REQUIRE(logs == 2);
+  const Run no_logs = run_cli({"pregen", "--arch", "80", "--head-dims", "64,256", "--dtypes", "bf16", "--masks",
+                               "none", "--lse", "yes", "--out", work.path() + "/bundle"},
+                              env);
+  INFO("no logs:\n", no_logs.out, no_logs.err);
+  REQUIRE(no_logs.rc == 0);
+  CHECK(contains(no_logs.out, "pregen: 2 kernels carry no ptxas report"));
+  CHECK_FALSE(contains(no_logs.out, "registers spill"));
 }
 
 TEST_CASE("cli: explain a supported problem") {
@@ -1577,6 +1599,14 @@ TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, nami
            {{"pregen", "--arch", "80", "--list", "--lse", "no,,yes"}, {"--lse has an empty item in 'no,,yes'"}},
            {{"pregen", "--arch", "80", "--list", "--tiles", "default,"}, {"--tiles has an empty item in 'default,'"}},
            {{"pregen", "--arch", "80,", "--list"}, {"--arch has an empty item in '80,'"}},
+           {{"pregen", "--arch", "80", "--arch", "", "--list"}, {"--arch is given 2 times, once with the empty value ''"}},
+           // A space separates nothing: the item keeps it and its check refuses it, as --arch's does.
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64 128"}, {"--head-dims has value '64 128'"}},
+           {{"pregen", "--arch", "80", "--list", "--head-dims", "64, 128"}, {"--head-dims has value ' 128'"}},
+           {{"pregen", "--arch", "80", "--list", "--dtypes", "f16 bf16"}, {"--dtypes: 'f16 bf16' is not a known dtype"}},
+           {{"pregen", "--arch", "80", "--list", "--tiles", "128x64x8x2 "}, {"--tiles has value '128x64x8x2 '"}},
+           {{"pregen", "--arch", "70", "--list", "--dtypes", "bf16", "--head-dims", "64", "--masks", "none"},
+            {"its only flag combination was skipped"}},
            {{"pregen", "--arch", ",", "--list"}, {"--arch has no value (',')"}},
            {{"pregen", "--arch", "80", "--list", "--profile", "hopper,"}, {"--profile has an empty item in 'hopper,'"}},
            {{"show", "--spec", ""}, {"--spec: an empty spec; give a canonical spec string"}},
