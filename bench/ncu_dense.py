@@ -68,12 +68,10 @@ def main():
     for _ in range(args.warmup):
         out = call()
     torch.cuda.synchronize()
-    if args.system == "fa4":
-        out = out[0] if isinstance(out, tuple) else out
-    elif args.system == "flash":
-        pass
-    else:
+    if args.system == "ours":
         out = o
+    elif isinstance(out, tuple):  # FlashAttention-4 returns (out, lse); SDPA its output
+        out = out[0]
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]):
         ref = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                              is_causal=causal, enable_gqa=(Hq != Hkv)).transpose(1, 2)

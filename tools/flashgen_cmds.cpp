@@ -305,15 +305,10 @@ CLI::App* add_pregen(CLI::App& app, PregenOptions& o) {
       ->type_name(fmt::format("INT in [{}, {}],...", gen::kMinArch, gen::kMaxArch))
       ->check(CLI::Validator(
           [](std::string& text) -> std::string {
-            // each ','-separated item as arch_number() checks one, spaces and all (empty items:
-            // run_pregen's refusal names them)
-            for (size_t from = 0; from <= text.size();) {
-              const size_t comma = std::min(text.find(',', from), text.size());
-              std::string item = text.substr(from, comma - from);
-              if (!item.empty())
-                if (std::string why = arch_number()(item); !why.empty()) return why;
-              from = comma + 1;
-            }
+            // each item as arch_number() checks one, spaces and all (empty items: run_pregen's
+            // refusal names them)
+            for (std::string item : items({text}))
+              if (std::string why = arch_number()(item); !why.empty()) return why;
             return {};
           },
           ""));
