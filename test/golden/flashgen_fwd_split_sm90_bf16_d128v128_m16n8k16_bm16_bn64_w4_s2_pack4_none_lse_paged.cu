@@ -1133,10 +1133,17 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
   const int row0 = tid / UPR, unit = tid % UPR;
   const u16* g0 = src + (i64)row0 * stride + OFF + unit * 8;
   const i64 gstep = (i64)RSTEP * stride;
-  const u32 s0 = fg_smem_addr(dst) + 2 * fg_swz<W>(row0, unit);
-  // A step of a multiple of 8 rows keeps the swizzle pattern: a constant offset.
+  // fg_swz's pattern repeats every 8 rows, so passes 8 rows apart lie a constant distance
+  // apart: KB = 8 / RSTEP bases (one when RSTEP is a multiple of 8; e.g. two at W = 256 with 4
+  // warps, 4 rows a pass), pass `it` at base it % KB plus a constant. Other steps (RSTEP 3, 5,
+  // 6, 7: 3 or 6 warps) form each pass's address (KB = 0).
+  constexpr int KB = RSTEP % 8 == 0 ? 1 : (8 % RSTEP == 0 ? 8 / RSTEP : 0);
+  u32 sb[KB > 0 ? KB : 1];
+#pragma unroll
+  for (int k = 0; k < (KB > 0 ? KB : 1); ++k) sb[k] = fg_smem_addr(dst) + 2 * fg_swz<W>(row0 + k * RSTEP, unit);
   auto smem_at = [&](int it, int row) {
-    return RSTEP % 8 == 0 ? s0 + 2 * it * RSTEP * W : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
+    return KB > 0 ? sb[it % (KB > 0 ? KB : 1)] + 2 * (it / (KB > 0 ? KB : 1)) * ((KB > 0 ? KB : 1) * RSTEP * W)
+                  : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
   };
   if constexpr (ASYNC_COPY && FULL) {
     const u16* g = g0;
@@ -1216,18 +1223,21 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
     if (!runs) {
       // Dense rows: one 64-bit byte address per pass, a row past valid_rows keeps its
       // (unread) address and copies no byte (src-size 0).
+      // (a row's validity as it * RSTEP < left, a compare with a constant: as row < valid_rows,
+      // ptxas held row0 + it * RSTEP for every pass in a register through the key loop)
       const unsigned long long gb0 = reinterpret_cast<unsigned long long>(g0), gstep_bytes = 2ull * (unsigned long long)gstep;
+      const int left = valid_rows - row0;
       u32 page[PASSES];
 #pragma unroll
       for (int it = 0; it < PASSES; ++it) {
         const int row = row0 + it * RSTEP;
-        page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && row < valid_rows ? (u32)first[(kslot + row) >> pr.shift] : 0u;
+        page[it] = PG && (UNITS % THREADS == 0 || row < ROWS) && it * RSTEP < left ? (u32)first[(kslot + row) >> pr.shift] : 0u;
       }
 #pragma unroll
       for (int it = 0; it < PASSES; ++it) {
         const int row = row0 + it * RSTEP;
         if (UNITS % THREADS == 0 || row < ROWS) {
-          const bool ok = row < valid_rows;
+          const bool ok = it * RSTEP < left;
           if constexpr (PG) {
             fg_cp_async16(smem_at(it, row),
                           ok ? base + (i64)((unsigned long long)page[it] * (unsigned long long)pr.stride_page +
