@@ -153,6 +153,27 @@ int choose_arch(int requested, std::string* note) {
   return 90;
 }
 
+namespace {
+
+// CLI11 gives an option the next argument whatever it is: `--head-dims --dtypes f16` gave --head-dims the
+// value '--dtypes' (refused as a head dim), `--out --list` made a bundle named --list. No value the tool
+// takes begins with "--", so such a value is an option given without its own: refused as that, first
+// (transform() puts the check before the option's others), for every option of `app` and its
+// subcommands that takes a value.
+void refuse_options_as_values(CLI::App& app) {
+  const CLI::Validator needs_value(
+      [](std::string& text) -> std::string {
+        if (text.rfind("--", 0) != 0) return {};
+        return fmt::format("needs a value (got the option '{}'; a value cannot begin with '--')", text);
+      },
+      "");
+  for (CLI::Option* opt : app.get_options())
+    if (opt->nonpositional() && opt->get_expected_max() > 0) opt->transform(needs_value);
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) refuse_options_as_values(*sub);
+}
+
+}  // namespace
+
 void add_commands(CLI::App& app, Commands& c) {
   add_pregen(app, c.pregen);
   add_tune(app, c.tune);
@@ -160,6 +181,7 @@ void add_commands(CLI::App& app, Commands& c) {
   add_show(app, c.show);
   add_cache(app, c.cache);
   add_info(app, c.info);
+  refuse_options_as_values(app);
 }
 
 int run_parsed_command(const CLI::App& app, const Commands& c) {

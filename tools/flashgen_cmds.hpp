@@ -91,7 +91,9 @@ CLI::App* add_info(CLI::App& app, InfoOptions& o);
 int run_info(const InfoOptions& o);
 
 /// Every subcommand's options. add_commands registers all of them (main() and
-/// the tests build the same application from it).
+/// the tests build the same application from it), and makes every option that takes
+/// a value refuse one that begins with "--" ("<option>: needs a value (got the option
+/// '<value>'; ...)"): the option was given without its value and took the next option's name.
 struct Commands {
   PregenOptions pregen;
   TuneOptions tune;

@@ -1558,6 +1558,63 @@ TEST_CASE("cli numbers: every numeric option of every subcommand checks its rang
   }
 }
 
+TEST_CASE("cli: an option given without its value is refused by name, not fed the next option's name") {
+  // Before: `--head-dims --dtypes f16` gave "--head-dims has value '--dtypes': must be D or D:DV ...",
+  // `--out --jobs 1` "the following argument was not expected: 1", and `--out --list` compiled into ./--list.
+  // Every option of every subcommand that takes a value, found by walking the application main() builds.
+  CLI::App app{"flashgen"};
+  cli::Commands commands;
+  cli::add_commands(app, commands);
+  std::vector<std::pair<std::string, std::string>> options;  // (subcommand, option)
+  for (const CLI::App* sub : app.get_subcommands({}))
+    for (const CLI::Option* opt : sub->get_options())
+      if (opt->nonpositional() && opt->get_expected_max() > 0) options.emplace_back(sub->get_name(), opt->get_name());
+  for (const char* must : {"pregen --head-dims", "pregen --lse", "pregen --out", "pregen --jobs", "tune --problem",
+                           "explain --problem", "explain --tile", "show --spec", "cache --dir", "info --arch"}) {
+    CAPTURE(must);
+    CHECK(std::find_if(options.begin(), options.end(), [&](const auto& o) { return o.first + " " + o.second == must; }) !=
+          options.end());
+  }
+  for (const auto& [sub, name] : options) {
+    for (const std::string& next : {std::string("--list"), std::string("--"), std::string("--no-such-option")}) {
+      CAPTURE(sub);
+      CAPTURE(name);
+      CAPTURE(next);
+      std::vector<std::string> args = {sub};
+      if (name != "--problem") args = with(args, required_args(sub));
+      bool validation = false;
+      const std::string err = parse_only(with(args, {name, next}), &validation);
+      CHECK(validation);
+      CHECK(contains(err, name + ": needs a value (got the option '" + next + "'"));
+    }
+  }
+  // The binary: exit 2, the option and what it got, nothing run.
+  TempDir work("flashgen-cli-no-value");
+  const auto env = base_env(work.path() + "/cache");
+  const std::string p = "dtype=f16,seqlen=128,heads=1,head_dim=64";
+  check_usage_errors(
+      {
+          {{"pregen", "--arch", "80", "--head-dims", "--dtypes", "f16", "--list"},
+           {"--head-dims: needs a value (got the option '--dtypes'; a value cannot begin with '--')"}},
+          {{"pregen", "--arch", "--head-dims", "64", "--list"}, {"--arch: needs a value (got the option '--head-dims'"}},
+          {{"pregen", "--arch", "80", "--list", "--out", "--jobs", "1"}, {"--out: needs a value (got the option '--jobs'"}},
+          {{"pregen", "--arch", "80", "--list", "--lse", "--dtypes", "f16"}, {"--lse: needs a value (got the option '--dtypes'"}},
+          {{"pregen", "--arch", "80", "--list", "-j", "--masks", "none"}, {"--jobs: needs a value (got the option '--masks'"}},
+          {{"explain", "--problem", "--arch", "80"}, {"--problem: needs a value (got the option '--arch'"}},
+          {{"explain", "--problem", p, "--tile", "--sms", "3"}, {"--tile: needs a value (got the option '--sms'"}},
+          {{"show", "--problem", "--tile", "64x64x4x2"}, {"--problem: needs a value (got the option '--tile'"}},
+          {{"tune", "--dry-run", "--problem", "--arch", "80"}, {"--problem: needs a value (got the option '--arch'"}},
+          {{"cache", "ls", "--dir", "--dry-run"}, {"--dir: needs a value (got the option '--dry-run'"}},
+          {{"info", "--arch", "--help"}, {"--arch: needs a value (got the option '--help'"}},
+      },
+      env);
+  CHECK_FALSE(std::filesystem::exists(work.path() + "/cache"));
+  // A value that merely contains "--", or a negative number, is still a value.
+  bool validation = false;
+  CHECK(parse_only({"pregen", "--out", "a--b", "--device", "GPU --x"}, &validation) == "");
+  CHECK(contains(parse_only({"pregen", "-j", "-1"}, &validation), "'-1' is not allowed"));
+}
+
 TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, naming argument, value and range") {
   TempDir work("flashgen-cli-numbers");
   const std::string dir = work.path() + "/cache";
