@@ -499,7 +499,10 @@ int run_pregen(const PregenOptions& o) {
         else if (t == "yes" || t == "true" || t == "1") out.push_back(true);
         else throw InvalidArgument(fmt::format("{}: '{}' is not one of no, yes (or false, true, 0, 1)", option, t));
       }
-      if (out.empty()) throw InvalidArgument(fmt::format("{} has no value: give no, yes or no,yes", option));
+      if (out.empty())  // ('' or ',': named with the value, as the list options below name theirs)
+        throw InvalidArgument(fmt::format("{} has no value ('{}'): give no, yes or no,yes, or leave {} out for its "
+                                          "default",
+                                          option, join(values, ","), option));
       return out;
     };
     // An empty list must not quietly mean "no problems": name the flag (as yes_no does).

@@ -1615,6 +1615,21 @@ TEST_CASE("cli: an option given without its value is refused by name, not fed th
   CHECK(contains(parse_only({"pregen", "-j", "-1"}, &validation), "'-1' is not allowed"));
 }
 
+TEST_CASE("cli: pregen's no/yes options given an empty value name it, the value and what is allowed") {
+  // Before: "--lse has no value: give no, yes or no,yes", without the value it was given.
+  TempDir work("flashgen-cli-empty-yes-no");
+  const auto env = base_env(work.path() + "/cache");
+  std::vector<UsageError> cases;
+  for (const char* option : {"--lse", "--softcap", "--sinks", "--alibi", "--varlen", "--paged"}) {
+    for (const char* value : {"", ","}) {
+      cases.push_back({{"pregen", "--arch", "80", "--list", option, value},
+                       {fmt::format("{} has no value ('{}'): give no, yes or no,yes, or leave {} out for its default",
+                                    option, value, option)}});
+    }
+  }
+  check_usage_errors(cases, env);
+}
+
 TEST_CASE("cli numbers: the binary refuses out-of-range values with exit 2, naming argument, value and range") {
   TempDir work("flashgen-cli-numbers");
   const std::string dir = work.path() + "/cache";
