@@ -654,6 +654,12 @@ int run_pregen(const PregenOptions& o) {
   }
   const std::string dir = pregen_target_dir(out_dir.empty() ? "the user cache" : "--out " + out_dir);
   const std::string target = out_dir.empty() ? "user cache " + dir : "bundle " + dir;
+  // Where an entry is, for the lines and the summary: the target (with --out the bundle being written,
+  // which the cache layers list as the user cache), a read-only bundle of FLASHGEN_CACHE_PATH, or memory.
+  const auto place_of = [&](const std::string& path) {
+    const bool in_out = !out_dir.empty() && path.rfind(out_dir + "/", 0) == 0;
+    return in_out ? target : layer_of(path);
+  };
 
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<KernelSpec> specs;
@@ -674,9 +680,7 @@ int run_pregen(const PregenOptions& o) {
     if (!r.ok) {
       line = fmt::format("FAILED   {}: {}", r.spec.kernel_name(), first_line(r.error));
     } else if (r.from_cache) {
-      // (with --out the bundle being written is the store: named as the bundle, not the user cache)
-      const bool in_out = !out_dir.empty() && r.cache_path.rfind(out_dir + "/", 0) == 0;
-      line = fmt::format("present  {} ({})", r.spec.kernel_name(), in_out ? "bundle " + out_dir : layer_of(r.cache_path));
+      line = fmt::format("present  {} ({})", r.spec.kernel_name(), place_of(r.cache_path));
     } else {
       line = fmt::format("compiled {} ({:.1f} s)", r.spec.kernel_name(), r.seconds);
     }
@@ -685,9 +689,15 @@ int run_pregen(const PregenOptions& o) {
   progress.finish();
   const double wall = progress.elapsed();
 
-  size_t compiled = 0, present = 0, failed = 0;
+  // The kernels and their cubins by the directory they are in (place_of): written there by this run,
+  // or found there; and those kept in memory only (the cache could not be written, and said so).
+  struct Place {
+    size_t written = 0, found = 0;
+    uint64_t bytes = 0;
+  };
+  std::map<std::string, Place> places;
+  size_t compiled = 0, present = 0, failed = 0, in_memory = 0;
   double nvrtc_seconds = 0;
-  uint64_t bytes = 0;
   for (const WarmupResult& r : results) {
     if (!r.ok) {
       ++failed;
@@ -699,8 +709,15 @@ int run_pregen(const PregenOptions& o) {
       ++compiled;
       nvrtc_seconds += r.seconds;
     }
+    if (r.cache_path.empty()) {
+      ++in_memory;
+      continue;
+    }
+    Place& place = places[place_of(r.cache_path)];
+    if (r.from_cache) ++place.found;
+    else ++place.written;
     struct stat st {};
-    if (!r.cache_path.empty() && ::stat(r.cache_path.c_str(), &st) == 0) bytes += static_cast<uint64_t>(st.st_size);
+    if (::stat(r.cache_path.c_str(), &st) == 0) place.bytes += static_cast<uint64_t>(st.st_size);
   }
   // (the rate counts the kernels compiled, over the wall time; none compiled, none given)
   const std::string compiled_text =
@@ -715,7 +732,20 @@ int run_pregen(const PregenOptions& o) {
                                     count_of(skipped, "flag combination"))
                             .c_str()
                       : "");
-  std::printf("pregen: into %s (%s of cubins)\n", target.c_str(), size_text(static_cast<double>(bytes)).c_str());
+  // Into the target only when this run wrote there: kernels found in a bundle of FLASHGEN_CACHE_PATH (never
+  // written) or already in the target are counted apart, and a run that wrote nothing says so.
+  const Place into = places[target];
+  const auto cubins = [](const Place& p) { return size_text(static_cast<double>(p.bytes)) + " of cubins"; };
+  std::string where = into.written > 0 ? fmt::format("into {} ({})", target, cubins(into))
+                                       : fmt::format("nothing written into {}", target);
+  if (into.written == 0 && into.found > 0)
+    where += fmt::format("; {} already there ({})", count_of(into.found, "kernel"), cubins(into));
+  for (const auto& [name, place] : places)  // (a bundle: only the target is written)
+    if (name != target)
+      where += fmt::format("; {} already in {} (read-only; {})", count_of(place.found, "kernel"), name, cubins(place));
+  if (in_memory > 0)
+    where += fmt::format("; {} in memory only, not written (see the warning above)", count_of(in_memory, "kernel"));
+  std::printf("pregen: %s\n", where.c_str());
   // The kernels whose ptxas report shows registers spilled to local memory, named so an operator
   // sees them before a fleet runs them (explain --problem gives one kernel's whole report).
   std::vector<std::string> spilling;

@@ -1379,6 +1379,58 @@ TEST_CASE("cli: pregen's summary says 1 kernel, 1 thread, and gives a small size
   CHECK_FALSE(contains(again.out, "kernels/s"));
 }
 
+TEST_CASE("cli: pregen's summary says where the kernels are: written, already in the target, or in a read-only bundle") {
+  REQUIRE(rt::nvrtc_available());
+  TempDir work("flashgen-cli-summary-where");
+  const std::string bundle = work.path() + "/bundle", user = work.path() + "/user";
+  const std::vector<std::string> one = {"pregen", "--arch", "80", "--head-dims", "16", "--dtypes", "f16", "-j", "1"};
+  const auto cubin_kib = [](const std::string& dir) {
+    uint64_t bytes = 0;
+    for (const std::string& f : test::list_dir(dir))
+      if (f.ends_with(".cubin")) bytes += std::filesystem::file_size(dir + "/" + f);
+    return fmt::format("{:.1f} KiB", bytes / 1024.0);
+  };
+  // A bundle with the mask-none kernel.
+  REQUIRE(run_cli(with(one, {"--masks", "none", "--out", bundle}), base_env(work.path() + "/producer")).rc == 0);
+  const std::string bundle_kib = cubin_kib(bundle);
+  const std::vector<std::string> env = {"FLASHGEN_CACHE_DIR=" + user, "FLASHGEN_CACHE_PATH=" + bundle,
+                                        "FLASHGEN_TUNE_FILE=", "FLASHGEN_PROFILE="};
+
+  // Everything in the bundle: nothing is written into the user cache, and the summary says so (before:
+  // "pregen: into user cache <user> (... of cubins)", counting the bundle's cubins as written there).
+  const Run found = run_cli(with(one, {"--masks", "none"}), env);
+  INFO("stdout:\n", found.out, "\nstderr:\n", found.err);
+  CHECK(found.rc == 0);
+  CHECK(contains(found.out, "0 compiled, 1 already present, 0 failed"));
+  CHECK(contains(found.out, "pregen: nothing written into user cache " + user + "; 1 kernel already in bundle " +
+                                bundle + " (read-only; " + bundle_kib + " of cubins)\n"));
+  CHECK_FALSE(contains(found.out, "pregen: into "));
+  CHECK(test::list_dir(user).empty());
+
+  // One kernel in the bundle, one compiled: each where it is.
+  const Run mixed = run_cli(with(one, {"--masks", "none,causaltl"}), env);
+  INFO("stdout:\n", mixed.out, "\nstderr:\n", mixed.err);
+  CHECK(mixed.rc == 0);
+  CHECK(contains(mixed.out, "1 compiled ("));
+  CHECK(contains(mixed.out, "pregen: into user cache " + user + " (" + cubin_kib(user) + " of cubins); 1 kernel "
+                                "already in bundle " + bundle + " (read-only; " + bundle_kib + " of cubins)\n"));
+
+  // Both present, one in each: nothing written.
+  const Run again = run_cli(with(one, {"--masks", "none,causaltl"}), env);
+  INFO("stdout:\n", again.out, "\nstderr:\n", again.err);
+  CHECK(again.rc == 0);
+  CHECK(contains(again.out, "pregen: nothing written into user cache " + user + "; 1 kernel already there (" +
+                                cubin_kib(user) + " of cubins); 1 kernel already in bundle " + bundle +
+                                " (read-only; " + bundle_kib + " of cubins)\n"));
+
+  // --out: the bundle being written is the target, whatever FLASHGEN_CACHE_PATH lists.
+  const Run out_again = run_cli(with(one, {"--masks", "none", "--out", bundle}), env);
+  INFO("stdout:\n", out_again.out, "\nstderr:\n", out_again.err);
+  CHECK(out_again.rc == 0);
+  CHECK(contains(out_again.out, "pregen: nothing written into bundle " + bundle + "; 1 kernel already there (" +
+                                    bundle_kib + " of cubins)\n"));
+}
+
 TEST_CASE("cli: --help on every subcommand; usage errors on stderr with a non-zero exit") {
   TempDir work("flashgen-cli-help");
   const auto env = base_env(work.path() + "/cache");
