@@ -111,7 +111,10 @@ void refuse_empty_items(const std::vector<std::string>& raw, const char* option)
                                       option, join(raw, ",")));
 }
 
-void row(const char* label, const std::string& text) { std::printf("%-12s %s\n", label, text.c_str()); }
+// Label and value of an explain or info line, the values in one column: a label is at most
+// kLabelWidth characters (a longer one would push its value out of the column).
+constexpr int kLabelWidth = 12;
+void row(const char* label, const std::string& text) { std::printf("%-*s %s\n", kLabelWidth, label, text.c_str()); }
 
 // Problem features as a spec fragment for the pregen line.
 struct Feature {
@@ -1602,21 +1605,24 @@ int run_info(const InfoOptions& o) {
   } catch (const std::exception& e) {
     row("nvrtc", fmt::format("not available for sm_{}: {}", arch, first_line(e.what())));
   }
+  // One "cache" row per layer, its kind leading the value ("bundle <dir> ...", "user cache <dir> ...", "memory:
+  // ..."), as pregen and cache ls name the layers.
   for (const rt::CacheLayer& l : rt::cache_layers()) {
     const char* kind = l.kind == rt::CacheLayer::Kind::bundle ? "bundle"
                        : l.kind == rt::CacheLayer::Kind::user ? "user cache"
                                                               : "memory";
     std::string text;
     if (l.kind == rt::CacheLayer::Kind::memory) {
-      text = l.usable ? "in use (nothing is written to disk)" : "unused (the user cache is writable)";
+      text = fmt::format("{}: {}", kind,
+                         l.usable ? "in use (nothing is written to disk)" : "unused (the user cache is writable)");
     } else {
-      text = fmt::format("{} ({}): {}", l.path.empty() ? "-" : l.path, l.origin,
+      text = fmt::format("{} {} ({}): {}", kind, l.path.empty() ? "-" : l.path, l.origin,
                          !l.usable                                  ? "not used: " + l.problem
                          : l.kind == rt::CacheLayer::Kind::bundle ? std::string("searched first, read-only")
                          : l.exists                                 ? std::string("searched, written")
                                     : std::string("does not exist (the first compiled kernel creates it)"));
     }
-    row(fmt::format("cache {}", kind).c_str(), text);
+    row("cache", text);
   }
   for (const std::string& f : tune_file_paths()) {
     std::string text;

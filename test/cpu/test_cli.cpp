@@ -1136,7 +1136,7 @@ TEST_CASE("cli: cache ls, verify, prune and clear; info") {
   CHECK(contains(info.out, "flashgen     generator"));
   CHECK(contains(info.out, "profile      sm_80: ampere"));
   CHECK(contains(info.out, "nvrtc        "));
-  CHECK(contains(info.out, "cache user cache " + dir + " (FLASHGEN_CACHE_DIR): searched, written"));
+  CHECK(contains(info.out, "cache        user cache " + dir + " (FLASHGEN_CACHE_DIR): searched, written"));
   CHECK(contains(info.out, "tune file    " + dir + "/tune.yml: 0 entries"));
   // --arch naming an arch no profile serves: said in the profile row, exit 2 (not NVRTC advice alone).
   const Run none = run_cli({"info", "--arch", "85"}, env);
@@ -1184,6 +1184,27 @@ TEST_CASE("cli: cache ls, verify, prune and info count one thing in the singular
   INFO("info:\n", info.out);
   CHECK(info.rc == 0);
   CHECK(contains(info.out, "tune file    " + dir + "/tune.yml: 1 entry\n"));
+}
+
+TEST_CASE("cli: info's rows line up: every value starts after the 12 columns of the labels, the cache rows too") {
+  // Before: "cache user cache <dir> ..." ran past the labels' column; "cache bundle <dir>" only just fit.
+  TempDir work("flashgen-cli-info-columns");
+  const std::string bundle = work.path() + "/bundle", user = work.path() + "/user";
+  std::filesystem::create_directory(bundle);
+  ::chmod(bundle.c_str(), 0755);
+  const Run info = run_cli({"info", "--arch", "80"}, {"FLASHGEN_CACHE_DIR=" + user, "FLASHGEN_CACHE_PATH=" + bundle,
+                                                      "FLASHGEN_TUNE_FILE=", "FLASHGEN_PROFILE="});
+  INFO("info:\n", info.out);
+  CHECK(info.rc == 0);
+  CHECK(contains(info.out, "cache        bundle " + bundle + " (FLASHGEN_CACHE_PATH): searched first, read-only\n"));
+  CHECK(contains(info.out, "cache        user cache " + user + " (FLASHGEN_CACHE_DIR): does not exist"));
+  CHECK(contains(info.out, "cache        memory: unused (the user cache is writable)\n"));
+  for (const std::string& line : lines(info.out)) {
+    CAPTURE(line);
+    REQUIRE(line.size() > 13);
+    CHECK(line[12] == ' ');  // (a label of 12 characters, "tune file" and the rest padded to 12)
+    CHECK(line[13] != ' ');
+  }
 }
 
 TEST_CASE("cli: explain counts a tile of one warp and one stage, and a grid of one block, in the singular") {
@@ -2563,7 +2584,7 @@ TEST_CASE("cli: inspection commands create no user cache directory; cache ls / v
   const Run info = run_cli({"info", "--arch", "80"}, env);
   INFO("info:\n", info.out);
   CHECK(info.rc == 0);
-  CHECK(contains(info.out, "cache user cache " + dir + " (FLASHGEN_CACHE_DIR): does not exist"));
+  CHECK(contains(info.out, "cache        user cache " + dir + " (FLASHGEN_CACHE_DIR): does not exist"));
   CHECK(absent());
   const std::string problem = "dtype=f16,seqlen=128,heads=1,head_dim=16";
   CHECK(run_cli({"explain", "--arch", "80", "--no-compile", "--problem", problem}, env).rc == 0);
