@@ -1137,12 +1137,12 @@ FG_DEVICE void fg_copy_tile_async(u16* dst, const u16* src, i64 stride, int vali
   // warps, 4 rows a pass), pass `it` at base it % KB plus a constant. Other steps (RSTEP 3, 5,
   // 6, 7: 3 or 6 warps) form each pass's address (KB = 0).
   constexpr int KB = RSTEP % 8 == 0 ? 1 : (8 % RSTEP == 0 ? 8 / RSTEP : 0);
-  u32 sb[KB > 0 ? KB : 1];
+  constexpr int NB = KB > 0 ? KB : 1;  // (the array's size; KB = 0 reads none of it)
+  u32 sb[NB];
 #pragma unroll
-  for (int k = 0; k < (KB > 0 ? KB : 1); ++k) sb[k] = fg_smem_addr(dst) + 2 * fg_swz<W>(row0 + k * RSTEP, unit);
+  for (int k = 0; k < NB; ++k) sb[k] = fg_smem_addr(dst) + 2 * fg_swz<W>(row0 + k * RSTEP, unit);
   auto smem_at = [&](int it, int row) {
-    return KB > 0 ? sb[it % (KB > 0 ? KB : 1)] + 2 * (it / (KB > 0 ? KB : 1)) * ((KB > 0 ? KB : 1) * RSTEP * W)
-                  : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
+    return KB > 0 ? sb[it % NB] + 2 * (it / NB) * (NB * RSTEP * W) : fg_smem_addr(dst) + 2 * fg_swz<W>(row, unit);
   };
   if constexpr (ASYNC_COPY && FULL) {
     const u16* g = g0;
